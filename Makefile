@@ -1,0 +1,42 @@
+# Strata: `make demo` runs the whole pipeline on the built-in demo dataset; `make test` runs the tests.
+# Both create .venv and install everything on a fresh machine.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.strata-installed
+ROOT   ?= strata_data
+# torch 2.13.0's CPU wheel is installed first, on its own: a bare `torch` requirement would pull the
+# newest CUDA build (several GB). Any torch >= 2.3 works; set TORCH_SPEC to choose another.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install demo test test-all lint bench ui clean
+
+$(STAMP): pyproject.toml setup.py
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/strata run --dataset demo --root $(ROOT)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-all: install
+	$(BIN)/python -m pytest -q -m "not gpu or gpu"
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/strata bench --dataset demo --root $(ROOT) --out benchmarks/results/demo.json
+
+ui: install
+	$(BIN)/strata ui --root $(ROOT)
+
+clean:
+	rm -rf build *.egg-info storage_kernels/*.so .pytest_cache

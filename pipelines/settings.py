@@ -1,0 +1,59 @@
+"""Where Strata keeps things: the data root and the paths derived from it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage_kernels.catalog import Catalog
+from storage_kernels.store import ArtifactStore
+
+__all__ = ["StrataPaths", "resolve_root"]
+
+DEFAULT_ROOT = "strata_data"
+
+
+def resolve_root(root: str | Path | None = None) -> Path:
+    """``--root`` if given, else ``$STRATA_HOME``, else ``./strata_data``; returned absolute."""
+    chosen = root or os.environ.get("STRATA_HOME") or DEFAULT_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class StrataPaths:
+    """Every location under one data root (artifacts, catalog, MLflow, Dagster home)."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path | None = None) -> StrataPaths:
+        path = resolve_root(root)
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / "catalog.duckdb"
+
+    @property
+    def mlflow_dir(self) -> Path:
+        return self.root / "mlflow"
+
+    @property
+    def mlflow_tracking_uri(self) -> str:
+        return f"sqlite:///{self.mlflow_dir / 'mlflow.db'}"
+
+    @property
+    def mlflow_artifact_root(self) -> str:
+        return (self.mlflow_dir / "artifacts").as_uri()
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster_home"
+
+    def store(self) -> ArtifactStore:
+        return ArtifactStore(self.root)
+
+    def catalog(self) -> Catalog:
+        return Catalog(self.catalog_path)

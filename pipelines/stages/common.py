@@ -1,0 +1,77 @@
+"""What every stage shares: content-addressed reuse, timing, peak memory, and the result type."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
+
+__all__ = ["StageResult", "materialize", "peak_rss_mb", "Progress"]
+
+# A progress callback: (description, completed, total). The CLI renders it with rich; tests pass None.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class StageResult:
+    """A stage's artifact, whether it was reused, and metadata for Dagster and the CLI summary."""
+
+    artifact: Artifact
+    reused: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def version(self) -> str:
+        return self.artifact.version
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def materialize(
+    store: ArtifactStore,
+    dataset: str,
+    stage: str,
+    format_version: int,
+    params: Mapping[str, Any],
+    upstream: Mapping[str, Artifact],
+    build: Callable[[ArtifactBuilder], None],
+) -> StageResult:
+    """Return the artifact for these inputs, building and publishing it only if it does not exist yet.
+
+    ``build`` fills the builder (files, ``stats``); timing and peak RSS are recorded here. The version is
+    derived from the stage, its format version, its parameters and the upstream versions, so an unchanged
+    stage is a no-op.
+    """
+    upstream_versions = {name: art.version for name, art in upstream.items()}
+    version = store.version_for(stage, format_version, dict(params), upstream_versions)
+    existing = store.find(dataset, stage, version)
+    if existing is not None:
+        return StageResult(existing, reused=True, metadata=_metadata(existing))
+    start = time.perf_counter()
+    with store.builder(dataset, stage, version, dict(params), upstream_versions) as builder:
+        build(builder)
+        builder.timings["total_s"] = round(time.perf_counter() - start, 4)
+        builder.stats.setdefault("peak_rss_mb", round(peak_rss_mb(), 1))
+        artifact = builder.publish()
+    return StageResult(artifact, reused=False, metadata=_metadata(artifact))
+
+
+def _metadata(artifact: Artifact) -> dict[str, Any]:
+    manifest = artifact.manifest
+    meta: dict[str, Any] = {
+        "version": artifact.version,
+        "path": str(artifact.path),
+        "bytes": sum(int(f.get("bytes", 0)) for f in manifest.get("files", [])),
+    }
+    meta.update({k: v for k, v in manifest.get("stats", {}).items() if isinstance(v, (int, float, str, bool))})
+    meta.update({f"time_{k}": v for k, v in manifest.get("timings", {}).items()})
+    return meta

@@ -1,0 +1,86 @@
+"""Export stage: ONNX (checked in onnxruntime) plus a quantized WASM-ready bundle, registered in MLflow.
+
+The ``export`` artifact holds ``model.onnx``, the bundle (``model.json`` descriptor + ``weights.bin``) and
+the registry outcome. The files are also logged to the training run, whose ``model`` directory becomes a
+new version of the registered model; the ``champion`` alias moves only when validation accuracy improves.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from pipelines.config import PipelineConfig
+from pipelines.settings import StrataPaths
+from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.stages.train import load_model
+from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
+
+__all__ = ["FORMAT_VERSION", "ONNX_TOLERANCE", "model_name_for", "run"]
+
+FORMAT_VERSION = 1
+ONNX_TOLERANCE = 1e-4  # max |onnxruntime - torch| on a random subgraph before the export is refused
+
+
+def model_name_for(cfg: PipelineConfig) -> str:
+    return cfg.export.model_name or f"strata-{cfg.dataset_name}"
+
+
+def run(store: ArtifactStore, cfg: PipelineConfig, *, model: Artifact, paths: StrataPaths,
+        progress: Progress | None = None) -> StageResult:
+    """Export the trained model, verify it, and register it."""
+    from trainer.export import export_bundle, export_onnx, random_subgraph, verify_onnx
+    from trainer.tracking import MlflowTracker
+
+    params = {**cfg.export.model_dump(mode="json"), "model_name": model_name_for(cfg)}
+
+    def build(builder: ArtifactBuilder) -> None:
+        net = load_model(model)
+        onnx_path = builder.add_file("model.onnx")
+        export_onnx(net, onnx_path, opset=cfg.export.opset)
+        example = random_subgraph(net.in_dim, net.num_layers, num_seeds=16, fanout=5, seed=7)
+        diff = verify_onnx(onnx_path, net, example)
+        if diff > ONNX_TOLERANCE:
+            raise ValueError(f"'{onnx_path}' expected onnxruntime logits within {ONNX_TOLERANCE} of PyTorch "
+                             f"(got max |diff| {diff:.3g})")
+        if progress:
+            progress("export: onnx verified", 1, 3)
+        with tempfile.TemporaryDirectory(dir=builder.dir.parent) as tmp:
+            export_bundle(net, tmp, quantization=cfg.export.quantize, opset=cfg.export.opset,
+                          onnx_file="model.onnx")
+            for f in sorted(Path(tmp).iterdir()):
+                shutil.copyfile(f, builder.add_file(f.name))
+        if progress:
+            progress("export: bundle written", 2, 3)
+
+        tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
+                                experiment=f"strata-{cfg.dataset_name}")
+        run_id = model.stats["mlflow_run_id"]
+        tracker.run_id = run_id  # attach to the finished training run to add the export files
+        try:
+            tracker.log_artifact(onnx_path, "model")
+            for name in ("model.json", "weights.bin"):
+                if (builder.dir / name).exists():
+                    tracker.log_artifact(builder.dir / name, "model/bundle")
+        finally:
+            tracker.run_id = None
+        name = model_name_for(cfg)
+        version, champion = tracker.register(run_id, name, "model", float(model.stats["val_acc"]))
+        if progress:
+            progress("export: registered", 3, 3)
+        builder.stats.update(
+            {
+                "model_name": name,
+                "model_version": version,
+                "champion_version": champion,
+                "onnx_max_abs_diff": diff,
+                "onnx_opset": cfg.export.opset,
+                "onnx_bytes": onnx_path.stat().st_size,
+                "bundle_bytes": sum(p.stat().st_size for p in builder.dir.iterdir() if p.name != "model.onnx"),
+                "mlflow_run_id": run_id,
+                "val_acc": float(model.stats["val_acc"]),
+            }
+        )
+
+    return materialize(store, cfg.dataset_name, "export", FORMAT_VERSION, params, {"model": model}, build)

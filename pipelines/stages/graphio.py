@@ -1,0 +1,59 @@
+"""Reading a graph-shaped artifact (``graph`` or ``ordering``) as memory-mapped arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from storage_kernels.store import Artifact
+
+__all__ = ["GraphArrays", "load_graph"]
+
+
+@dataclass(frozen=True)
+class GraphArrays:
+    """CSR, features, labels and splits of one graph artifact (memory-mapped, read-only)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def row_bytes(self) -> int:
+        return int(self.features.shape[1]) * self.features.dtype.itemsize
+
+    def degrees(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def split(self, name: str) -> np.ndarray:
+        return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
+
+
+def load_graph(artifact: Artifact) -> GraphArrays:
+    """Open the graph arrays of a ``graph`` or ``ordering`` artifact."""
+    return GraphArrays(
+        indptr=artifact.array("indptr.npy"),
+        indices=artifact.array("indices.npy"),
+        features=artifact.array("features.npy"),
+        labels=artifact.array("labels.npy"),
+        train_idx=artifact.array("train_idx.npy"),
+        val_idx=artifact.array("val_idx.npy"),
+        test_idx=artifact.array("test_idx.npy"),
+    )
