@@ -1,0 +1,45 @@
+"""Strata trainer: models, tiered feature sources, pipelined loader, train loop, MLflow tracking, export.
+
+Names are re-exported lazily (``from trainer import GraphSAGE`` imports only what it needs; nothing here
+imports mlflow or onnxruntime until used). The train function is ``trainer.train.train`` (the package
+attribute ``trainer.train`` is the submodule).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "BatchLoader",
+    "BatchLoaderError",
+    "GraphSAGE",
+    "InMemoryFeatures",
+    "LoadedBatch",
+    "MlflowTracker",
+    "NaiveDiskFeatures",
+    "PackedFeatures",
+    "TensorBlock",
+    "TrainConfig",
+    "TrainResult",
+    "export_bundle",
+    "export_onnx",
+    "load_bundle",
+    "verify_onnx",
+]
+
+_WHERE = {
+    "BatchLoader": "loader", "BatchLoaderError": "loader", "LoadedBatch": "loader",
+    "GraphSAGE": "models", "TensorBlock": "models",
+    "InMemoryFeatures": "features", "NaiveDiskFeatures": "features", "PackedFeatures": "features",
+    "MlflowTracker": "tracking",
+    "TrainConfig": "config",
+    "TrainResult": "train",
+    "export_bundle": "export", "export_onnx": "export", "load_bundle": "export", "verify_onnx": "export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trainer.{_WHERE[name]}"), name)

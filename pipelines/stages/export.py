@@ -57,14 +57,11 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, model: Artifact, paths: St
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         run_id = model.stats["mlflow_run_id"]
-        tracker.run_id = run_id  # attach to the finished training run to add the export files
-        try:
+        with tracker.attach(run_id):  # the finished training run also gets the export files
             tracker.log_artifact(onnx_path, "model")
             for name in ("model.json", "weights.bin"):
                 if (builder.dir / name).exists():
                     tracker.log_artifact(builder.dir / name, "model/bundle")
-        finally:
-            tracker.run_id = None
         name = model_name_for(cfg)
         version, champion = tracker.register(run_id, name, "model", float(model.stats["val_acc"]))
         if progress:

@@ -1,9 +1,10 @@
 """Pack stage: cache blocks, per-batch packed chunks (DiskGNN batched packing) and address tables.
 
-Each batch's packed rows (its nodes in the ``packed`` tier, sorted by id) are laid out contiguously in
+Each training batch's packed rows (its uncached nodes, sorted by id) are laid out contiguously in
 ``packed.bin`` at a 4096-aligned offset, so the trainer fetches a batch's disk features with one
-sequential direct read. Batched packing streams the feature file once, partition by partition, appending to
-every batch's chunk (``kernels.pack_batches``). The address tables say, for every node of every batch,
+sequential direct read. Evaluation batches are not packed (``chunk_rows`` 0): their uncached nodes are
+addressed in the unpacked feature file (``TIER_FILE``, slot = node id), see ``plan``.
+Batched packing streams the feature file once, partition by partition, appending to every batch's chunk (``kernels.pack_batches``). The address tables say, for every node of every batch,
 which tier holds it and at which row, so assembly needs no lookups at train time.
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 from pipelines.config import PipelineConfig
 from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.graphio import load_graph
-from pipelines.stages.plan import TIER_PACKED
+from pipelines.stages.plan import TIER_FILE, TIER_PACKED
 from storage_kernels import kernels
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
@@ -49,18 +50,26 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, sample
         addr_tier = builder.array_writer("addr_tier.npy", np.int8)
         addr_slot = builder.array_writer("addr_slot.npy", np.int64)
         packed_ids: list[np.ndarray] = []
+        is_train = np.zeros(sample_set.num_batches, dtype=bool)
+        is_train[sample_set.batch_ids("train")] = True
         for b in range(sample_set.num_batches):
             start, stop = sample_set.node_range(b)
             nodes = np.asarray(sample_set.nodes[start:stop])
-            node_tier = tier[nodes]
+            node_tier = tier[nodes].copy()
             if np.any(node_tier < 0):
                 bad = int(np.flatnonzero(node_tier < 0)[0])
                 raise ValueError(f"'{plan.path}/tier.npy' expected a tier for node {int(nodes[bad])} of batch "
                                  f"{b} (got none: plan and samples disagree)")
-            on_disk = np.sort(nodes[node_tier == TIER_PACKED])
             node_slot = slot[nodes].copy()
-            is_packed = node_tier == TIER_PACKED
-            node_slot[is_packed] = np.searchsorted(on_disk, nodes[is_packed])
+            uncached = node_tier >= TIER_PACKED
+            if is_train[b]:
+                node_tier[uncached] = TIER_PACKED
+                on_disk = np.sort(nodes[uncached])
+                node_slot[uncached] = np.searchsorted(on_disk, nodes[uncached])
+            else:
+                node_tier[uncached] = TIER_FILE
+                node_slot[uncached] = nodes[uncached]
+                on_disk = np.empty(0, dtype=np.int64)
             addr_tier.append(node_tier)
             addr_slot.append(node_slot)
             packed_ids.append(on_disk)

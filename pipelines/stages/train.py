@@ -39,7 +39,8 @@ def open_feature_source(kind: str, ordering: Artifact, packed: Artifact, sample_
     from trainer.features import InMemoryFeatures, NaiveDiskFeatures, PackedFeatures
 
     if kind == "packed":
-        return PackedFeatures(packed.path, sample_set, device=device)
+        # Evaluation batches are not packed: their uncached rows come from the ordered feature file.
+        return PackedFeatures(packed.path, sample_set, device=device, features_path=ordering.file("features.npy"))
     if kind == "in_memory":
         return InMemoryFeatures(np.load(ordering.file("features.npy")), device=device)
     if kind == "naive":

@@ -124,6 +124,10 @@ def test_plan_respects_budgets_and_assigns_every_sampled_node(store):
     tier = planned.array("tier.npy")
     accessed = np.unique(samples.array("nodes.npy"))
     assert np.all(tier[accessed] >= 0)
+    s = SampleSet(samples.path)
+    train_nodes = np.unique(np.concatenate([s.batch(b).nodes for b in s.batch_ids("train")]))
+    assert np.all(tier[train_nodes] <= 2)  # what training reads is cached or packed
+    assert np.all(np.isin(np.flatnonzero(tier == 3), train_nodes, invert=True))
     assert len(planned.array("cpu_nodes.npy")) * graph.row_bytes <= 0.1 * graph.num_nodes * graph.row_bytes
     assert len(planned.array("gpu_nodes.npy")) * graph.row_bytes <= 0.05 * graph.num_nodes * graph.row_bytes
     freq = planned.array("frequency.npy")
@@ -142,6 +146,8 @@ def test_pack_addresses_reconstruct_every_batch_exactly(store):
     s = SampleSet(samples.path)
     offsets, rows = packed.array("chunk_offset.npy"), packed.array("chunk_rows.npy")
     assert np.all(offsets % 4096 == 0)
+    eval_batches = s.batch_ids("val") + s.batch_ids("test")
+    assert np.all(rows[eval_batches] == 0)  # evaluation batches are not packed: they read the feature file
     raw = np.fromfile(packed.file("packed.bin"), dtype=np.uint8)
     caches = [packed.array("gpu_cache.npy"), packed.array("cpu_cache.npy")]
     addr_tier, addr_slot = packed.array("addr_tier.npy"), packed.array("addr_slot.npy")
@@ -151,6 +157,6 @@ def test_pack_addresses_reconstruct_every_batch_exactly(store):
         chunk = raw[offsets[b] : offsets[b] + rows[b] * dim * 4].view(np.float32).reshape(-1, dim)
         tiers, slots = addr_tier[start:stop], addr_slot[start:stop]
         assembled = np.empty((stop - start, dim), dtype=np.float32)
-        for t, source in ((0, caches[0]), (1, caches[1]), (2, chunk)):
+        for t, source in ((0, caches[0]), (1, caches[1]), (2, chunk), (3, features)):
             assembled[tiers == t] = source[slots[tiers == t]]
         assert np.array_equal(assembled, features[s.batch(b).nodes])

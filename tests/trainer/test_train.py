@@ -1,0 +1,128 @@
+"""train(): determinism, out-of-core equivalence, checkpoint resume, sample reuse."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.config import TrainConfig
+from trainer.features import InMemoryFeatures
+from trainer.train import load_checkpoint, train
+
+CFG = TrainConfig(hidden_dim=16, dropout=0.5, lr=0.01, epochs=3, seed=7, prefetch=2)
+
+
+class RecordingSource(InMemoryFeatures):
+    """InMemoryFeatures that remembers which batches it served."""
+
+    def __init__(self, features: np.ndarray) -> None:
+        super().__init__(features)
+        self.served: list[int] = []
+
+    def load(self, batch):
+        self.served.append(batch.batch)
+        return super().load(batch)
+
+
+def test_training_is_deterministic_and_learns(dataset) -> None:
+    a = train(CFG, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels)
+    b = train(CFG, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels)
+    assert a.losses == b.losses and a.val_accs == b.val_accs
+    for k, v in a.best_state_dict.items():
+        assert torch.equal(v, b.best_state_dict[k])
+    assert len(a.losses) == len(a.epoch_s) == CFG.epochs
+    assert a.losses[-1] < a.losses[0]
+    assert a.val_acc > 1.5 / dataset.num_classes  # well above chance on the homophilous graph
+    assert 0.0 <= a.test_acc <= 1.0 and 0 <= a.best_epoch < CFG.epochs
+    assert a.model_args["num_layers"] == dataset.samples.num_layers
+    assert {"read_s", "graph_s", "wait_s", "eval_s"} <= set(a.timers)
+    assert not torch.are_deterministic_algorithms_enabled()  # the global mode is restored
+
+
+def test_packed_training_equals_in_memory_training(dataset, packed_source) -> None:
+    cfg = dataclasses.replace(CFG, epochs=2)
+    in_memory = train(cfg, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels)
+    out_of_core = train(cfg, dataset.samples, packed_source, dataset.labels)
+    np.testing.assert_allclose(out_of_core.losses, in_memory.losses, rtol=0, atol=1e-6)
+    assert out_of_core.val_acc == in_memory.val_acc and out_of_core.test_acc == in_memory.test_acc
+    assert out_of_core.bytes_read > 0 and 0.0 < out_of_core.cache_hit_rate < 1.0
+    assert in_memory.bytes_read == 0 and in_memory.cache_hit_rate == 1.0
+
+
+def test_sequential_mode_gives_the_same_losses(dataset) -> None:
+    cfg = dataclasses.replace(CFG, epochs=1)
+    piped = train(cfg, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels)
+    seq = train(dataclasses.replace(cfg, sequential=True), dataset.samples, InMemoryFeatures(dataset.features),
+                dataset.labels)
+    assert seq.losses == piped.losses
+
+
+def test_epochs_beyond_the_sampled_ones_reuse_samples(dataset) -> None:
+    source = RecordingSource(dataset.features)
+    cfg = dataclasses.replace(CFG, epochs=3, eval_every=10)  # evaluate only after the last epoch
+    train(cfg, dataset.samples, source, dataset.labels)
+    samples = dataset.samples
+    expected = samples.batch_ids("train", 0) + samples.batch_ids("train", 1) + samples.batch_ids("train", 0)
+    assert samples.epochs == 2
+    assert source.served[: len(expected)] == expected
+    assert source.served[len(expected) :][: len(samples.batch_ids("val", 0))] == samples.batch_ids("val", 0)
+
+
+def test_resume_continues_exactly(dataset, tmp_path: Path) -> None:
+    full = train(dataclasses.replace(CFG, epochs=4), dataset.samples, InMemoryFeatures(dataset.features),
+                 dataset.labels)
+    ckpt_path = tmp_path / "ckpt.pt"
+    first = train(dataclasses.replace(CFG, epochs=2, checkpoint_path=str(ckpt_path)), dataset.samples,
+                  InMemoryFeatures(dataset.features), dataset.labels)
+    assert first.losses == full.losses[:2]
+    ckpt = torch.load(ckpt_path, weights_only=True)  # a plain dict of tensors and primitives
+    assert ckpt["epoch"] == 1 and ckpt["config"]["epochs"] == 2 and "optimizer" in ckpt
+    resumed = train(dataclasses.replace(CFG, epochs=4, resume=str(ckpt_path)), dataset.samples,
+                    InMemoryFeatures(dataset.features), dataset.labels)
+    assert resumed.losses == full.losses
+    assert resumed.val_acc == full.val_acc and resumed.best_epoch == full.best_epoch
+    for k, v in full.best_state_dict.items():
+        assert torch.equal(v, resumed.best_state_dict[k])
+
+
+def test_tracker_and_progress_receive_every_epoch(dataset) -> None:
+    class ListTracker:
+        def __init__(self) -> None:
+            self.params: dict = {}
+            self.metrics: list[tuple[int | None, dict]] = []
+
+        def log_params(self, params: dict) -> None:
+            self.params.update(params)
+
+        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+            self.metrics.append((step, metrics))
+
+    tracker, calls = ListTracker(), []
+    cfg = dataclasses.replace(CFG, epochs=2)
+    train(cfg, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels, tracker=tracker,
+          progress=lambda epoch, metrics: calls.append(epoch))
+    assert tracker.params == cfg.to_dict()
+    assert [step for step, _ in tracker.metrics] == [0, 1] and calls == [0, 1]
+    assert {"loss", "train_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate"} <= set(tracker.metrics[0][1])
+
+
+def test_bad_config_and_inputs_are_rejected(dataset, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'TrainConfig.dropout' expected"):
+        TrainConfig(dropout=1.0)
+    with pytest.raises(ValueError, match="'TrainConfig.num_layers' expected 2"):
+        train(dataclasses.replace(CFG, num_layers=3), dataset.samples, InMemoryFeatures(dataset.features),
+              dataset.labels)
+    with pytest.raises(ValueError, match="'labels' expected a 1-D int64 array"):
+        train(CFG, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels.astype(np.int32))
+    with pytest.raises(FileNotFoundError, match="'checkpoint' expected a file"):
+        load_checkpoint(tmp_path / "nope.pt")
+    torch.save({"format": "other"}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="expected a strata-checkpoint-v1 checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    assert TrainConfig.from_dict(CFG.to_dict()) == CFG
+    with pytest.raises(ValueError, match="unknown"):
+        TrainConfig.from_dict({"nope": 1})

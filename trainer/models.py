@@ -1,0 +1,168 @@
+"""GraphSAGE (mean aggregation) over layered sampled blocks, in plain PyTorch and exportable to ONNX.
+
+A sampled batch (``storage_kernels.sampleset.SampledBatch``) has nodes ``nodes[:hop_counts[L]]`` with the
+seeds first, and one CSR block per hop. Layer ``i`` of the model consumes ``blocks()[i]`` (hop ``L-1-i``):
+its source nodes are the first ``num_src`` rows of the layer input, its destination nodes the first
+``num_dst`` of them (a prefix), and its output has ``num_dst`` rows. The last layer outputs one row per seed.
+
+Aggregation is ``scatter_reduce(reduce="sum")`` divided by a degree vector computed the same way. It is not
+``index_add_``: the ONNX exporter turns ``index_add_`` into ScatterElements without a reduction, which is
+wrong when destination indices repeat (pytorch #111159); ``scatter_reduce`` exports as
+ScatterElements(reduction="add") (opset >= 16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["BlockLike", "GraphSAGE", "SAGEConv", "TensorBlock", "mean_aggregate", "to_tensor_blocks"]
+
+
+class BlockLike(Protocol):
+    """What :meth:`TensorBlock.from_block` needs of a ``storage_kernels.sampleset.Block``."""
+
+    num_src: int
+    num_dst: int
+    indptr: np.ndarray  # int64 (num_dst + 1,)
+    cols: np.ndarray  # int64 (E,), positions < num_src
+
+
+@dataclass(frozen=True)
+class TensorBlock:
+    """One layer's bipartite graph as an edge list: edge ``k`` carries ``h[edge_src[k]]`` to ``edge_dst[k]``.
+
+    ``edge_src`` indexes the layer input (rows ``< num_src``), ``edge_dst`` the destination nodes
+    (``< num_dst``), which are the first ``num_dst`` rows of the layer input.
+    """
+
+    edge_src: torch.Tensor  # int64 (E,)
+    edge_dst: torch.Tensor  # int64 (E,)
+    num_dst: int
+
+    @classmethod
+    def from_block(cls, block: BlockLike, device: torch.device | str | None = None) -> TensorBlock:
+        """Convert a CSR block (``indptr`` over destinations, ``cols`` = source positions), vectorised."""
+        indptr = np.asarray(block.indptr, dtype=np.int64)
+        cols = np.asarray(block.cols, dtype=np.int64)
+        if indptr.shape != (block.num_dst + 1,):
+            raise ValueError(f"'Block.indptr' expected shape ({block.num_dst + 1},) (got {indptr.shape})")
+        if cols.shape != (int(indptr[-1]),):
+            raise ValueError(f"'Block.cols' expected shape ({int(indptr[-1])},) (got {cols.shape})")
+        degree = torch.from_numpy(np.diff(indptr))  # (num_dst,)
+        # repeat_interleave(repeats) = [0]*deg[0] + [1]*deg[1] + ...; output_size avoids a length pass
+        edge_dst = torch.repeat_interleave(degree, output_size=cols.shape[0])  # (E,)
+        # sample-set arrays are read-only memmap slices; torch wants writable memory
+        edge_src = torch.from_numpy(cols if cols.flags.writeable else cols.copy())  # (E,)
+        if device is not None and torch.device(device).type != "cpu":
+            edge_src = edge_src.to(device, non_blocking=True)
+            edge_dst = edge_dst.to(device, non_blocking=True)
+        return cls(edge_src=edge_src, edge_dst=edge_dst, num_dst=int(block.num_dst))
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBlock:
+        """The same block on ``device``."""
+        return TensorBlock(
+            self.edge_src.to(device, non_blocking=non_blocking),
+            self.edge_dst.to(device, non_blocking=non_blocking),
+            self.num_dst,
+        )
+
+    def dst_pos(self) -> torch.Tensor:
+        """Positions of the destination nodes in the layer input, ``arange(num_dst)`` (the ONNX input that
+        carries ``num_dst`` as a dynamic shape)."""
+        return torch.arange(self.num_dst, dtype=torch.int64, device=self.edge_src.device)
+
+
+def to_tensor_blocks(blocks: Sequence[BlockLike], device: torch.device | str | None = None) -> list[TensorBlock]:
+    """``[TensorBlock.from_block(b) for b in blocks]`` (input layer first, as ``SampledBatch.blocks()``)."""
+    return [TensorBlock.from_block(b, device) for b in blocks]
+
+
+def mean_aggregate(
+    h_src: torch.Tensor, h_dst: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+) -> torch.Tensor:
+    """``out[i] = mean_{k: edge_dst[k] = i} h_src[edge_src[k]]`` (0 for a destination with no edge).
+
+    ``h_dst`` only supplies the output shape ``(num_dst, F)`` as a tensor, so the ONNX graph stays dynamic.
+    """
+    msg = h_src.index_select(0, edge_src)  # (E, F)
+    index = edge_dst.unsqueeze(1).expand_as(msg)  # (E, F)
+    total = torch.zeros_like(h_dst).scatter_reduce(0, index, msg, reduce="sum", include_self=True)  # (D, F)
+    ones = torch.ones_like(msg[:, :1])  # (E, 1)
+    degree = torch.zeros_like(h_dst[:, :1]).scatter_reduce(  # (D, 1)
+        0, edge_dst.unsqueeze(1), ones, reduce="sum", include_self=True
+    )
+    return total / degree.clamp(min=1.0)  # (D, F) / (D, 1)
+
+
+class SAGEConv(nn.Module):
+    """``h_dst' = lin_self(h_dst) + lin_neigh(mean_{j in N(i)} h_src[j])`` (one bias, on ``lin_self``)."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.lin_self = nn.Linear(in_dim, out_dim)
+        self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
+
+    def forward(
+        self, h_src: torch.Tensor, h_dst: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+    ) -> torch.Tensor:
+        return self.lin_self(h_dst) + self.lin_neigh(mean_aggregate(h_src, h_dst, edge_src, edge_dst))
+
+
+class GraphSAGE(nn.Module):
+    """``num_layers`` SAGE layers with ReLU + dropout between them.
+
+    >>> model = GraphSAGE(in_dim=8, hidden_dim=16, out_dim=3, num_layers=2)
+    >>> logits = model(x, blocks)   # x (num_nodes, 8), blocks: list[TensorBlock] input layer first
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int, out_dim: int, num_layers: int, dropout: float = 0.5) -> None:
+        super().__init__()
+        for name, value in {"in_dim": in_dim, "hidden_dim": hidden_dim, "out_dim": out_dim,
+                            "num_layers": num_layers}.items():
+            if int(value) < 1:
+                raise ValueError(f"'GraphSAGE.{name}' expected >= 1 (got {value})")
+        self.in_dim, self.hidden_dim, self.out_dim = int(in_dim), int(hidden_dim), int(out_dim)
+        self.num_layers, self.dropout = int(num_layers), float(dropout)
+        dims = [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
+        self.layers = nn.ModuleList(SAGEConv(dims[i], dims[i + 1]) for i in range(self.num_layers))
+
+    @property
+    def model_args(self) -> dict[str, Any]:
+        """Constructor arguments (checkpoint ``model_args``, bundle descriptor)."""
+        return {"in_dim": self.in_dim, "hidden_dim": self.hidden_dim, "out_dim": self.out_dim,
+                "num_layers": self.num_layers, "dropout": self.dropout}
+
+    def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
+        """``x`` (num_nodes, in_dim) in the batch's node order -> logits (num_seeds, out_dim)."""
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"'blocks' expected {self.num_layers} (one per layer) (got {len(blocks)})")
+        if x.dim() != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"'x' expected shape (num_nodes, {self.in_dim}) (got {tuple(x.shape)})")
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            h = layer(h, h[: block.num_dst], block.edge_src, block.edge_dst)  # (num_dst_i, dims[i+1])
+            h = self._between_layers(h, i)
+        return h
+
+    def forward_dst_pos(
+        self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The same computation with each layer's destinations given as positions ``dst_pos`` (ONNX form:
+        ``num_dst`` is ``dst_pos.shape[0]``, a dynamic shape, not a Python int)."""
+        h = x
+        for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
+            h = layer(h, h.index_select(0, dst_pos), edge_src, edge_dst)  # (num_dst_i, dims[i+1])
+            h = self._between_layers(h, i)
+        return h
+
+    def _between_layers(self, h: torch.Tensor, i: int) -> torch.Tensor:
+        if i == self.num_layers - 1:
+            return h
+        return F.dropout(F.relu(h), p=self.dropout, training=self.training)

@@ -1,0 +1,220 @@
+"""MLflow tracking and model registry for Strata runs, through ``MlflowClient`` (no fluent global state).
+
+Defaults: a SQLite tracking store ``sqlite:///<root>/mlflow/mlflow.db`` and a local artifact root
+``<root>/mlflow/artifacts``; telemetry off (``MLFLOW_DISABLE_TELEMETRY=true``, ``DO_NOT_TRACK=1`` are set
+before mlflow is imported, and mlflow is imported lazily, only when a tracker is built).
+
+Models are logged as files (a ``state_dict`` saved with ``torch.save`` and read back with
+``torch.load(weights_only=True)``, the ONNX graph, the quantized bundle), never with ``mlflow.pytorch``,
+which pickles whole modules. Each training run registers one model version; the ``champion`` alias moves to
+it only when its validation accuracy (stored as the version tag ``val_acc``) beats the current champion's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHAMPION", "MlflowTracker", "default_uris"]
+
+CHAMPION = "champion"
+VAL_ACC_TAG = "val_acc"
+
+
+def _mlflow() -> Any:
+    """Import mlflow with telemetry off (the variables must be set before the first import)."""
+    os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    os.environ["DO_NOT_TRACK"] = "1"
+    import mlflow
+
+    return mlflow
+
+
+def default_uris(root: str | Path) -> tuple[str, str]:
+    """``(tracking_uri, artifact_root)`` under ``<root>/mlflow/``: a SQLite store and a local directory."""
+    base = Path(root).resolve() / "mlflow"
+    base.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{base / 'mlflow.db'}", (base / "artifacts").as_uri()
+
+
+class MlflowTracker:
+    """Log one run at a time to an experiment, and register its model.
+
+    >>> tracker = MlflowTracker(root="/data/strata", experiment="cora")
+    >>> with tracker.run("sage-packed") as run_id:
+    ...     result = train(cfg, samples, source, labels, tracker=tracker)
+    ...     tracker.log_model_files(state_dict_path=..., onnx_path=...)
+    >>> version, champion = tracker.register(run_id, "cora-sage", "model", result.val_acc)
+    """
+
+    def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None,
+                 experiment: str = "strata", *, root: str | Path | None = None) -> None:
+        if tracking_uri is None:
+            if root is None:
+                raise ValueError("'MlflowTracker' expected tracking_uri or root (got neither)")
+            tracking_uri, default_artifacts = default_uris(root)
+            artifact_root = artifact_root or default_artifacts
+        mlflow = _mlflow()
+        from mlflow.tracking import MlflowClient
+
+        self._mlflow = mlflow
+        self.tracking_uri = tracking_uri
+        self.artifact_root = artifact_root
+        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            location = f"{artifact_root.rstrip('/')}/{experiment}" if artifact_root else None
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            self.experiment_id = found.experiment_id
+        self.experiment = experiment
+        self.run_id: str | None = None
+        self._monitor: Any = None
+
+    # ---------------------------------------------------------------------------------------------- runs
+    def start_run(self, run_name: str | None = None, tags: dict[str, str] | None = None,
+                  system_metrics: bool = False, sampling_interval_s: float = 10.0) -> str:
+        """Create a run and make it the one ``log_*`` write to; returns its id.
+
+        ``system_metrics`` samples CPU, memory, disk, network (and NVIDIA GPUs when pynvml works) every
+        ``sampling_interval_s`` into ``system/*`` metrics until :meth:`end_run` (MLflow's monitor thread).
+        """
+        if self.run_id is not None:
+            raise RuntimeError(f"'MlflowTracker' expected no active run (got {self.run_id})")
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
+        self.run_id = run.info.run_id
+        if system_metrics:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            self._monitor = SystemMetricsMonitor(self.run_id, sampling_interval=sampling_interval_s,
+                                                 tracking_uri=self.tracking_uri)
+            self._monitor.start()
+        return self.run_id
+
+    def end_run(self, status: str = "FINISHED") -> None:
+        """Mark the active run terminated (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+        if self._monitor is not None:
+            self._monitor.finish()  # flushes the last samples
+            self._monitor = None
+        if self.run_id is not None:
+            self.client.set_terminated(self.run_id, status=status)
+            self.run_id = None
+
+    @contextlib.contextmanager
+    def run(self, run_name: str | None = None, tags: dict[str, str] | None = None,
+            system_metrics: bool = False, sampling_interval_s: float = 10.0) -> Iterator[str]:
+        """``start_run`` ... ``end_run``; the run is marked ``FAILED`` if the block raises."""
+        run_id = self.start_run(run_name, tags, system_metrics, sampling_interval_s)
+        try:
+            yield run_id
+        except BaseException:
+            self.end_run("FAILED")
+            raise
+        self.end_run("FINISHED")
+
+    @contextlib.contextmanager
+    def attach(self, run_id: str) -> Iterator[str]:
+        """Log into an existing run (e.g. a finished training run gaining export files) for the block,
+        leaving its status as it is."""
+        if self.run_id is not None:
+            raise RuntimeError(f"'MlflowTracker' expected no active run (got {self.run_id})")
+        self.client.get_run(run_id)  # raises MlflowException naming the id when it does not exist
+        self.run_id = run_id
+        try:
+            yield run_id
+        finally:
+            self.run_id = None
+
+    def _active(self) -> str:
+        if self.run_id is None:
+            raise RuntimeError("'MlflowTracker' expected an active run (got none: call start_run first)")
+        return self.run_id
+
+    # ---------------------------------------------------------------------------------------------- logging
+    def log_params(self, params: dict[str, Any]) -> None:
+        """Log a flat dict of parameters (values as strings, as MLflow stores them)."""
+        from mlflow.entities import Param
+
+        self.client.log_batch(self._active(), params=[Param(str(k), str(v)) for k, v in params.items()])
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Log finite metrics at ``step`` (NaN / inf values are skipped)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(str(k), float(v), now, int(step or 0)) for k, v in metrics.items()
+                 if math.isfinite(float(v))]
+        if batch:
+            self.client.log_batch(self._active(), metrics=batch)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self._active(), str(k), str(v))
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        """Copy a file or a whole directory into the run's artifacts under ``artifact_path``."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"'artifact' expected a file or directory at {path} (got no such path)")
+        if path.is_dir():
+            self.client.log_artifacts(self._active(), str(path), artifact_path)
+        else:
+            self.client.log_artifact(self._active(), str(path), artifact_path)
+
+    def log_model_files(self, state_dict_path: str | Path | None = None, onnx_path: str | Path | None = None,
+                        bundle_dir: str | Path | None = None, artifact_path: str = "model") -> str:
+        """Log the model as files under ``artifact_path`` (state_dict, ONNX, ``bundle/``); returns the
+        artifact URI of that directory (the registry's model-version source)."""
+        for path in (state_dict_path, onnx_path):
+            if path is not None:
+                self.log_artifact(path, artifact_path)
+        if bundle_dir is not None:
+            self.log_artifact(bundle_dir, f"{artifact_path}/bundle")
+        return self.artifact_uri(self._active(), artifact_path)
+
+    def artifact_uri(self, run_id: str, artifact_path: str) -> str:
+        """URI of ``artifact_path`` inside the run's artifact directory."""
+        return f"{self.client.get_run(run_id).info.artifact_uri.rstrip('/')}/{artifact_path}"
+
+    # ---------------------------------------------------------------------------------------------- registry
+    def champion(self, model_name: str) -> tuple[int, float] | None:
+        """``(version, val_acc)`` of the version holding the ``champion`` alias, or None."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            mv = self.client.get_model_version_by_alias(model_name, CHAMPION)
+        except MlflowException as e:
+            if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
+        return int(mv.version), float(mv.tags.get(VAL_ACC_TAG, "-inf"))
+
+    def register(self, run_id: str, model_name: str, artifact_path: str, val_acc: float) -> tuple[int, int]:
+        """Register the run's ``artifact_path`` directory as a new version of ``model_name`` (created if
+        missing), tag it with ``val_acc``, and move ``champion`` to it only if it beats the current champion.
+
+        Returns ``(version, champion_version)``.
+        """
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_registered_model(model_name)
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            self.client.create_registered_model(model_name, tags={"framework": "strata"})
+        mv = self.client.create_model_version(
+            model_name, source=self.artifact_uri(run_id, artifact_path), run_id=run_id,
+            tags={VAL_ACC_TAG: repr(float(val_acc))},
+        )
+        version = int(mv.version)
+        current = self.champion(model_name)
+        if current is None or float(val_acc) > current[1]:
+            self.client.set_registered_model_alias(model_name, CHAMPION, str(version))
+            return version, version
+        return version, current[0]
