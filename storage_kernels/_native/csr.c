@@ -1,0 +1,119 @@
+/* CSR construction from edge chunks with bounded memory: pass 1 counts, pass 2 places.
+ *
+ * Both kernels run over one chunk at a time; the caller keeps counts/cursor (N int64) in memory and may
+ * place into a memmap'd `indices`. On an error nothing observable changes: increments already applied
+ * to `counts`/`cursor` by this call are rolled back before the exception is raised. */
+#include "common.h"
+
+enum { CSR_OK = 0, CSR_BAD_SRC = 1, CSR_BAD_CURSOR = 2 };
+
+PyObject *sk_csr_count(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"src", "counts", NULL};
+    PyObject *src_obj, *counts_obj;
+    Py_buffer src = {0}, counts = {0};
+    sk_status st = {0};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:csr_count", kwlist, &src_obj, &counts_obj)) return NULL;
+    if (sk_get_buffer(src_obj, "csr_count", "src", SK_INT64, 1, 0, &src) < 0) goto fail;
+    if (sk_get_buffer(counts_obj, "csr_count", "counts", SK_INT64, 1, 1, &counts) < 0) goto fail;
+
+    const int64_t *s = (const int64_t *)src.buf;
+    int64_t *cnt = (int64_t *)counts.buf;
+    const int64_t E = sk_len(&src), N = sk_len(&counts);
+
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < E; i++) {
+        const int64_t v = s[i];
+        if ((uint64_t)v >= (uint64_t)N) {
+            for (int64_t j = i - 1; j >= 0; j--) cnt[s[j]]--;
+            sk_status_set(&st, CSR_BAD_SRC, 0, i, i, v, 0, 0);
+            break;
+        }
+        cnt[v]++;
+    }
+    Py_END_ALLOW_THREADS
+
+    if (st.code == CSR_BAD_SRC) {
+        PyErr_Format(PyExc_IndexError,
+                     "csr_count: 'src' expected node ids in [0, %lld) (got src[%lld]=%lld)", (long long)N,
+                     (long long)st.a, (long long)st.b);
+        goto fail;
+    }
+    sk_release(&src);
+    sk_release(&counts);
+    Py_RETURN_NONE;
+
+fail:
+    sk_release(&src);
+    sk_release(&counts);
+    return NULL;
+}
+
+PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"src", "dst", "cursor", "indices", NULL};
+    PyObject *src_obj, *dst_obj, *cursor_obj, *indices_obj;
+    Py_buffer src = {0}, dst = {0}, cursor = {0}, indices = {0};
+    sk_status st = {0};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:csr_place", kwlist, &src_obj, &dst_obj, &cursor_obj,
+                                     &indices_obj))
+        return NULL;
+    if (sk_get_buffer(src_obj, "csr_place", "src", SK_INT64, 1, 0, &src) < 0) goto fail;
+    if (sk_get_buffer(dst_obj, "csr_place", "dst", SK_INT64, 1, 0, &dst) < 0) goto fail;
+    if (sk_get_buffer(cursor_obj, "csr_place", "cursor", SK_INT64, 1, 1, &cursor) < 0) goto fail;
+    if (sk_get_buffer(indices_obj, "csr_place", "indices", SK_INT64, 1, 1, &indices) < 0) goto fail;
+    if (sk_len(&src) != sk_len(&dst)) {
+        PyErr_Format(PyExc_ValueError, "csr_place: 'dst' expected the length of 'src' (%lld) (got %lld)",
+                     (long long)sk_len(&src), (long long)sk_len(&dst));
+        goto fail;
+    }
+
+    const int64_t *s = (const int64_t *)src.buf, *d = (const int64_t *)dst.buf;
+    int64_t *cur = (int64_t *)cursor.buf, *ind = (int64_t *)indices.buf;
+    const int64_t E = sk_len(&src), N = sk_len(&cursor), M = sk_len(&indices);
+
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < E; i++) {
+        const int64_t v = s[i];
+        if ((uint64_t)v >= (uint64_t)N) {
+            sk_status_set(&st, CSR_BAD_SRC, 0, i, i, v, 0, 0);
+        } else {
+            const int64_t c = cur[v];
+            if ((uint64_t)c >= (uint64_t)M) {
+                sk_status_set(&st, CSR_BAD_CURSOR, 0, i, i, v, c, 0);
+            } else {
+                ind[c] = d[i];
+                cur[v] = c + 1;
+                continue;
+            }
+        }
+        for (int64_t j = i - 1; j >= 0; j--) cur[s[j]]--;
+        break;
+    }
+    Py_END_ALLOW_THREADS
+
+    if (st.code == CSR_BAD_SRC) {
+        PyErr_Format(PyExc_IndexError, "csr_place: 'src' expected node ids in [0, %lld) (got src[%lld]=%lld)",
+                     (long long)N, (long long)st.a, (long long)st.b);
+        goto fail;
+    }
+    if (st.code == CSR_BAD_CURSOR) {
+        PyErr_Format(PyExc_IndexError,
+                     "csr_place: 'cursor' expected positions in [0, %lld) (len(indices)) "
+                     "(got cursor[%lld]=%lld at edge %lld; more edges than counted for this node?)",
+                     (long long)M, (long long)st.b, (long long)st.c, (long long)st.a);
+        goto fail;
+    }
+    sk_release(&src);
+    sk_release(&dst);
+    sk_release(&cursor);
+    sk_release(&indices);
+    Py_RETURN_NONE;
+
+fail:
+    sk_release(&src);
+    sk_release(&dst);
+    sk_release(&cursor);
+    sk_release(&indices);
+    return NULL;
+}

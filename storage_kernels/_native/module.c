@@ -1,0 +1,60 @@
+/* storage_kernels._native: method table and module init. The kernels live in one .c file per family. */
+#define STRATA_NATIVE_IMPORT_ARRAY
+#include "common.h"
+
+#define SK_KW (METH_VARARGS | METH_KEYWORDS)
+#define SK_FN(f) ((PyCFunction)(void (*)(void))(f))
+
+static PyMethodDef methods[] = {
+    {"csr_count", SK_FN(sk_csr_count), SK_KW,
+     "csr_count(src, counts) -> None\n\nPass 1 of CSR construction: counts[src[i]] += 1 for every edge."},
+    {"csr_place", SK_FN(sk_csr_place), SK_KW,
+     "csr_place(src, dst, cursor, indices) -> None\n\n"
+     "Pass 2 of CSR construction: indices[cursor[s]] = d; cursor[s] += 1 for every edge (s, d) in order."},
+    {"sample_blocks", SK_FN(sk_sample_blocks), SK_KW,
+     "sample_blocks(indptr, indices, seeds, fanouts, seed, num_threads=0) -> (nodes, hop_counts, indptrs, cols)\n\n"
+     "Multi-hop uniform neighbour sampling without replacement, relabelled into layered blocks."},
+    {"gather_rows", SK_FN(sk_gather_rows), SK_KW,
+     "gather_rows(src, idx, out, num_threads=0) -> None\n\nout[k] = src[idx[k]] for 2-D C-contiguous arrays."},
+    {"open_direct", SK_FN(sk_open_direct), SK_KW,
+     "open_direct(path, write=False) -> (fd, direct)\n\n"
+     "Open with O_DIRECT; reopen buffered (direct=False) when the filesystem refuses it."},
+    {"close_fd", SK_FN(sk_close_fd), SK_KW, "close_fd(fd) -> None\n\nClose a descriptor from open_direct."},
+    {"pread_ranges", SK_FN(sk_pread_ranges), SK_KW,
+     "pread_ranges(fd, offsets, lengths, out, out_offsets, direct, num_threads=0) -> int\n\n"
+     "K complete preads into out[out_offsets[k]:]; returns the bytes read."},
+    {"aligned_empty", SK_FN(sk_aligned_empty), SK_KW,
+     "aligned_empty(nbytes, alignment=4096) -> numpy.ndarray\n\nUninitialised uint8 buffer at an aligned address."},
+    {"pack_partition", SK_FN(sk_pack_partition), SK_KW,
+     "pack_partition(features, row_start, ids, batch_ptr, cursor, fd, chunk_offsets, num_threads=0) -> int\n\n"
+     "DiskGNN batched packing of one partition of the feature file; returns the bytes written."},
+    {"_set_dense_map_limit", (PyCFunction)sk_set_dense_map_limit, METH_VARARGS,
+     "_set_dense_map_limit(num_nodes) -> previous\n\n"
+     "Testing hook: sample_blocks uses the direct-address id map for graphs up to num_nodes nodes (2**23 by\n"
+     "default) and the hash map above. Results do not depend on it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "storage_kernels._native",
+    "Native storage kernels of Strata (CSR build, sampling, gathers, direct I/O, packing).\n\n"
+    "Import the wrappers in storage_kernels.kernels rather than this module.",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    import_array();
+    if (sk_sample_init() < 0) {
+        PyErr_SetString(PyExc_ImportError, "storage_kernels._native: pthread_atfork failed");
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "DIRECT_ALIGN", 4096) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,377 @@
+"""The one boundary between Python and the native storage kernels (``storage_kernels._native``).
+
+Each wrapper has the name and argument order of its C kernel (see docs/CONTRACTS.md), normalises what it
+safely can (small index arrays to contiguous int64, ``num_threads=0`` = all cores) and leaves the checks
+that need the data (ranges, alignment, sortedness) to the kernel, which raises ``ValueError`` /
+``IndexError`` / ``OSError`` naming the offending position. Output arrays are never converted: they must
+already be writable, C-contiguous and of the right dtype, or the kernel refuses them.
+
+Two drivers are built on the kernels: :func:`build_csr` (two-pass CSR construction with bounded memory)
+and :func:`pack_batches` (DiskGNN batched packing of a feature file into per-batch aligned chunks).
+The rest of Strata imports from here, never from ``_native``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from storage_kernels import _native
+
+__all__ = [
+    "DIRECT_ALIGN",
+    "SampledBlocks",
+    "aligned_empty",
+    "build_csr",
+    "close_fd",
+    "csr_count",
+    "csr_place",
+    "gather_rows",
+    "open_direct",
+    "pack_batches",
+    "pack_partition",
+    "pread_ranges",
+    "sample_blocks",
+]
+
+DIRECT_ALIGN = _native.DIRECT_ALIGN  # bytes; O_DIRECT offsets, lengths and addresses are multiples of it
+
+EdgeChunks = Iterable[tuple[np.ndarray, np.ndarray]]
+
+
+def _index_array(name: str, values) -> np.ndarray:
+    """Small index arrays (seeds, ids, offsets): any integer dtype -> contiguous 1-D int64."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"'{name}' expected a 1-D integer array (got shape {arr.shape})")
+    if arr.dtype.kind not in "iu":
+        if arr.size:
+            raise ValueError(f"'{name}' expected an integer array (got {arr.dtype})")
+        arr = arr.astype(np.int64)
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _int64_array(name: str, values) -> np.ndarray:
+    """Large read-only arrays (the CSR): must already be int64, so no hidden O(E) copy per call."""
+    arr = np.asarray(values)
+    if arr.dtype != np.int64 or arr.ndim != 1:
+        raise ValueError(f"'{name}' expected a 1-D int64 array (got {arr.dtype} array of shape {arr.shape})")
+    return np.ascontiguousarray(arr)
+
+
+# ---- CSR construction -------------------------------------------------------------------------------------
+
+
+def csr_count(src, counts: np.ndarray) -> None:
+    """Pass 1 of CSR construction over one chunk of edges: ``counts[src[i]] += 1``.
+
+    ``counts`` (int64, N) is updated in place. Raises IndexError naming the first out-of-range ``src[i]``;
+    ``counts`` is then unchanged.
+    """
+    _native.csr_count(_index_array("src", src), counts)
+
+
+def csr_place(src, dst, cursor: np.ndarray, indices: np.ndarray) -> None:
+    """Pass 2 over one chunk: ``indices[cursor[s]] = d; cursor[s] += 1`` for every edge ``(s, d)`` in order.
+
+    ``cursor`` starts as ``indptr[:-1].copy()``; ``indices`` may be a writable memmap. Edges of one node keep
+    their input order. On IndexError (bad ``src``, or a node receiving more edges than counted) ``cursor``
+    is restored; entries of ``indices`` already written by this call are not.
+    """
+    _native.csr_place(_index_array("src", src), _index_array("dst", dst), cursor, indices)
+
+
+def build_csr(
+    edge_chunks_factory: Callable[[], EdgeChunks],
+    num_nodes: int,
+    indices_out: np.ndarray | Callable[[int], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Build ``(indptr, indices)`` from edge chunks with memory bounded by N plus one chunk.
+
+    Parameters
+    ----------
+    edge_chunks_factory
+        Called twice (count pass, place pass); each call returns a fresh iterator over ``(src, dst)`` int64
+        chunk pairs, the same edges in the same order both times. Row ``v`` lists the ``dst`` of the edges
+        with ``src == v`` in input order.
+    num_nodes
+        N; every ``src`` must lie in ``[0, N)``.
+    indices_out
+        Where to place ``indices``: a writable int64 array / ``np.memmap`` of shape ``(E,)``, a callable
+        ``f(num_edges) -> array`` (when E is unknown before the count pass), or None for a new array.
+
+    Examples
+    --------
+    >>> src, dst = np.array([1, 0, 1]), np.array([0, 1, 2])
+    >>> build_csr(lambda: [(src, dst)], 3)
+    (array([0, 1, 3, 3]), array([1, 0, 2]))
+    """
+    if num_nodes < 0:
+        raise ValueError(f"'num_nodes' expected >= 0 (got {num_nodes})")
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    for src, _dst in edge_chunks_factory():
+        csr_count(src, counts)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    num_edges = int(indptr[-1])
+    del counts
+
+    if indices_out is None:
+        indices = np.empty(num_edges, dtype=np.int64)
+    elif callable(indices_out):
+        indices = indices_out(num_edges)
+    else:
+        indices = indices_out
+    if not isinstance(indices, np.ndarray) or indices.dtype != np.int64 or indices.shape != (num_edges,):
+        got = f"{indices.dtype} array of shape {indices.shape}" if isinstance(indices, np.ndarray) else type(indices)
+        raise ValueError(f"'indices_out' expected a writable int64 array of shape ({num_edges},) (got {got})")
+
+    cursor = indptr[:-1].copy()
+    for src, dst in edge_chunks_factory():
+        csr_place(src, dst, cursor, indices)
+    short = np.flatnonzero(cursor != indptr[1:])
+    if short.size:
+        v = int(short[0])
+        raise ValueError(
+            f"'edge_chunks_factory' expected the same edges on both passes "
+            f"(got node {v}: {int(indptr[v + 1] - indptr[v])} edges counted, {int(cursor[v] - indptr[v])} placed)"
+        )
+    if isinstance(indices, np.memmap):
+        indices.flush()
+    return indptr, indices
+
+
+# ---- sampling ---------------------------------------------------------------------------------------------
+
+
+class SampledBlocks(NamedTuple):
+    """Output of :func:`sample_blocks` (a tuple: ``nodes, hop_counts, indptrs, cols = ...`` works).
+
+    Invariants: ``nodes[:hop_counts[0]]`` are the seeds in the given order; hop ``h`` is a CSR over the
+    destinations ``nodes[:hop_counts[h]]`` (``indptrs[h]``, length ``hop_counts[h] + 1``) whose ``cols[h]``
+    are positions into ``nodes``, all ``< hop_counts[h + 1]``.
+    """
+
+    nodes: np.ndarray  # int64 (hop_counts[-1],)
+    hop_counts: np.ndarray  # int64 (L + 1,)
+    indptrs: list[np.ndarray]  # L arrays, int64 (hop_counts[h] + 1,)
+    cols: list[np.ndarray]  # L arrays, int64 (indptrs[h][-1],)
+
+
+def sample_blocks(
+    indptr: np.ndarray, indices: np.ndarray, seeds, fanouts: Sequence[int], seed: int, num_threads: int = 0
+) -> SampledBlocks:
+    """L-hop uniform neighbour sampling without replacement, relabelled into layered blocks.
+
+    Hop ``h`` draws ``fanouts[h]`` distinct neighbours of every node known so far (all of them, in CSR order,
+    when the degree is at most the fanout or the fanout is -1; sampled ones are also listed in CSR order).
+    New nodes get positions in first-seen order. Node ``v`` at hop ``h`` uses its own counter-based random
+    stream keyed by ``(seed, h, v)``, so the result does not depend on ``num_threads`` (0 = all cores).
+
+    Raises ValueError on duplicate seeds, fanouts below -1 or a malformed ``indptr`` row; IndexError on
+    out-of-range seeds or neighbour ids.
+
+    Examples
+    --------
+    >>> indptr, indices = np.array([0, 2, 4, 7, 8]), np.array([1, 2, 0, 2, 0, 1, 3, 2])
+    >>> out = sample_blocks(indptr, indices, [3], [-1, -1], seed=0)
+    >>> out.nodes, out.hop_counts
+    (array([3, 2, 0, 1]), array([1, 2, 4]))
+    """
+    return SampledBlocks(
+        *_native.sample_blocks(
+            _int64_array("indptr", indptr),
+            _int64_array("indices", indices),
+            _index_array("seeds", seeds),
+            _index_array("fanouts", fanouts),
+            int(seed),
+            num_threads,
+        )
+    )
+
+
+# ---- gathers ----------------------------------------------------------------------------------------------
+
+
+def gather_rows(src: np.ndarray, idx, out: np.ndarray | None = None, num_threads: int = 0) -> np.ndarray:
+    """``out[k] = src[idx[k]]`` for a 2-D C-contiguous ``src`` of any dtype (e.g. a memmap'd feature file).
+
+    ``out`` (``(len(idx), src.shape[1])``, same dtype) is allocated when None; returns ``out``. Raises
+    IndexError naming ``k`` and the id before anything is copied.
+    """
+    if not (isinstance(src, np.ndarray) and src.ndim == 2 and src.flags.c_contiguous):
+        src = np.ascontiguousarray(src)
+    idx = _index_array("idx", idx)
+    if out is None:
+        out = np.empty((idx.shape[0], src.shape[1] if src.ndim == 2 else 0), dtype=src.dtype)
+    _native.gather_rows(src, idx, out, num_threads)
+    return out
+
+
+# ---- direct I/O -------------------------------------------------------------------------------------------
+
+
+def open_direct(path: str | os.PathLike, write: bool = False) -> tuple[int, bool]:
+    """Open ``path`` with ``O_DIRECT`` (read-only unless ``write``, which creates without truncating).
+
+    Returns ``(fd, direct)``; ``direct`` is False when the filesystem refused ``O_DIRECT`` and the file was
+    reopened buffered. Close with :func:`close_fd`.
+    """
+    return _native.open_direct(os.fspath(path), bool(write))
+
+
+def close_fd(fd: int) -> None:
+    """Close a descriptor returned by :func:`open_direct`."""
+    _native.close_fd(fd)
+
+
+def pread_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct: bool, num_threads: int = 0) -> int:
+    """Read ``lengths[k]`` bytes at file offset ``offsets[k]`` into ``out[out_offsets[k]:]`` for every ``k``.
+
+    ``out`` is a writable C-contiguous uint8 buffer (see :func:`aligned_empty`). When ``direct``, offsets,
+    lengths and destination addresses must be multiples of :data:`DIRECT_ALIGN` (ValueError naming ``k``
+    otherwise). Reads run on ``num_threads`` threads and are retried until complete; returns the bytes read.
+    Raises OSError naming the fd and offset on a failed read or end of file inside a range.
+    """
+    return _native.pread_ranges(
+        fd,
+        _index_array("offsets", offsets),
+        _index_array("lengths", lengths),
+        out,
+        _index_array("out_offsets", out_offsets),
+        bool(direct),
+        num_threads,
+    )
+
+
+def aligned_empty(nbytes: int, alignment: int = DIRECT_ALIGN) -> np.ndarray:
+    """Uninitialised ``uint8[nbytes]`` whose data address is a multiple of ``alignment`` (a power of two)."""
+    return _native.aligned_empty(int(nbytes), int(alignment))
+
+
+# ---- batched packing (DiskGNN) ----------------------------------------------------------------------------
+
+
+def pack_partition(
+    features: np.ndarray,
+    row_start: int,
+    ids: np.ndarray,
+    batch_ptr: np.ndarray,
+    cursor: np.ndarray,
+    fd: int,
+    chunk_offsets: np.ndarray,
+    num_threads: int = 0,
+) -> int:
+    """Pack one partition ``features`` = rows ``[row_start, row_start + R)`` of the float32 feature file.
+
+    For each batch ``b`` the ids ``ids[batch_ptr[b]:batch_ptr[b+1]]`` are sorted ascending and
+    ``cursor[b]`` of them are already written; those falling in this partition are gathered and written
+    with one ``pwrite`` at byte ``chunk_offsets[b] + cursor[b] * F * 4``, then ``cursor`` (int64, updated
+    in place) advances. Partitions must be visited in ascending row order. Returns the bytes written.
+    """
+    features = np.asarray(features)
+    if features.dtype != np.float32:
+        raise ValueError(f"'features' expected float32 rows (got {features.dtype})")
+    return _native.pack_partition(
+        np.ascontiguousarray(features),
+        int(row_start),
+        _index_array("ids", ids),
+        _index_array("batch_ptr", batch_ptr),
+        cursor,
+        fd,
+        _index_array("chunk_offsets", chunk_offsets),
+        num_threads,
+    )
+
+
+def pack_batches(
+    feature_array: np.ndarray,
+    batch_ids: Sequence[np.ndarray],
+    path: str | os.PathLike,
+    partition_rows: int,
+    chunk_align: int = DIRECT_ALIGN,
+    num_threads: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Write every batch's feature rows as one contiguous chunk of ``path``, in one pass over the features.
+
+    Parameters
+    ----------
+    feature_array
+        ``(N, F)`` float32, typically a read-only ``np.memmap`` of the feature file.
+    batch_ids
+        Per batch, the sorted unique int64 node ids whose rows the batch needs from this chunk.
+    path
+        Output file (created or truncated); its size is padded to a multiple of ``chunk_align`` so every
+        chunk can be read with aligned direct reads.
+    partition_rows
+        Rows of ``feature_array`` read per step (memory bound of the pass: ``partition_rows * F * 4`` bytes
+        of page cache plus one staging buffer per thread).
+    chunk_align
+        Chunks start at multiples of this many bytes (a power of two).
+
+    Returns
+    -------
+    (chunk_offsets, chunk_rows)
+        int64 ``(num_batches,)``: batch ``b``'s rows are at bytes
+        ``[chunk_offsets[b], chunk_offsets[b] + chunk_rows[b] * F * 4)``, in ``batch_ids[b]`` order.
+    """
+    features = np.asarray(feature_array)  # a view of a memmap, no copy
+    if features.dtype != np.float32 or features.ndim != 2:
+        raise ValueError(
+            f"'feature_array' expected a 2-D float32 array (got {features.dtype} array of shape {features.shape})"
+        )
+    if partition_rows < 1:
+        raise ValueError(f"'partition_rows' expected >= 1 (got {partition_rows})")
+    if chunk_align < 1 or chunk_align & (chunk_align - 1):
+        raise ValueError(f"'chunk_align' expected a power of two (got {chunk_align})")
+    num_rows, dim = features.shape
+    row_bytes = dim * 4
+
+    ids_list = []
+    for b, ids in enumerate(batch_ids):
+        ids = _index_array(f"batch_ids[{b}]", ids)
+        if ids.size:
+            if ids[0] < 0 or ids[-1] >= num_rows:
+                bad = int(np.flatnonzero((ids < 0) | (ids >= num_rows))[0])
+                raise IndexError(
+                    f"'batch_ids[{b}]' expected row ids in [0, {num_rows}) (got batch_ids[{b}][{bad}]={ids[bad]})"
+                )
+            steps = np.flatnonzero(np.diff(ids) <= 0)
+            if steps.size:
+                i = int(steps[0]) + 1
+                raise ValueError(
+                    f"'batch_ids[{b}]' expected strictly ascending ids "
+                    f"(got batch_ids[{b}][{i}]={ids[i]} after {ids[i - 1]})"
+                )
+        ids_list.append(ids)
+
+    num_batches = len(ids_list)
+    chunk_rows = np.array([ids.size for ids in ids_list], dtype=np.int64)
+    padded = (chunk_rows * row_bytes + chunk_align - 1) // chunk_align * chunk_align
+    chunk_offsets = np.zeros(num_batches, dtype=np.int64)
+    np.cumsum(padded[:-1], out=chunk_offsets[1:])
+    total_bytes = int(padded.sum())
+    ids_all = np.concatenate(ids_list) if ids_list else np.empty(0, dtype=np.int64)
+    batch_ptr = np.zeros(num_batches + 1, dtype=np.int64)
+    np.cumsum(chunk_rows, out=batch_ptr[1:])
+    cursor = np.zeros(num_batches, dtype=np.int64)
+    wanted = np.unique(ids_all)  # to skip partitions no batch needs
+
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.ftruncate(fd, total_bytes)
+        for start in range(0, num_rows, partition_rows):
+            stop = min(num_rows, start + partition_rows)
+            if np.searchsorted(wanted, start) == np.searchsorted(wanted, stop):
+                continue
+            part = np.ascontiguousarray(features[start:stop])  # (R, F) view of the memmap, read sequentially
+            _native.pack_partition(part, start, ids_all, batch_ptr, cursor, fd, chunk_offsets, num_threads)
+    finally:
+        os.close(fd)
+    if not np.array_equal(cursor, chunk_rows):
+        b = int(np.flatnonzero(cursor != chunk_rows)[0])
+        raise ValueError(f"'batch_ids[{b}]' expected all {chunk_rows[b]} rows packed (got {cursor[b]})")
+    return chunk_offsets, chunk_rows
