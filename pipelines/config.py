@@ -59,7 +59,9 @@ class SampleConfig(_Section):
     fanouts: list[int] = Field(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
     batch_size: int = Field(1024, gt=0, description="Seed nodes per mini-batch.")
     epochs: int = Field(3, gt=0, description="Training epochs sampled offline (reused cyclically).")
-    eval_batch_size: int = Field(4096, gt=0, description="Seeds per validation/test batch.")
+    eval_batch_size: int = Field(
+        16384, gt=0, description="Seeds per validation/test batch (large, because eval neighbourhoods overlap)."
+    )
     seed: int = Field(0, description="Sampling seed.")
     num_threads: int = Field(0, ge=0, description="Sampler threads (0 = all cores); output does not depend on it.")
 

@@ -57,7 +57,8 @@ def materialize(
     if existing is not None:
         return StageResult(existing, reused=True, metadata=_metadata(existing))
     start = time.perf_counter()
-    with store.builder(dataset, stage, version, dict(params), upstream_versions) as builder:
+    with store.builder(dataset, stage, version, dict(params), upstream_versions,
+                       format_version=format_version) as builder:
         build(builder)
         builder.timings["total_s"] = round(time.perf_counter() - start, 4)
         builder.stats.setdefault("peak_rss_mb", round(peak_rss_mb(), 1))

@@ -4,8 +4,9 @@ Each training batch's packed rows (its uncached nodes, sorted by id) are laid ou
 ``packed.bin`` at a 4096-aligned offset, so the trainer fetches a batch's disk features with one
 sequential direct read. Evaluation batches are not packed (``chunk_rows`` 0): their uncached nodes are
 addressed in the unpacked feature file (``TIER_FILE``, slot = node id), see ``plan``.
-Batched packing streams the feature file once, partition by partition, appending to every batch's chunk (``kernels.pack_batches``). The address tables say, for every node of every batch,
-which tier holds it and at which row, so assembly needs no lookups at train time.
+Batched packing streams the feature file once, partition by partition, appending to every batch's chunk
+(``kernels.pack_batches``). The address tables say, for every node of every batch, which tier holds it and
+at which row, so assembly needs no lookups at train time.
 """
 
 from __future__ import annotations

@@ -1,0 +1,651 @@
+"""The ``strata`` command line: run the asset graph through Dagster, open the UIs, inspect the catalog.
+
+Results go to stdout (``--json``: exactly one JSON document, or one JSON object per line for ``catalog ls``);
+progress, logs and errors go to stderr. A failed run exits non-zero with the failing stage and its exception
+text; ``--verbose`` adds Dagster's logs and the full traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.json import JSON
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, ProgressColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from pipelines.config import PipelineConfig
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+    from pipelines.settings import StrataPaths
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="strata",
+    help="Out-of-core GNN training: Dagster-staged artifacts, a C storage engine, MLflow tracking.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+catalog_app = typer.Typer(help="Inspect the DuckDB artifact catalog.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_WORKSPACE = _REPO_ROOT / "workspace.yaml"
+_DAGSTER_YAML = "telemetry:\n  enabled: false\n"
+_HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate")  # = assets.model's
+_QUIET_LOGGERS = ("mlflow", "alembic", "urllib3", "git")
+_UI_SHUTDOWN_S = 30
+
+RootOption = typer.Option(None, "--root", help="Data root (default: $STRATA_HOME, else ./strata_data).")
+SetOption = typer.Option(None, "--set", help="Override a setting: section.key=value (repeatable).")
+ConfigOption = typer.Option(None, "--config", "-c", help="YAML or JSON PipelineConfig file.", dir_okay=False)
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
+    raise typer.Exit(code)
+
+
+def _load_config(dataset: str | None, config: Path | None, overrides: list[str] | None) -> PipelineConfig:
+    """Validate the configuration up front: bad ``--set`` keys or values exit 2 with the config's message."""
+    try:
+        return PipelineConfig.load(config, overrides or [], dataset=dataset)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e), code=2)
+
+
+def _paths(root: str | None, create: bool = True) -> StrataPaths:
+    from pipelines.settings import StrataPaths, resolve_root
+
+    return StrataPaths.at(root) if create else StrataPaths(resolve_root(root))
+
+
+@contextlib.contextmanager
+def _dagster_home(paths: StrataPaths) -> Iterator[Path]:
+    """Point ``DAGSTER_HOME`` at ``<root>/dagster_home`` (created, telemetry off) for the block's duration."""
+    home = paths.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(_DAGSTER_YAML)
+    previous = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if previous is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = previous
+
+
+@contextlib.contextmanager
+def _quiet_libraries(verbose: bool) -> Iterator[None]:
+    """Without ``--verbose``, keep library chatter (MLflow migrations, Dagster beta warnings) off the screen."""
+    if verbose:
+        yield
+        return
+    saved = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    saved_env = os.environ.get("MLFLOW_LOGGING_LEVEL")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when MLflow is first imported
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+        if saved_env is None:
+            os.environ.pop("MLFLOW_LOGGING_LEVEL", None)
+
+
+def _stage_names() -> list[str]:
+    from pipelines.assets.common import STAGE_SPECS
+
+    return list(STAGE_SPECS)
+
+
+def _human_bytes(n: Any) -> str:
+    from pipelines.assets.common import format_bytes
+
+    return format_bytes(n) if isinstance(n, (int, float)) else ""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------------------ reporters
+# Both implement pipelines.resources.RunReporter's methods. They do not subclass it, so that commands which
+# never run Dagster (datasets, catalog) do not pay for importing it.
+
+
+class _LineReporter:
+    """Plain one-line-per-event progress on stderr (``--json`` or a non-terminal stderr)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __enter__(self) -> _LineReporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def stage_started(self, stage: str) -> None:
+        return None
+
+    def stage_progress(self, stage: str, description: str, done: int, total: int) -> None:
+        return None
+
+    def stage_finished(self, stage: str, version: str, reused: bool, seconds: float) -> None:
+        self.console.print(f"[strata] {stage}: {'reused' if reused else 'built'} {version} ({seconds:.1f} s)",
+                           markup=False, highlight=False)
+
+    def stage_failed(self, stage: str, error: BaseException) -> None:
+        self.console.print(f"[strata] {stage}: failed ({type(error).__name__})", markup=False, highlight=False)
+
+    def check_finished(self, stage: str, check: str, passed: bool, detail: str) -> None:
+        if not passed:
+            self.console.print(f"[strata] {stage}: check {check} failed: {detail}", markup=False,
+                               highlight=False)
+
+
+class _StageBar(BarColumn):
+    """A bar only for stages that started (rich pulses bars of unstarted tasks otherwise)."""
+
+    def render(self, task: Any) -> Any:
+        return super().render(task) if task.started else Text(" " * (self.bar_width or 0))
+
+
+class _RichReporter:
+    """Live per-stage status: waiting, running (with the stage's own progress), built or reused, failed."""
+
+    def __init__(self, console: Console, stages: list[str]) -> None:
+        columns: list[str | ProgressColumn] = [
+            TextColumn("{task.fields[icon]}"),
+            TextColumn("[bold]{task.fields[stage]:<13}"),
+            _StageBar(bar_width=28),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[detail]}"),
+        ]
+        self.progress = Progress(*columns, console=console, refresh_per_second=8)
+        self.tasks = {
+            s: self.progress.add_task(s, total=1, start=False, icon="[dim]·[/]", stage=s, detail="[dim]waiting[/]")
+            for s in stages
+        }
+        self.checks: dict[str, list[str]] = {s: [] for s in stages}
+        self.summary: dict[str, str] = {}
+
+    def __enter__(self) -> _RichReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def _detail(self, stage: str) -> str:
+        checks = self.checks[stage]
+        failed = [c for c in checks if c.startswith("!")]
+        text = self.summary.get(stage, "")
+        if failed:
+            text += f" · [red]check {failed[0][1:]} failed[/]"
+        elif checks:
+            text += f" · [green]{len(checks)} check{'s' if len(checks) > 1 else ''} ok[/]"
+        return text
+
+    def stage_started(self, stage: str) -> None:
+        task = self.tasks[stage]
+        self.progress.start_task(task)
+        self.progress.update(task, total=None, icon="[yellow]▶[/]", detail="running")
+
+    def stage_progress(self, stage: str, description: str, done: int, total: int) -> None:
+        self.progress.update(self.tasks[stage], total=total if total > 0 else None, completed=done,
+                             detail=escape(description))
+
+    def stage_finished(self, stage: str, version: str, reused: bool, seconds: float) -> None:
+        icon, word = ("[cyan]↺[/]", "reused") if reused else ("[green]✓[/]", "built")
+        self.summary[stage] = f"{word} {version}"
+        task = self.tasks[stage]
+        self.progress.update(task, total=1, completed=1, icon=icon, detail=self._detail(stage))
+        self.progress.stop_task(task)
+
+    def stage_failed(self, stage: str, error: BaseException) -> None:
+        self.summary[stage] = f"[red]failed: {type(error).__name__}[/]"
+        task = self.tasks[stage]
+        self.progress.update(task, icon="[red]✗[/]", detail=self._detail(stage))
+        self.progress.stop_task(task)
+
+    def check_finished(self, stage: str, check: str, passed: bool, detail: str) -> None:
+        self.checks[stage].append(check if passed else f"!{check}")
+        icon = None if passed else "[red]✗[/]"
+        fields: dict[str, Any] = {"detail": self._detail(stage)}
+        if icon:
+            fields["icon"] = icon
+        self.progress.update(self.tasks[stage], **fields)
+
+
+class _ProgressCallback:
+    """A ``progress(description, done, total)`` callback drawing one rich bar per description."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description:<32}"), BarColumn(bar_width=30), TaskProgressColumn(),
+            TimeElapsedColumn(), console=console,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> _ProgressCallback:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, description: str, done: int, total: int) -> None:
+        if description not in self.tasks:
+            self.tasks[description] = self.progress.add_task(description, total=total if total > 0 else None)
+        self.progress.update(self.tasks[description], completed=done, total=total if total > 0 else None)
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
+    """The failing stage (or check) and the real exception text, not Dagster's wrapper."""
+    from pipelines.assets.common import STAGE_SPECS
+
+    lines: list[str] = []
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            stage = evaluation.asset_key.to_user_string()
+            lines.append(f"check '{stage}:{evaluation.check_name}' failed: {evaluation.description}")
+    for event in result.get_step_failure_events():
+        error = event.step_failure_data.error if event.step_failure_data else None
+        if error is None or error.cls_name == "DagsterAssetCheckFailedError":
+            continue  # reported above from the evaluation itself
+        step = event.step_key or "?"
+        where = f"stage '{step}' ({STAGE_SPECS[step].function})" if step in STAGE_SPECS else f"step '{step}'"
+        cause = error.cause or error
+        lines.append(f"{where} failed: {cause.message.strip()}")
+        inner = cause.cause or cause.context
+        while inner is not None:
+            lines.append(f"  caused by: {inner.message.strip()}")
+            inner = inner.cause or inner.context
+        if verbose:
+            lines.append(error.to_string())
+    if not lines:
+        failure = result.get_run_failure_event()
+        lines.append(failure.message if failure is not None else "the Dagster run failed")
+    return "\n".join(lines)
+
+
+def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: StrataPaths) -> dict[str, Any]:
+    """The run's artifacts (from Dagster's materializations) and the headline numbers of model and export."""
+    materialized: dict[str, dict[str, Any]] = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.materialization
+        meta = {k: v.value for k, v in mat.metadata.items()}
+        materialized[mat.asset_key.to_user_string()] = meta
+    artifacts = [
+        {"stage": stage, "version": m.get("version"), "reused": bool(m.get("reused")), "bytes": m.get("bytes"),
+         "seconds": m.get("asset_seconds"), "path": str(m.get("path"))}
+        for stage in _stage_names()
+        if (m := materialized.get(stage)) is not None
+    ]
+    store = paths.store()
+    stats: dict[str, dict[str, Any]] = {}
+    for stage in ("model", "export"):
+        if stage in materialized:
+            stats[stage] = store.open(cfg.dataset_name, stage, materialized[stage]["version"]).stats
+    model, export = stats.get("model", {}), stats.get("export", {})
+    metrics = {k: model.get(k) for k in _HEADLINE_METRICS}
+    metrics.update({k: v for k, v in model.items()
+                    if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if "onnx_max_abs_diff" in export:
+        metrics["onnx_max_abs_diff"] = export["onnx_max_abs_diff"]
+    return {
+        "dataset": cfg.dataset_name,
+        "root": str(paths.root),
+        "artifacts": artifacts,
+        "metrics": metrics,
+        "mlflow": {
+            "tracking_uri": model.get("mlflow_tracking_uri", paths.mlflow_tracking_uri),
+            "run_id": model.get("mlflow_run_id"),
+            "model_name": export.get("model_name"),
+            "model_version": export.get("model_version"),
+            "champion_version": export.get("champion_version"),
+        },
+        "dagster_run_id": result.run_id,
+    }
+
+
+def _print_summary(summary: Mapping[str, Any]) -> None:
+    table = Table(title=f"Artifacts of {summary['dataset']}", title_justify="left")
+    for column in ("stage", "version", "status", "size", "seconds"):
+        table.add_column(column, justify="right" if column in ("size", "seconds") else "left")
+    for a in summary["artifacts"]:
+        status = "[cyan]reused[/]" if a["reused"] else "[green]built[/]"
+        table.add_row(a["stage"], a["version"], status, _human_bytes(a.get("bytes")), _fmt(a.get("seconds")))
+    out.print(table)
+
+    metrics = Table(title="Metrics", title_justify="left")
+    metrics.add_column("metric")
+    metrics.add_column("value", justify="right")
+    for key, value in summary["metrics"].items():
+        shown = f"{value} ({_human_bytes(value)})" if key.startswith("bytes") and value is not None else _fmt(value)
+        metrics.add_row(key, shown)
+    out.print(metrics)
+
+    ml = summary["mlflow"]
+    registry = Table(title="MLflow", title_justify="left", show_header=False)
+    registry.add_column("key")
+    registry.add_column("value")
+    for key in ("tracking_uri", "run_id", "model_name", "model_version", "champion_version"):
+        registry.add_row(key, _fmt(ml.get(key)))
+    out.print(registry)
+    out.print(
+        f"Dagster UI: [bold]strata ui --root {summary['root']}[/]   (run {summary['dagster_run_id']})\n"
+        f"MLflow UI:  [bold]mlflow ui --backend-store-uri {ml['tracking_uri']}[/]",
+        highlight=False,
+    )
+
+
+@app.command()
+def run(
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Built-in name or source spec (see "
+                                       "`strata datasets`); default: the config file's."),
+    root: str | None = RootOption,
+    config: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (only) on stdout."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Dagster logs and full tracebacks."),
+) -> None:
+    """Materialize every asset (graph .. export) for one dataset through Dagster, in process.
+
+    Unchanged stages are reused; blocking checks gate each stage; the run shows in `strata ui`.
+    """
+    if dataset is None and config is None:
+        _fail("'--dataset' expected a built-in name or source spec (got none; see `strata datasets`)", code=2)
+    cfg = _load_config(dataset, config, overrides)
+    paths = _paths(root)
+
+    from dagster import DagsterInstance
+
+    from pipelines.definitions import STRATA_JOB, make_definitions
+    from pipelines.resources import build_resources
+
+    use_live = not json_out and err.is_terminal
+    reporter: _RichReporter | _LineReporter = _RichReporter(err, _stage_names()) if use_live else _LineReporter(err)
+    resources = build_resources(
+        root=str(paths.root),
+        config_file=str(config.resolve()) if config else None,
+        overrides=overrides or [],
+        dataset=dataset,
+        reporter=reporter,
+    )
+    job = make_definitions(resources).resolve_job_def(STRATA_JOB)
+    log_level = "INFO" if verbose else "CRITICAL"  # failures are reported below, without the stack dump
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    if not json_out:
+        err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}", highlight=False)
+    start = time.perf_counter()
+    with _dagster_home(paths), _quiet_libraries(verbose), DagsterInstance.get() as instance, reporter:
+        result = job.execute_in_process(
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
+            tags={"strata/dataset": cfg.dataset_name, "strata/launched_by": "cli"},
+        )
+    if not result.success:
+        _fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n"
+              + _failure_message(result, verbose))
+    summary = _summary(result, cfg, paths)
+    summary["seconds"] = round(time.perf_counter() - start, 3)
+    if json_out:
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
+        sys.stdout.flush()
+    else:
+        _print_summary(summary)
+
+
+# ----------------------------------------------------------------------------------------------- ui
+
+
+@app.command()
+def ui(
+    root: str | None = RootOption,
+    port: int = typer.Option(3000, "--port", "-p", help="Dagster webserver port."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Dagster webserver host."),
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Default dataset of UI-launched runs."),
+    config: Path | None = ConfigOption,
+) -> None:
+    """Start the Dagster UI (`dagster dev`) on this data root's run history."""
+    paths = _paths(root)
+    with _dagster_home(paths) as home:
+        env = {**os.environ, "DAGSTER_HOME": str(home), "STRATA_HOME": str(paths.root)}
+    if dataset:
+        env["STRATA_DATASET"] = dataset
+    if config:
+        env["STRATA_CONFIG"] = str(config.resolve())
+    target = ["-w", str(_WORKSPACE)] if _WORKSPACE.exists() else ["-m", "pipelines.definitions"]
+    command = [sys.executable, "-m", "dagster", "dev", *target, "--port", str(port), "--host", host]
+    err.print(f"Dagster UI on http://{host}:{port} (DAGSTER_HOME={home}); Ctrl-C to stop.", highlight=False)
+    process = subprocess.Popen(command, env=env, cwd=_REPO_ROOT if _WORKSPACE.exists() else None)
+    # `dagster dev` shuts down on SIGINT (Ctrl-C reaches it directly); turn our SIGTERM into that too.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: process.send_signal(signal.SIGINT))
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        try:
+            code = process.wait(timeout=_UI_SHUTDOWN_S)
+        except subprocess.TimeoutExpired:
+            err.print(f"dagster dev did not stop within {_UI_SHUTDOWN_S} s: killing it", highlight=False)
+            process.kill()
+            code = process.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    raise typer.Exit(code)
+
+
+# ------------------------------------------------------------------------------------------ catalog
+
+
+def _catalog_row(artifact: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: artifact.get(k) for k in ("dataset", "stage", "version", "path", "bytes", "created_at",
+                                          "format_version", "library_version", "params", "stats")}
+
+
+@catalog_app.command("ls")
+def catalog_ls(
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Only this dataset (directory name)."),
+    stage: str | None = typer.Option(None, "--stage", "-s", help="Only this stage (graph, ordering, ...)."),
+    root: str | None = RootOption,
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per line per artifact."),
+) -> None:
+    """List the artifacts in the catalog."""
+    paths = _paths(root, create=False)
+    artifacts = paths.catalog().list_artifacts(dataset, stage)
+    if json_out:
+        for a in artifacts:
+            sys.stdout.write(json.dumps(_catalog_row(a), default=str) + "\n")
+        sys.stdout.flush()
+        return
+    if not artifacts:
+        err.print(f"no artifacts in {paths.catalog_path}", highlight=False)
+        return
+    table = Table()
+    for column in ("dataset", "stage", "version", "size", "created_at", "path"):
+        table.add_column(column, justify="right" if column == "size" else "left",
+                         overflow="fold", no_wrap=column in ("version", "size"))
+    for a in artifacts:
+        table.add_row(a["dataset"], a["stage"], a["version"], _human_bytes(a["bytes"]), str(a["created_at"]),
+                      str(a["path"]))
+    out.print(table)
+
+
+@catalog_app.command("show")
+def catalog_show(
+    version: str = typer.Argument(..., help="Artifact version (or a unique prefix)."),
+    root: str | None = RootOption,
+    json_out: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+) -> None:
+    """Show one artifact: manifest fields, files, lineage and metrics."""
+    paths = _paths(root, create=False)
+    try:
+        record = paths.catalog().get(version)
+    except ValueError as e:
+        _fail(str(e))
+    if record is None:
+        _fail(f"'version' expected an artifact in {paths.catalog_path} (got {version!r}; try `strata catalog ls`)")
+    if json_out:
+        sys.stdout.write(json.dumps(record, default=str) + "\n")
+        return
+    head = Table.grid(padding=(0, 2))
+    for key in ("dataset", "stage", "version", "path", "created_at", "format_version", "library_version"):
+        head.add_row(f"[bold]{key}[/]", str(record.get(key)))
+    head.add_row("[bold]bytes[/]", f"{record['bytes']} ({_human_bytes(record['bytes'])})")
+    out.print(Panel(head, title=f"{record['dataset']}/{record['stage']}/{record['version']}", expand=False))
+    out.print(Panel(JSON.from_data(record.get("params") or {}), title="params", expand=False))
+
+    stats = Table(title="stats", title_justify="left")
+    stats.add_column("key")
+    stats.add_column("value", justify="right")
+    for key, value in sorted((record.get("stats") or {}).items()):
+        stats.add_row(key, _fmt(value))
+    out.print(stats)
+
+    files = Table(title="files", title_justify="left")
+    for column in ("name", "dtype", "shape", "size", "checksum"):
+        files.add_column(column)
+    for f in record.get("files", []):
+        files.add_row(f["name"], str(f.get("dtype") or "raw"), str(f.get("shape") or ""),
+                      _human_bytes(f.get("bytes")), str(f.get("checksum", ""))[:24])
+    out.print(files)
+
+    lineage = Table(title="lineage", title_justify="left")
+    lineage.add_column("direction")
+    lineage.add_column("stage")
+    lineage.add_column("version")
+    for stage, upstream_version in (record.get("lineage") or {}).items():
+        lineage.add_row("upstream", stage, upstream_version)
+    for d in record.get("downstream", []):
+        lineage.add_row("downstream", d["stage"], d["version"])
+    out.print(lineage)
+
+    if record.get("metrics"):
+        metrics = Table(title="metrics", title_justify="left")
+        for column in ("key", "value", "step", "recorded_at"):
+            metrics.add_column(column)
+        for m in record["metrics"]:
+            metrics.add_row(m["key"], _fmt(m["value"]), _fmt(m.get("step")), str(m.get("recorded_at")))
+        out.print(metrics)
+
+
+@catalog_app.command("rebuild")
+def catalog_rebuild(root: str | None = RootOption) -> None:
+    """Re-create the catalog's artifacts, files and lineage from the manifests (metrics are kept)."""
+    paths = _paths(root)
+    try:
+        count = paths.catalog().rebuild(paths.root)
+    except ValueError as e:
+        _fail(str(e))
+    out.print(f"indexed {count} artifact{'s' if count != 1 else ''} in {paths.catalog_path}", highlight=False)
+
+
+# ----------------------------------------------------------------------------------------- datasets
+
+
+@app.command()
+def datasets(json_out: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
+    """List the built-in datasets and the source spec kinds (with their options)."""
+    from pipelines.sources.spec import BUILTIN_DATASETS, SOURCE_KINDS
+
+    if json_out:
+        doc = {
+            "builtin": {name: {"description": d.description, "params": d.params, "spec": d.spec}
+                        for name, d in BUILTIN_DATASETS.items()},
+            "kinds": {name: {"syntax": k.syntax, "options": list(k.options), "help": k.help}
+                      for name, k in SOURCE_KINDS.items()},
+        }
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    builtin = Table(title="Built-in datasets (--dataset NAME)", title_justify="left")
+    for column in ("name", "description", "parameters"):
+        builtin.add_column(column, overflow="fold")
+    for name, d in BUILTIN_DATASETS.items():
+        builtin.add_row(name, d.description, ", ".join(f"{k}={v}" for k, v in d.params.items()))
+    out.print(builtin)
+    kinds = Table(title="Source specs (--dataset KIND:...; options via --set ingest.options.KEY=VALUE)",
+                  title_justify="left")
+    for column in ("kind", "syntax", "options", "description"):
+        kinds.add_column(column, overflow="fold")
+    for name, k in SOURCE_KINDS.items():
+        kinds.add_row(name, k.syntax, ", ".join(k.options), k.help)
+    out.print(kinds)
+
+
+# -------------------------------------------------------------------------------------------- bench
+
+
+@app.command()
+def bench(
+    dataset: str = typer.Option(..., "--dataset", "-d", help="Built-in name or source spec."),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Where to write the JSON report.", dir_okay=False),
+    root: str | None = RootOption,
+    config: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+) -> None:
+    """Train once per feature path (in memory, naive direct reads, packed store) and compare."""
+    cfg = _load_config(dataset, config, overrides)
+    paths = _paths(root)
+    from pipelines.bench import run_bench
+
+    with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
+        report = run_bench(cfg, paths, out_path, progress=progress)
+    table = Table(title=f"strata bench: {report.get('dataset', cfg.dataset)}", title_justify="left")
+    columns = ("epoch_s", "bytes_read", "bytes_needed", "test_acc", "cache_hit_rate", "speedup_vs_naive")
+    table.add_column("mode")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for mode, row in report.get("modes", {}).items():
+        cells = [_human_bytes(row.get(c)) if c.startswith("bytes") else _fmt(row.get(c)) for c in columns]
+        table.add_row(mode, *cells)
+    out.print(table)
+    disk = report.get("disk", {})
+    out.print(f"disk sequential read: {_fmt(disk.get('seq_read_mb_s'))} MB/s "
+              f"(direct I/O: {disk.get('direct_io')}); report written to {out_path}", highlight=False)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,419 @@
+"""The DuckDB catalog: an index of artifacts, their files, lineage and metrics.
+
+The catalog lives in ``<root>/catalog.duckdb`` (DDL in ``catalog.sql``). It is an index, not the truth:
+:meth:`Catalog.rebuild` re-creates it from the manifests. DuckDB admits one writing process per file, so
+every call opens its own short connection (never the module default connection), and a call that meets a
+lock held by another process retries with jittered exponential backoff for up to ``timeout_s`` seconds.
+Values always travel as ``?`` parameters; table names are constants of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+
+__all__ = ["DDL_PATH", "Catalog", "CatalogLockTimeout"]
+
+#: The schema, ``CREATE TABLE IF NOT EXISTS`` statements only.
+DDL_PATH = Path(__file__).with_name("catalog.sql")
+
+_T = TypeVar("_T")
+_REBUILT_TABLES = ("files", "lineage", "artifacts")  # metrics are not in the manifests: kept on rebuild
+_MANIFEST_KEYS = ("dataset", "stage", "version", "files", "created_at")
+_FIRST_DELAY_S = 0.005
+_MAX_DELAY_S = 0.25
+
+
+class CatalogLockTimeout(TimeoutError):
+    """Another process held the catalog's lock for longer than the timeout."""
+
+
+def _ddl() -> str:
+    return DDL_PATH.read_text(encoding="utf8")
+
+
+def _is_lock_conflict(e: BaseException) -> bool:
+    """True for errors that go away when the other writer finishes."""
+    if isinstance(e, duckdb.IOException):
+        return "lock" in str(e).lower()
+    if isinstance(e, duckdb.ConnectionException):
+        # Another thread of this process holds a read-only connection while we want to write.
+        return "different configuration" in str(e)
+    if "file handle conflict" in str(e):
+        # Another thread of this process is closing its instance of the same file.
+        return True
+    # Transaction conflicts and duplicate keys between concurrent writers of the same process.
+    return isinstance(e, (duckdb.TransactionException, duckdb.ConstraintException))
+
+
+def _utc_naive(iso: str, where: str) -> datetime:
+    """ISO-8601 string -> naive UTC datetime (what a DuckDB TIMESTAMP holds)."""
+    try:
+        dt = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"'{where}: created_at' expected an ISO-8601 timestamp (got {iso!r})") from e
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+    return dt
+
+
+def _iso(dt: datetime) -> str:
+    """Naive UTC datetime -> ISO-8601 string with an explicit UTC offset (as in manifests)."""
+    return dt.replace(tzinfo=timezone.utc).isoformat(timespec="microseconds")
+
+
+def _rows_for(manifest: dict[str, Any], path: Path, where: str) -> tuple[tuple, list[tuple], list[tuple]]:
+    """The (artifact, files, lineage) rows of one manifest."""
+    missing = [k for k in _MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise ValueError(f"'{where}' expected manifest keys {missing} (got {sorted(manifest)})")
+    key = (str(manifest["dataset"]), str(manifest["stage"]), str(manifest["version"]))
+    try:
+        files = [
+            (
+                *key,
+                str(f["name"]),
+                f.get("dtype"),
+                None if f.get("shape") is None else [int(s) for s in f["shape"]],
+                int(f["bytes"]),
+                str(f["checksum"]),
+                int(f.get("data_offset", 0)),
+            )
+            for f in manifest["files"]
+        ]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"'{where}: files' expected a list of FileInfo dicts (got {manifest['files']!r:.200})") from e
+    names = [f[3] for f in files]
+    if len(set(names)) != len(names):
+        raise ValueError(f"'{where}: files' expected unique file names (got {sorted(names)})")
+    upstream = manifest.get("upstream") or {}
+    if not isinstance(upstream, dict):
+        raise ValueError(f"'{where}: upstream' expected a dict stage -> version (got {upstream!r})")
+    lineage = [(*key, str(s), str(v)) for s, v in sorted(upstream.items())]
+    fmt = manifest.get("format_version")
+    artifact = (
+        *key,
+        str(Path(path).resolve()),
+        sum(f[6] for f in files),
+        _utc_naive(manifest["created_at"], where),
+        None if fmt is None else int(fmt),
+        manifest.get("library_version"),
+        json.dumps(manifest.get("params") or {}, sort_keys=True),
+        json.dumps(manifest.get("stats") or {}, sort_keys=True),
+    )
+    return artifact, files, lineage
+
+
+_ARTIFACT_COLUMNS = "dataset, stage, version, path, bytes, created_at, format_version, library_version, params, stats"
+
+
+def _artifact_dict(row: tuple) -> dict[str, Any]:
+    dataset, stage, version, path, nbytes, created_at, fmt, lib, params, stats = row
+    return {
+        "dataset": dataset,
+        "stage": stage,
+        "version": version,
+        "path": path,
+        "bytes": int(nbytes),
+        "created_at": _iso(created_at),
+        "format_version": fmt,
+        "library_version": lib,
+        "params": json.loads(params) if params is not None else {},
+        "stats": json.loads(stats) if stats is not None else {},
+    }
+
+
+class Catalog:
+    """DuckDB index of artifacts at ``db_path`` (usually ``<root>/catalog.duckdb``).
+
+    Every method opens and closes its own connection; writes are single transactions retried while another
+    process holds the lock (up to ``timeout_s``, then :class:`CatalogLockTimeout`). Reading a catalog that
+    does not exist yet gives empty results.
+    """
+
+    def __init__(self, db_path: str | Path, timeout_s: float = 30.0) -> None:
+        self.db_path = Path(db_path)
+        self.timeout_s = float(timeout_s)
+
+    def __repr__(self) -> str:
+        return f"Catalog({str(self.db_path)!r})"
+
+    # ----------------------------------------------------------------------------------- connections
+
+    def _retry(self, attempt: Callable[[], _T]) -> _T:
+        deadline = time.monotonic() + self.timeout_s
+        delay = _FIRST_DELAY_S
+        while True:
+            try:
+                return attempt()
+            except duckdb.Error as e:
+                if not _is_lock_conflict(e):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise CatalogLockTimeout(
+                        f"'{self.db_path}' expected the catalog lock within {self.timeout_s:g} s (got: {e})"
+                    ) from e
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, _MAX_DELAY_S)
+
+    def _create(self) -> None:
+        """Create the database file atomically.
+
+        DuckDB writes a new file in place, so a process opening it a moment later can find a half-written
+        file ("not a valid DuckDB database file"). Build it under a private name, then hard-link it into
+        place (fails if another process won the race; never replaces).
+        """
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                con.execute(_ddl())
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            try:
+                os.link(tmp, self.db_path)
+            except FileExistsError:
+                pass  # another process created it first
+            except OSError:  # no hard links on this filesystem: a plain rename, racy only at creation
+                if not self.db_path.exists():
+                    os.replace(tmp, self.db_path)
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+
+    def _write(self, body: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        """Run ``body`` in one write transaction (schema ensured first), retried on lock conflicts."""
+
+        def attempt() -> _T:
+            if not self.db_path.exists():
+                self._create()
+            con = duckdb.connect(str(self.db_path))
+            try:
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    con.execute(_ddl())
+                    out = body(con)
+                    con.execute("COMMIT")
+                except BaseException:
+                    try:
+                        con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass  # a failed COMMIT has already rolled back
+                    raise
+                return out
+            finally:
+                con.close()
+
+        return self._retry(attempt)
+
+    def _read(self, body: Callable[[duckdb.DuckDBPyConnection], _T], empty: _T) -> _T:
+        """Run ``body`` on a read-only connection; ``empty`` when the catalog does not exist yet."""
+
+        def attempt() -> _T:
+            if not self.db_path.exists():
+                return empty
+            try:
+                con = duckdb.connect(str(self.db_path), read_only=True)
+            except duckdb.ConnectionException:
+                # This process already holds a read-write connection to the file: share its instance.
+                con = duckdb.connect(str(self.db_path))
+            try:
+                names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+                if "artifacts" not in names:
+                    return empty
+                return body(con)
+            finally:
+                con.close()
+
+        return self._retry(attempt)
+
+    # ----------------------------------------------------------------------------------------- writes
+
+    @staticmethod
+    def _insert(con: duckdb.DuckDBPyConnection, artifact: tuple, files: list[tuple], lineage: list[tuple]) -> None:
+        key = list(artifact[:3])
+        for table in _REBUILT_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE dataset = ? AND stage = ? AND version = ?", key)
+        con.execute(
+            f"INSERT INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            list(artifact),
+        )
+        if files:
+            con.executemany(
+                "INSERT INTO files (dataset, stage, version, name, dtype, shape, bytes, checksum, "
+                "data_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [list(f) for f in files],
+            )
+        if lineage:
+            con.executemany(
+                "INSERT INTO lineage (dataset, stage, version, upstream_stage, upstream_version) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [list(r) for r in lineage],
+            )
+
+    def record_artifact(self, manifest: dict[str, Any], path: str | Path) -> None:
+        """Insert or replace the artifact described by ``manifest`` (published at ``path``). Idempotent."""
+        rows = _rows_for(manifest, Path(path), str(path))
+        self._write(lambda con: self._insert(con, *rows))
+
+    def record_metrics(
+        self,
+        dataset: str,
+        stage: str,
+        version: str,
+        metrics: dict[str, float],
+        step: int | None = None,
+    ) -> None:
+        """Append one row per metric (``key -> value``) for an artifact, at ``step`` (optional)."""
+        if not isinstance(metrics, dict):
+            raise ValueError(f"'metrics' expected a dict str -> float (got {type(metrics).__name__})")
+        rows = []
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        for key, value in metrics.items():
+            try:
+                v = float(value)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"'metrics[{key!r}]' expected a number (got {value!r})") from e
+            rows.append(
+                [
+                    str(dataset),
+                    str(stage),
+                    str(version),
+                    str(key),
+                    v,
+                    None if step is None else int(step),
+                    now,
+                ]
+            )
+        if rows:
+            self._write(
+                lambda con: con.executemany(
+                    "INSERT INTO metrics (dataset, stage, version, key, value, step, recorded_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+            )
+
+    def rebuild(self, root: str | Path) -> int:
+        """Re-create artifacts, files and lineage from ``<root>/*/*/*/manifest.json`` in one transaction.
+
+        Metrics (not in the manifests) are kept. Returns the number of artifacts indexed. A manifest whose
+        dataset/stage/version disagree with its directory raises ValueError naming the file.
+        """
+        root = Path(root)
+        all_rows = []
+        for mpath in sorted(root.glob("*/*/*/manifest.json")):
+            art_dir = mpath.parent
+            if any(part.startswith(".") for part in art_dir.relative_to(root).parts):
+                continue  # temp dirs and other hidden entries
+            try:
+                manifest = json.loads(mpath.read_text(encoding="utf8"))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"'{mpath}' expected a JSON manifest (got {type(e).__name__}: {e})") from e
+            expect = (art_dir.parent.parent.name, art_dir.parent.name, art_dir.name)
+            got = tuple(str(manifest.get(k)) for k in ("dataset", "stage", "version"))
+            if got != expect:
+                raise ValueError(f"'{mpath}' expected dataset/stage/version {expect} (got {got})")
+            all_rows.append(_rows_for(manifest, art_dir, str(mpath)))
+
+        def body(con: duckdb.DuckDBPyConnection) -> int:
+            for table in _REBUILT_TABLES:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+            con.execute(_ddl())
+            for rows in all_rows:
+                self._insert(con, *rows)
+            return len(all_rows)
+
+        return self._write(body)
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    def list_artifacts(self, dataset: str | None = None, stage: str | None = None) -> list[dict[str, Any]]:
+        """Artifacts (dicts: dataset, stage, version, path, bytes, created_at ISO, format_version,
+        library_version, params, stats), ordered by dataset, stage, created_at, version."""
+        sql = (
+            f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts "
+            "WHERE (? IS NULL OR dataset = ?) AND (? IS NULL OR stage = ?) "
+            "ORDER BY dataset, stage, created_at, version"
+        )
+        rows = self._read(lambda con: con.execute(sql, [dataset, dataset, stage, stage]).fetchall(), [])
+        return [_artifact_dict(r) for r in rows]
+
+    def get(self, version: str, dataset: str | None = None, stage: str | None = None) -> dict[str, Any] | None:
+        """One artifact by version or unique version prefix (optionally narrowed by dataset/stage).
+
+        Returns the artifact dict plus ``files`` (list of dicts), ``lineage`` (upstream stage -> version),
+        ``downstream`` (artifacts naming this one upstream) and ``metrics`` (list of dicts), or None if
+        nothing matches. ValueError if the prefix matches several artifacts.
+        """
+        if not isinstance(version, str) or not version:
+            raise ValueError(f"'version' expected a non-empty string (got {version!r})")
+
+        def body(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+            rows = con.execute(
+                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE starts_with(version, ?) "
+                "AND (? IS NULL OR dataset = ?) AND (? IS NULL OR stage = ?) "
+                "ORDER BY dataset, stage, version",
+                [version, dataset, dataset, stage, stage],
+            ).fetchall()
+            if not rows:
+                return None
+            if len(rows) > 1:
+                found = ", ".join(f"{r[0]}/{r[1]}/{r[2]}" for r in rows[:10])
+                raise ValueError(f"'version' expected a unique prefix (got {version!r}, matching {found})")
+            out = _artifact_dict(rows[0])
+            key = [out["dataset"], out["stage"], out["version"]]
+            where = "WHERE dataset = ? AND stage = ? AND version = ?"
+            out["files"] = [
+                {
+                    "name": n,
+                    "dtype": dt,
+                    "shape": None if sh is None else tuple(sh),
+                    "bytes": b,
+                    "checksum": c,
+                    "data_offset": off,
+                }
+                for n, dt, sh, b, c, off in con.execute(
+                    f"SELECT name, dtype, shape, bytes, checksum, data_offset FROM files {where} ORDER BY name",
+                    key,
+                ).fetchall()
+            ]
+            out["lineage"] = dict(
+                con.execute(
+                    f"SELECT upstream_stage, upstream_version FROM lineage {where} ORDER BY upstream_stage",
+                    key,
+                ).fetchall()
+            )
+            out["downstream"] = [
+                {"dataset": d, "stage": s, "version": v}
+                for d, s, v in con.execute(
+                    "SELECT dataset, stage, version FROM lineage WHERE dataset = ? AND upstream_stage = ? "
+                    "AND upstream_version = ? ORDER BY stage, version",
+                    key,
+                ).fetchall()
+            ]
+            out["metrics"] = [
+                {"key": k, "value": v, "step": st, "recorded_at": _iso(t)}
+                for k, v, st, t in con.execute(
+                    f"SELECT key, value, step, recorded_at FROM metrics {where} ORDER BY recorded_at, key",
+                    key,
+                ).fetchall()
+            ]
+            return out
+
+        return self._read(body, None)
+
+    def versions(self, dataset: str, stage: str) -> list[str]:
+        """Versions of ``dataset``/``stage``, oldest first."""
+        return [a["version"] for a in self.list_artifacts(dataset, stage)]

@@ -1,0 +1,147 @@
+"""The ``strata`` CLI surface: help, datasets, catalog on an empty root, ``--set`` errors, ui and bench wiring."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from pipelines import cli
+from pipelines.cli import app
+
+runner = CliRunner()
+
+
+def test_top_level_help_lists_commands() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "ui", "catalog", "datasets", "bench"):
+        assert command in result.stdout
+
+
+def test_run_help() -> None:
+    result = runner.invoke(app, ["run", "--help"])
+    assert result.exit_code == 0
+    for option in ("--dataset", "--root", "--config", "--set", "--json", "--verbose"):
+        assert option in result.stdout
+
+
+def test_datasets_lists_builtins_and_kinds() -> None:
+    result = runner.invoke(app, ["datasets"])
+    assert result.exit_code == 0, result.output
+    for name in ("tiny", "demo", "synthetic", "planetoid", "ogb", "edgelist"):
+        assert name in result.stdout
+
+
+def test_datasets_json() -> None:
+    result = runner.invoke(app, ["datasets", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["builtin"]["tiny"]["params"]["nodes"] == 2500
+    assert "features" in doc["kinds"]["edgelist"]["options"]
+
+
+def test_catalog_ls_json_on_empty_root(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["catalog", "ls", "--root", str(tmp_path / "empty"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+
+
+def test_catalog_ls_table_on_empty_root(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["catalog", "ls", "--root", str(tmp_path)])
+    assert result.exit_code == 0
+    assert "no artifacts" in result.stderr
+
+
+def test_catalog_show_unknown_version(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["catalog", "show", "abcdef", "--root", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "expected an artifact" in result.stderr and "'abcdef'" in result.stderr
+
+
+def test_catalog_rebuild_empty_root(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["catalog", "rebuild", "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "indexed 0 artifacts" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["nonsense"], "'--set' expected key=value (got 'nonsense')"),
+        (["bogus.key=1"], "expected a key starting with one of"),
+        (["sample.batch_size=zero"], "batch_size"),
+    ],
+)
+def test_run_rejects_bad_set_before_running(tmp_path: Path, overrides: list[str], message: str) -> None:
+    args = ["run", "--dataset", "tiny", "--root", str(tmp_path), "--json"]
+    for item in overrides:
+        args += ["--set", item]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "dagster_home").exists()  # nothing ran
+
+
+def test_run_needs_a_dataset(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", "--root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "'--dataset' expected" in result.stderr
+
+
+def test_run_missing_config_file(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", "--config", str(tmp_path / "nope.yaml"), "--root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "expected an existing YAML or JSON file" in result.stderr
+
+
+class _FakeProcess:
+    calls: list[dict[str, Any]] = []
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Any = None) -> None:
+        _FakeProcess.calls.append({"command": command, "env": env, "cwd": cwd})
+
+    def wait(self) -> int:
+        return 0
+
+
+def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _FakeProcess.calls.clear()
+    monkeypatch.setattr(cli.subprocess, "Popen", _FakeProcess)
+    result = runner.invoke(app, ["ui", "--root", str(tmp_path), "--port", "3333", "--dataset", "demo"])
+    assert result.exit_code == 0, result.output
+    (call,) = _FakeProcess.calls
+    command = call["command"]
+    assert command[:4] == [sys.executable, "-m", "dagster", "dev"]
+    assert command[command.index("--port") + 1] == "3333"
+    assert command[command.index("-w") + 1].endswith("workspace.yaml")
+    env = call["env"]
+    assert env["DAGSTER_HOME"] == str(tmp_path.resolve() / "dagster_home")
+    assert env["STRATA_HOME"] == str(tmp_path.resolve()) and env["STRATA_DATASET"] == "demo"
+    assert (tmp_path / "dagster_home" / "dagster.yaml").read_text().startswith("telemetry:")
+
+
+def test_bench_prints_one_row_per_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipelines.bench
+
+    seen: dict[str, Any] = {}
+
+    def fake_run_bench(cfg: Any, paths: Any, out_path: Any, progress: Any = None) -> dict[str, Any]:
+        seen.update(cfg=cfg, root=paths.root, out=out_path)
+        progress("bench: modes", 1, 2)
+        row = {"epoch_s": 1.5, "bytes_read": 2048, "bytes_needed": 4096, "test_acc": 0.8, "cache_hit_rate": 0.5}
+        return {"dataset": "tiny", "modes": {"in_memory": row, "strata": row}, "disk": {"seq_read_mb_s": 900.0}}
+
+    monkeypatch.setattr(pipelines.bench, "run_bench", fake_run_bench)
+    out = tmp_path / "bench.json"
+    result = runner.invoke(app, ["bench", "--dataset", "tiny", "--out", str(out), "--root", str(tmp_path),
+                                 "--set", "train.epochs=1"])
+    assert result.exit_code == 0, result.output
+    assert seen["cfg"].train.epochs == 1 and seen["out"] == out and seen["root"] == tmp_path.resolve()
+    for text in ("in_memory", "strata", "2.0 KiB", "900", "epoch_s"):
+        assert text in result.stdout
