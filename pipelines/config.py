@@ -44,15 +44,39 @@ class IngestConfig(_Section):
 
 
 class ReorderConfig(_Section):
-    strategy: Literal["identity", "degree", "bfs"] = Field(
-        "degree", description="Vertex order: identity, degree (hot first) or bfs (from the top hub)."
+    strategy: Literal["identity", "random", "degree", "bfs", "rcm", "community", "partition"] = Field(
+        "degree",
+        description="Vertex order: identity, random (baseline), degree (hot first), bfs (from the top hub), "
+        "rcm (reverse Cuthill-McKee), community (label-propagation communities, Rabbit-Order-like) or "
+        "partition (nodes of each partition contiguous).",
     )
+    seed: int = Field(0, description="Seed of the random order and of community detection tie-breaks.")
     chunk_rows: int = Field(65_536, gt=0, description="Rows per chunk when rewriting features.")
+    memory_mb: int = Field(1024, gt=0, description="Memory budget of the external permutation (bucket size).")
+    community_iterations: int = Field(10, gt=0, description="Label-propagation rounds for `community`.")
+    partition_method: Literal["range", "metis", "fennel", "grem"] = Field(
+        "fennel", description="Partitioner used by the `partition` strategy."
+    )
+    partition_parts: int = Field(64, gt=0, description="Number of parts used by the `partition` strategy.")
 
 
 class PartitionConfig(_Section):
-    method: Literal["range"] = Field("range", description="Partitioner: range (contiguous id ranges).")
+    method: Literal["range", "metis", "fennel", "grem"] = Field(
+        "range",
+        description="Partitioner: range (contiguous ids), metis (pymetis, in memory), fennel (streaming, "
+        "OUTRE's variant) or grem (streaming recursive bisection).",
+    )
     num_parts: int = Field(16, gt=0, description="Number of partitions.")
+    imbalance: float = Field(0.05, ge=0, description="Allowed imbalance: every part holds <= (1+imbalance)*N/p nodes.")
+    seed: int = Field(0, description="Seed for stream order and tie-breaks.")
+    chunk_nodes: int = Field(1_000_000, gt=0, description="Nodes per streamed chunk (fennel, grem).")
+    train_penalty: float = Field(1.0, ge=0, description="OUTRE: weight of the training-node balance penalty.")
+    bloom_bits: int = Field(1 << 20, gt=0, description="FENNEL: bits per part-neighbourhood Bloom filter.")
+    two_level_threshold: int = Field(
+        128, gt=1, description="FENNEL: above this many parts, partition in two levels (sqrt(p) x sqrt(p))."
+    )
+    grem_chunk_fraction: float = Field(0.1, gt=0, le=1, description="GREM: chunk size as a fraction of nodes.")
+    memory_mb: int = Field(4096, gt=0, description="Memory budget; metis refuses graphs whose CSR exceeds it.")
 
 
 class SampleConfig(_Section):
@@ -64,6 +88,12 @@ class SampleConfig(_Section):
     )
     seed: int = Field(0, description="Sampling seed.")
     num_threads: int = Field(0, ge=0, description="Sampler threads (0 = all cores); output does not depend on it.")
+    batching: Literal["random", "partition"] = Field(
+        "random",
+        description="Training batches: random shuffles, or OUTRE's partition-based macro batches (random groups "
+        "of partitions whose training nodes are shuffled and cut into batches).",
+    )
+    macro_parts: int = Field(20, gt=0, description="Partitions per macro batch when batching=partition.")
 
 
 class PlanConfig(_Section):
