@@ -1,138 +1,397 @@
 """Reorder stage: choose a vertex order and rewrite the CSR, features, labels and splits in it.
 
-Locality on disk follows the id order: nodes that are sampled together should sit on the same pages. The
-first strategies are ``identity``, ``degree`` (hubs first, so the hot set is one contiguous prefix) and
-``bfs`` (from the highest-degree vertex, so neighbourhoods are contiguous). The rewrite streams in chunks of
-new ids, so memory stays at O(N) ids plus one chunk of rows.
+Locality on disk follows the id order: nodes that are sampled together should sit on the same pages.
+
+Strategies (``reorder.strategy``):
+
+- ``identity``; ``random`` (seeded permutation, the baseline);
+- ``degree`` (hubs first, so the hot set is one contiguous prefix);
+- ``bfs`` (scipy's C BFS from the highest-degree vertex; unreached nodes follow in degree order);
+- ``rcm`` (reverse Cuthill-McKee, scipy's C implementation; in memory: an int32 copy of ``indices`` plus an
+  int8 data array, about 5 bytes per edge, plus O(N));
+- ``community`` (Rabbit-Order-like: communities by synchronous label propagation in C
+  (:func:`storage_kernels.kernels.label_propagation`), communities by size descending (ties: smallest member),
+  inside a community hubs first (degree descending, ties by old id));
+- ``partition`` (labels from ``pipelines.stages.partition.partition_graph``, parts contiguous in label order,
+  previous relative order kept inside a part).
+
+Applying the order is an external permutation with bounded memory and sequential I/O
+(:func:`external_permute_rows`, :func:`external_permute_csr`): a distribution pass streams the old file
+forwards and appends every row (or relabelled neighbour) to the scratch bucket of its new id; then each bucket
+is loaded, its rows placed by new id, and written to the output sequentially. Only O(N) id arrays
+(``perm``, ``inverse``, degrees, the new ``indptr``) are held in memory besides one chunk / bucket.
+Scratch files live beside the builder directory (never inside it) and are removed even on error.
 """
 
 from __future__ import annotations
 
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
-from pipelines.config import PipelineConfig
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.config import PartitionConfig, PipelineConfig, ReorderConfig
+from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
 from pipelines.stages.graphio import GraphArrays, load_graph
+from pipelines.stages.locality import average_edge_gap, pages_per_batch
+from storage_kernels import kernels
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "compute_order", "run"]
+__all__ = [
+    "FORMAT_VERSION",
+    "STRATEGIES",
+    "community_order",
+    "compute_order",
+    "external_permute_csr",
+    "external_permute_rows",
+    "inverse_of",
+    "run",
+]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+STRATEGIES = ("identity", "random", "degree", "bfs", "rcm", "community", "partition")
+
+# Bytes of working memory per feature row / per edge in the external permutation (see _bucket_sizes).
+_ROW_OVERHEAD_BYTES = 16
+_EDGE_BYTES = 40
+
+Write = Callable[[np.ndarray], None]
 
 
-def compute_order(graph: GraphArrays, strategy: str) -> np.ndarray:
-    """Return ``perm`` (new id -> old id) for ``strategy``."""
+# ---- orders -----------------------------------------------------------------------------------------------
+
+
+def compute_order(graph: GraphArrays, strategy: str, reorder_cfg: ReorderConfig | None = None,
+                  partition_cfg: PartitionConfig | None = None, info: dict[str, Any] | None = None) -> np.ndarray:
+    """Return ``perm`` (new id -> old id, int64) for ``strategy``; ``info`` (if given) receives extra stats."""
+    rc = reorder_cfg if reorder_cfg is not None else ReorderConfig()
+    info = info if info is not None else {}
     n = graph.num_nodes
     if strategy == "identity":
         return np.arange(n, dtype=np.int64)
-    degrees = graph.degrees()
+    if strategy == "random":
+        return np.random.default_rng(rc.seed).permutation(n).astype(np.int64)
+    degrees = np.asarray(graph.degrees())
     by_degree = np.argsort(-degrees, kind="stable").astype(np.int64)
     if strategy == "degree":
         return by_degree
     if strategy == "bfs":
         return _bfs_order(graph, by_degree)
-    raise ValueError(f"'reorder.strategy' expected one of identity, degree, bfs (got {strategy!r})")
+    if strategy == "rcm":
+        return _rcm_order(graph)
+    if strategy == "community":
+        labels, rounds = kernels.label_propagation(graph.indptr, graph.indices, rc.community_iterations, rc.seed)
+        perm, num_communities = community_order(labels, degrees)
+        info.update({"lp_rounds": rounds, "num_communities": num_communities})
+        return perm
+    if strategy == "partition":
+        parts = _partition_labels(graph, rc, partition_cfg if partition_cfg is not None else PartitionConfig())
+        info["num_parts"] = int(parts.max()) + 1 if parts.size else 0
+        return np.argsort(parts, kind="stable").astype(np.int64)
+    raise ValueError(f"'reorder.strategy' expected one of {', '.join(STRATEGIES)} (got {strategy!r})")
+
+
+def community_order(labels: np.ndarray, degrees: np.ndarray) -> tuple[np.ndarray, int]:
+    """Order nodes by community (size descending, ties by smallest member), hubs first inside a community.
+
+    Returns ``(perm, num_communities)``.
+    """
+    n = len(labels)
+    if n == 0:
+        return np.arange(0, dtype=np.int64), 0
+    _, first, comm, sizes = np.unique(labels, return_index=True, return_inverse=True, return_counts=True)
+    # Rank communities: larger first; equal sizes by their smallest member (= first index, ids ascend).
+    rank_of = np.empty(len(sizes), dtype=np.int64)
+    rank_of[np.lexsort((first, -sizes))] = np.arange(len(sizes), dtype=np.int64)
+    perm = np.lexsort((np.arange(n), -np.asarray(degrees), rank_of[comm.reshape(-1)])).astype(np.int64)
+    return perm, len(sizes)
 
 
 def _bfs_order(graph: GraphArrays, by_degree: np.ndarray) -> np.ndarray:
     """BFS from the top hub (scipy's C BFS); unreached nodes follow in degree order."""
-    from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import breadth_first_order
 
     n = graph.num_nodes
     if n == 0:
         return np.arange(0, dtype=np.int64)
-    data = np.ones(graph.num_edges, dtype=np.int8)
-    adjacency = csr_matrix((data, np.asarray(graph.indices), np.asarray(graph.indptr)), shape=(n, n))
-    reached = breadth_first_order(adjacency, int(by_degree[0]), directed=True, return_predecessors=False)
+    reached = breadth_first_order(_adjacency(graph), int(by_degree[0]), directed=True, return_predecessors=False)
     seen = np.zeros(n, dtype=bool)
     seen[reached] = True
     rest = by_degree[~seen[by_degree]]
     return np.concatenate([reached.astype(np.int64), rest])
 
 
-def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.ndarray, chunk_rows: int,
-                      progress: Progress | None) -> None:
+def _rcm_order(graph: GraphArrays) -> np.ndarray:
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    if graph.num_nodes == 0:
+        return np.arange(0, dtype=np.int64)
+    return reverse_cuthill_mckee(_adjacency(graph), symmetric_mode=True).astype(np.int64)
+
+
+def _adjacency(graph: GraphArrays):
+    from scipy.sparse import csr_matrix
+
     n = graph.num_nodes
+    data = np.ones(graph.num_edges, dtype=np.int8)
+    return csr_matrix((data, np.asarray(graph.indices), np.asarray(graph.indptr)), shape=(n, n))
+
+
+def _partition_labels(graph: GraphArrays, rc: ReorderConfig, partition_cfg: PartitionConfig) -> np.ndarray:
+    """Part labels from the partition stage's ``partition_graph`` (``range_parts`` for ``range`` until it exists)."""
+    from pipelines.stages import partition
+
+    num_parts = min(rc.partition_parts, max(graph.num_nodes, 1))
+    partition_graph = getattr(partition, "partition_graph", None)
+    if partition_graph is not None:
+        parts = np.asarray(partition_graph(graph, rc.partition_method, num_parts, partition_cfg))
+    elif rc.partition_method == "range":
+        parts = partition.range_parts(graph.num_nodes, num_parts)
+    else:
+        raise ValueError(
+            "'reorder.partition_method' expected 'range' while pipelines.stages.partition.partition_graph is "
+            f"unavailable (got {rc.partition_method!r})"
+        )
+    if parts.shape != (graph.num_nodes,):
+        raise ValueError(f"'partition labels' expected shape ({graph.num_nodes},) (got {parts.shape})")
+    return parts
+
+
+def inverse_of(perm: np.ndarray) -> np.ndarray:
+    """``inverse[perm[i]] = i`` (old id -> new id); ValueError when ``perm`` is not a permutation."""
+    n = len(perm)
+    seen = np.zeros(n, dtype=bool)
+    perm = np.asarray(perm, dtype=np.int64)
+    if n and (perm.min() < 0 or perm.max() >= n):
+        raise ValueError(f"'perm' expected ids in [0, {n}) (got min {perm.min()}, max {perm.max()})")
+    seen[perm] = True
+    if not seen.all():
+        raise ValueError(f"'perm' expected a permutation of [0, {n}) (got {n - int(seen.sum())} ids missing)")
     inverse = np.empty(n, dtype=np.int64)
     inverse[perm] = np.arange(n, dtype=np.int64)
-    builder.save_array("perm.npy", perm)
-    builder.save_array("inverse.npy", inverse)
+    return inverse
 
-    degrees = graph.degrees()[perm]
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(degrees, out=indptr[1:])
-    builder.save_array("indptr.npy", indptr)
 
-    indices_out = builder.array_writer("indices.npy", np.int64)
-    features_out = builder.array_writer("features.npy", graph.features.dtype, (graph.feature_dim,))
-    old_indptr = graph.indptr
+# ---- external permutation ---------------------------------------------------------------------------------
+
+
+def _ranges_by_weight(ptr: np.ndarray, budget: int) -> np.ndarray:
+    """Bounds ``b`` over rows so that each range ``[b[i], b[i+1])`` weighs <= budget (ptr = cumulative
+    weight, len rows+1), except single rows heavier than the budget."""
+    n = len(ptr) - 1
+    bounds = [0]
+    while bounds[-1] < n:
+        lo = bounds[-1]
+        hi = int(np.searchsorted(ptr, ptr[lo] + budget, side="right")) - 1
+        bounds.append(min(n, max(hi, lo + 1)))
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def _append(path: Path, arr: np.ndarray) -> None:
+    with open(path, "ab") as f:
+        f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+
+
+def external_permute_rows(src: np.ndarray, inverse: np.ndarray, write: Write, bucket_rows: int, chunk_rows: int,
+                          scratch: Path, progress: Progress | None = None) -> int:
+    """Write ``src[perm]`` (rows in new-id order) through ``write`` in bucket-sized chunks; returns #buckets.
+
+    Distribution pass: stream ``src`` forwards ``chunk_rows`` at a time and append each row (with its new id)
+    to bucket ``new_id // bucket_rows`` under ``scratch``; then per bucket place rows by new id and ``write``.
+    """
+    n, dim = src.shape
+    if bucket_rows < 1 or chunk_rows < 1:
+        raise ValueError(f"'bucket_rows'/'chunk_rows' expected >= 1 (got {bucket_rows}, {chunk_rows})")
+    scratch.mkdir(parents=True, exist_ok=True)
+    bounds = np.arange(0, n + bucket_rows, bucket_rows, dtype=np.int64)
+    bounds[-1] = n
+    if n == 0:
+        return 0
+    num_buckets = len(bounds) - 1
     for start in range(0, n, chunk_rows):
         stop = min(n, start + chunk_rows)
-        old = perm[start:stop]
-        # Neighbour lists of the chunk's nodes, in new-id order, relabelled through `inverse`.
-        begins = np.asarray(old_indptr[old])
-        lengths = np.asarray(old_indptr[old + 1]) - begins
-        flat = np.repeat(begins - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        flat += np.arange(flat.size, dtype=np.int64)
-        indices_out.append(inverse[_read_ascending(graph.indices, flat)])
-        # Feature rows: read in ascending old-id order (page-friendly), place in new order.
-        features_out.append(_read_ascending(graph.features, old))
+        rows = np.ascontiguousarray(src[start:stop])  # sequential read of the old file
+        out_rows, out_keys, ptr = kernels.bucket_rows(rows, inverse[start:stop], bounds)
+        for b in np.flatnonzero(np.diff(ptr)):
+            _append(scratch / f"rows_{b}.bin", out_rows[ptr[b]:ptr[b + 1]])
+            _append(scratch / f"keys_{b}.bin", out_keys[ptr[b]:ptr[b + 1]])
         if progress:
-            progress("reorder: rewriting", stop, n)
-    indices_out.close()
-    features_out.close()
+            progress("reorder: distributing feature rows", stop, n)
+    for b in range(num_buckets):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        keys = np.fromfile(scratch / f"keys_{b}.bin", dtype=np.int64)
+        rows = np.fromfile(scratch / f"rows_{b}.bin", dtype=src.dtype).reshape(-1, dim)
+        if keys.shape[0] != hi - lo or rows.shape[0] != hi - lo:
+            raise ValueError(
+                f"'bucket {b}' expected {hi - lo} rows (got {keys.shape[0]}): 'inverse' is not a permutation"
+            )
+        keys -= lo
+        out = np.empty((hi - lo, dim), dtype=src.dtype)
+        kernels.place_rows(rows, keys, out)
+        write(out)
+        (scratch / f"rows_{b}.bin").unlink()
+        (scratch / f"keys_{b}.bin").unlink()
+        if progress:
+            progress("reorder: writing feature rows", hi, n)
+    return num_buckets
+
+
+def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray, inverse: np.ndarray,
+                         write: Write, bucket_edges: int, chunk_edges: int, scratch: Path,
+                         progress: Progress | None = None) -> tuple[np.ndarray, int]:
+    """Write the relabelled ``indices`` (new row order, neighbours mapped through ``inverse``, neighbour order
+    kept) through ``write`` bucket by bucket; returns ``(new_indptr, #buckets)``.
+
+    Buckets are ranges of new rows holding <= ``bucket_edges`` edges (a single heavier row gets its own), so
+    skewed degrees do not blow a bucket up. Distribution pass: stream old rows (``chunk_edges`` edges at a
+    time), relabel neighbours in C, group (new_row, neighbour) records by bucket in C and append them; then per
+    bucket place each record at its row's cursor (``csr_place``) and write the bucket's slice of ``indices``.
+    """
+    n = len(indptr) - 1
+    old_indptr = np.asarray(indptr, dtype=np.int64)
+    degrees = np.diff(old_indptr)
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degrees[perm], out=new_indptr[1:])
+    if bucket_edges < 1 or chunk_edges < 1:
+        raise ValueError(f"'bucket_edges'/'chunk_edges' expected >= 1 (got {bucket_edges}, {chunk_edges})")
+    if n == 0:
+        return new_indptr, 0
+    scratch.mkdir(parents=True, exist_ok=True)
+    bounds = _ranges_by_weight(new_indptr, bucket_edges)
+    num_buckets = len(bounds) - 1
+    chunks = _ranges_by_weight(old_indptr, chunk_edges)
+    e_total = int(old_indptr[-1])
+    for start, stop in zip(chunks[:-1].tolist(), chunks[1:].tolist(), strict=True):
+        e0, e1 = int(old_indptr[start]), int(old_indptr[stop])
+        if e1 == e0:
+            continue
+        nbrs = kernels.relabel_ids(np.asarray(indices[e0:e1]), inverse)
+        rows_new = np.repeat(inverse[start:stop], degrees[start:stop])
+        out_nbrs, out_rows, ptr = kernels.bucket_rows(nbrs.reshape(-1, 1), rows_new, bounds)
+        for b in np.flatnonzero(np.diff(ptr)):
+            _append(scratch / f"nbrs_{b}.bin", out_nbrs[ptr[b]:ptr[b + 1]])
+            _append(scratch / f"rows_{b}.bin", out_rows[ptr[b]:ptr[b + 1]])
+        if progress:
+            progress("reorder: distributing edges", e1, e_total)
+    for b in range(num_buckets):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        base = int(new_indptr[lo])
+        size = int(new_indptr[hi]) - base
+        if size == 0:
+            continue
+        rows = np.fromfile(scratch / f"rows_{b}.bin", dtype=np.int64)
+        nbrs = np.fromfile(scratch / f"nbrs_{b}.bin", dtype=np.int64)
+        if rows.shape[0] != size or nbrs.shape[0] != size:
+            raise ValueError(f"'bucket {b}' expected {size} edges (got {rows.shape[0]}): 'perm' is inconsistent")
+        rows -= lo
+        cursor = new_indptr[lo:hi] - base
+        out = np.empty(size, dtype=np.int64)
+        kernels.csr_place(rows, nbrs, cursor, out)
+        write(out)
+        (scratch / f"rows_{b}.bin").unlink()
+        (scratch / f"nbrs_{b}.bin").unlink()
+        if progress:
+            progress("reorder: writing edges", int(new_indptr[hi]), e_total)
+    return new_indptr, num_buckets
+
+
+def _bucket_sizes(memory_mb: int, row_bytes: int) -> tuple[int, int]:
+    """(rows per feature bucket, edges per CSR bucket) for a working-memory budget of ``memory_mb`` MiB.
+
+    A feature bucket holds its rows twice (loaded + placed) plus an int64 key per row; a CSR bucket holds
+    ~5 int64 per edge across both passes (slice, relabelled, key, grouped copies / loaded, placed)."""
+    budget = memory_mb * (1 << 20)
+    return max(1, budget // (2 * row_bytes + _ROW_OVERHEAD_BYTES)), max(1, budget // _EDGE_BYTES)
+
+
+def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.ndarray, rc: ReorderConfig,
+                      scratch: Path, progress: Progress | None) -> dict[str, int]:
+    inverse = inverse_of(perm)
+    builder.save_array("perm.npy", perm)
+    builder.save_array("inverse.npy", inverse)
+    bucket_rows, bucket_edges = _bucket_sizes(rc.memory_mb, graph.row_bytes)
+
+    indices_out = builder.array_writer("indices.npy", np.int64)
+    try:
+        new_indptr, csr_buckets = external_permute_csr(
+            graph.indptr, graph.indices, perm, inverse, indices_out.append, bucket_edges,
+            min(bucket_edges, max(rc.chunk_rows * 16, 1)), scratch / "csr", progress)
+    finally:
+        indices_out.close()
+    builder.save_array("indptr.npy", new_indptr)
+
+    features_out = builder.array_writer("features.npy", graph.features.dtype, (graph.feature_dim,))
+    try:
+        feature_buckets = external_permute_rows(graph.features, inverse, features_out.append, bucket_rows,
+                                                min(bucket_rows, rc.chunk_rows), scratch / "features", progress)
+    finally:
+        features_out.close()
 
     builder.save_array("labels.npy", np.asarray(graph.labels)[perm])
     for name in ("train", "val", "test"):
         builder.save_array(f"{name}_idx.npy", np.sort(inverse[np.asarray(graph.split(name))]))
+    return {"feature_buckets": feature_buckets, "csr_buckets": csr_buckets, "bucket_rows": bucket_rows,
+            "bucket_edges": bucket_edges}
 
 
-def _read_ascending(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``array[positions]``, read in ascending position order so a memory map is walked forwards."""
-    order = np.argsort(positions, kind="stable")
-    out = np.empty(positions.shape + array.shape[1:], dtype=array.dtype)
-    out[order] = array[positions[order]]
-    return out
+def _params(cfg: PipelineConfig) -> dict[str, Any]:
+    rc = cfg.reorder
+    params: dict[str, Any] = {"strategy": rc.strategy}
+    if rc.strategy in ("random", "community"):
+        params["seed"] = rc.seed
+    if rc.strategy == "community":
+        params["community_iterations"] = rc.community_iterations
+    if rc.strategy == "partition":
+        params.update({"partition_method": rc.partition_method, "partition_parts": rc.partition_parts,
+                       "partition": cfg.partition.model_dump(exclude={"method", "num_parts"})})
+    return params
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, graph: Artifact, progress: Progress | None = None
         ) -> StageResult:
-    """Write the ``ordering`` artifact: ``perm``/``inverse`` and the relabelled graph."""
-    params = {"strategy": cfg.reorder.strategy}
+    """Write the ``ordering`` artifact: ``perm``/``inverse``, the relabelled graph and locality statistics."""
+    rc = cfg.reorder
 
     def build(builder: ArtifactBuilder) -> None:
         arrays = load_graph(graph)
-        perm = compute_order(arrays, cfg.reorder.strategy)
-        _write_relabelled(builder, arrays, perm, cfg.reorder.chunk_rows, progress)
-        gaps = _average_edge_gap(load_graph_from_builder(builder, arrays))
+        info: dict[str, Any] = {}
+        t0 = time.perf_counter()
+        perm = compute_order(arrays, rc.strategy, rc, cfg.partition, info)
+        order_s = time.perf_counter() - t0
+        scratch = builder.dir.parent / f"{builder.dir.name}.scratch"
+        t1 = time.perf_counter()
+        try:
+            info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        rewrite_s = time.perf_counter() - t1
+        peak = peak_rss_mb()
+        new = load_graph_from_builder(builder)
+        builder.timings.update({"order_s": round(order_s, 4), "rewrite_s": round(rewrite_s, 4)})
         builder.stats.update(
             {
-                "strategy": cfg.reorder.strategy,
+                "strategy": rc.strategy,
                 "num_nodes": arrays.num_nodes,
                 "num_edges": arrays.num_edges,
-                "avg_edge_gap": gaps,
-                "avg_edge_gap_before": _average_edge_gap(arrays),
+                "order_s": round(order_s, 4),
+                "rewrite_s": round(rewrite_s, 4),
+                "time_s": round(order_s + rewrite_s, 4),
+                "peak_rss_mb": round(peak, 1),
+                "avg_edge_gap": average_edge_gap(new),
+                "avg_edge_gap_before": average_edge_gap(arrays),
+                "pages_per_batch": pages_per_batch(new),
+                "pages_per_batch_before": pages_per_batch(arrays),
+                **info,
             }
         )
 
-    return materialize(store, cfg.dataset_name, "ordering", FORMAT_VERSION, params, {"graph": graph}, build)
+    return materialize(store, cfg.dataset_name, "ordering", FORMAT_VERSION, _params(cfg), {"graph": graph}, build)
 
 
-def load_graph_from_builder(builder: ArtifactBuilder, original: GraphArrays) -> GraphArrays:
-    """The relabelled CSR just written (memory-mapped from the builder's directory)."""
-    indptr = np.load(builder.dir / "indptr.npy", mmap_mode="r")
-    indices = np.load(builder.dir / "indices.npy", mmap_mode="r")
-    return GraphArrays(indptr, indices, original.features, original.labels, original.train_idx,
-                       original.val_idx, original.test_idx)
-
-
-def _average_edge_gap(graph: GraphArrays, sample_edges: int = 2_000_000) -> float:
-    """Mean |u - v| over (a deterministic sample of) edges: a cheap proxy for on-disk locality."""
-    e = graph.num_edges
-    if e == 0:
-        return 0.0
-    pos = np.linspace(0, e - 1, num=min(e, sample_edges), dtype=np.int64)
-    dst = np.searchsorted(np.asarray(graph.indptr), pos, side="right") - 1
-    src = np.asarray(graph.indices[pos])
-    return float(np.mean(np.abs(src - dst)))
+def load_graph_from_builder(builder: ArtifactBuilder) -> GraphArrays:
+    """The relabelled graph just written (memory-mapped from the builder's directory)."""
+    names = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
+    return GraphArrays(*(np.load(builder.dir / f"{name}.npy", mmap_mode="r") for name in names))

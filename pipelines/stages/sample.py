@@ -1,6 +1,8 @@
 """Sample stage: offline neighbour sampling of every mini-batch the trainer will see (DiskGNN, Ginex).
 
-Training seeds are shuffled per epoch and cut into batches; validation and test seeds are cut in order.
+Training seeds are shuffled per epoch and cut into batches (``batching=random``), or grouped by partition
+into OUTRE's macro batches (``batching=partition``) so a batch's seeds share neighbourhoods; validation and
+test seeds are cut in order.
 Each batch is sampled by the C sampler (``sample_blocks``) with a seed derived from (seed, split, epoch,
 step), so the artifact is a pure function of its parameters whatever the thread count. The batches' node
 lists are the access trace the planner counts.
@@ -29,14 +31,42 @@ def batch_seed(seed: int, split: str, epoch: int, step: int) -> int:
     return int(state[0]) << 32 | int(state[1])
 
 
-def plan_batches(train_idx: np.ndarray, val_idx: np.ndarray, test_idx: np.ndarray, batch_size: int,
-                 eval_batch_size: int, epochs: int, seed: int) -> list[tuple[str, int, int, np.ndarray]]:
-    """(split, epoch, step, seeds) of every batch: shuffled training epochs, then val and test in order."""
+def _train_batches(train_idx: np.ndarray, batch_size: int, epoch: int, seed: int, parts: np.ndarray | None,
+                   macro_parts: int) -> list[np.ndarray]:
+    """One epoch of training seed batches: random shuffles, or OUTRE's partition-based macro batches.
+
+    With ``parts``, the partitions are shuffled and grouped ``macro_parts`` at a time; each group's training
+    nodes are shuffled and cut into batches, so a batch's seeds share partitions (and neighbourhoods).
+    """
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch])
+    if parts is None:
+        order = rng.permutation(train_idx)
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    train_parts = parts[train_idx]
+    num_parts = int(parts.max()) + 1 if len(parts) else 0
+    part_order = rng.permutation(num_parts)
+    rank = np.empty(num_parts, dtype=np.int64)
+    rank[part_order] = np.arange(num_parts)
+    macro = rank[train_parts] // macro_parts  # macro batch of each training node
+    # Shuffle within macro batches: sort by (macro batch, random key).
+    order = train_idx[np.lexsort((rng.random(len(train_idx)), macro))]
+    macro_sorted = np.sort(macro)
     batches = []
+    bounds = np.flatnonzero(np.diff(macro_sorted)) + 1
+    for group in np.split(order, bounds):
+        batches.extend(group[i : i + batch_size] for i in range(0, len(group), batch_size))
+    return batches
+
+
+def plan_batches(train_idx: np.ndarray, val_idx: np.ndarray, test_idx: np.ndarray, batch_size: int,
+                 eval_batch_size: int, epochs: int, seed: int, parts: np.ndarray | None = None,
+                 macro_parts: int = 20) -> list[tuple[str, int, int, np.ndarray]]:
+    """(split, epoch, step, seeds) of every batch: training epochs, then val and test in order."""
+    batches = []
+    train_idx = np.asarray(train_idx)
     for epoch in range(epochs):
-        order = np.random.default_rng([seed & 0xFFFFFFFF, epoch]).permutation(np.asarray(train_idx))
-        for step, start in enumerate(range(0, len(order), batch_size)):
-            batches.append(("train", epoch, step, order[start : start + batch_size]))
+        for step, seeds in enumerate(_train_batches(train_idx, batch_size, epoch, seed, parts, macro_parts)):
+            batches.append(("train", epoch, step, seeds))
     for split, ids in (("val", val_idx), ("test", test_idx)):
         ids = np.asarray(ids)
         for step, start in enumerate(range(0, len(ids), eval_batch_size)):
@@ -55,14 +85,17 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, partit
         "epochs": sc.epochs,
         "seed": sc.seed,
     }
+    if sc.batching == "partition":  # random batching keeps the parameters (and versions) it always had
+        params.update({"batching": sc.batching, "macro_parts": sc.macro_parts})
 
     def build(builder: ArtifactBuilder) -> None:
         graph = load_graph(ordering)
         if len(graph.train_idx) == 0:
             raise ValueError(f"'{ordering.path}/train_idx.npy' expected training nodes (got none)")
         fanouts = np.asarray(sc.fanouts, dtype=np.int64)
+        parts = np.asarray(partitioning.array("parts.npy")) if sc.batching == "partition" else None
         plan = plan_batches(graph.train_idx, graph.val_idx, graph.test_idx, sc.batch_size,
-                            sc.eval_batch_size, sc.epochs, sc.seed)
+                            sc.eval_batch_size, sc.epochs, sc.seed, parts, sc.macro_parts)
         writer = SampleSetWriter(builder)
         train_seeds = train_inputs = 0
         for i, (split, epoch, step, seeds) in enumerate(plan):

@@ -160,3 +160,22 @@ def test_pack_addresses_reconstruct_every_batch_exactly(store):
         for t, source in ((0, caches[0]), (1, caches[1]), (2, chunk), (3, features)):
             assembled[tiers == t] = source[slots[tiers == t]]
         assert np.array_equal(assembled, features[s.batch(b).nodes])
+
+
+def test_partition_batching_covers_each_epoch_and_groups_by_partition(store):
+    cfg = _cfg(sample__batching="partition", sample__macro_parts=1, partition__num_parts=8)
+    graph = make_graph_artifact(store)
+    ordering = reorder.run(store, cfg, graph=graph).artifact
+    parting = partition.run(store, cfg, ordering=ordering).artifact
+    samples = sample.run(store, cfg, ordering=ordering, partitioning=parting).artifact
+    s, parts = SampleSet(samples.path), parting.array("parts.npy")
+    train = load_graph(ordering).train_idx
+    for epoch in range(2):
+        ids = s.batch_ids("train", epoch)
+        seeds = np.concatenate([s.batch(i).seeds for i in ids])
+        assert np.array_equal(np.sort(seeds), train)
+        # one partition per macro batch: every batch's seeds come from a single partition
+        assert all(len(np.unique(parts[s.batch(i).seeds])) == 1 for i in ids)
+    random_cfg = _cfg(partition__num_parts=8)
+    other = sample.run(store, random_cfg, ordering=ordering, partitioning=parting)
+    assert other.version != samples.version
