@@ -625,10 +625,20 @@ def bench(
     root: str | None = RootOption,
     config: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
+    suite: str = typer.Option(
+        "training", "--suite", help="training: in-memory vs naive vs packed; locality: reorder and partition."
+    ),
 ) -> None:
-    """Train once per feature path (in memory, naive direct reads, packed store) and compare."""
+    """Benchmarks. ``training`` (default): train once per feature path (in memory, naive direct reads, packed
+    store) and compare. ``locality``: every reorder strategy and partition method on one graph."""
     cfg = _load_config(dataset, config, overrides)
     paths = _paths(root)
+    if suite == "locality":
+        _bench_locality(cfg, paths, out_path)
+        return
+    if suite != "training":
+        err.print(f"'--suite' expected training or locality (got {suite!r})")
+        raise typer.Exit(2)
     from pipelines.bench import run_bench
 
     with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
@@ -645,6 +655,37 @@ def bench(
     disk = report.get("disk", {})
     out.print(f"disk sequential read: {_fmt(disk.get('seq_read_mb_s'))} MB/s "
               f"(direct I/O: {disk.get('direct_io')}); report written to {out_path}", highlight=False)
+
+
+def _bench_locality(cfg: Any, paths: Any, out_path: Path) -> None:
+    from pipelines.bench_locality import run_locality_bench
+
+    with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
+        report = run_locality_bench(cfg, paths, out_path, progress=progress)
+    graph = report["graph"]
+    reorder_table = Table(title=f"reorder ({graph['nodes']:,} nodes, {graph['edges']:,} edges)",
+                          title_justify="left")
+    for column in ("strategy", "time_s", "peak_rss_mb", "pages_per_batch", "avg_edge_gap"):
+        reorder_table.add_column(column, justify="left" if column == "strategy" else "right")
+    for name, row in report["reorder"].items():
+        if "error" in row:
+            reorder_table.add_row(name, f"error: {row['error']}", "", "", "")
+        else:
+            reorder_table.add_row(name, *(_fmt(row.get(c)) for c in ("time_s", "peak_rss_mb", "pages_per_batch",
+                                                                       "avg_edge_gap")))
+    out.print(reorder_table)
+    part_table = Table(title="partition", title_justify="left")
+    for column in ("method", "time_s", "peak_rss_mb", "edge_cut", "balance"):
+        part_table.add_column(column, justify="left" if column == "method" else "right")
+    for name, row in report["partition"].items():
+        if "error" in row:
+            part_table.add_row(name, f"error: {row['error']}", "", "", "")
+        else:
+            part_table.add_row(name, *(_fmt(row.get(c)) for c in ("time_s", "peak_rss_mb", "edge_cut", "balance")))
+    out.print(part_table)
+    rr = report["redundancy"]
+    out.print(f"redundancy ratio: random {_fmt(rr['random'])}, partition ({rr['partition_method']}) "
+              f"{_fmt(rr['partition'])}; report written to {out_path}", highlight=False)
 
 
 if __name__ == "__main__":

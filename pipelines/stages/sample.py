@@ -19,7 +19,7 @@ from storage_kernels import kernels
 from storage_kernels.sampleset import SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "batch_seed", "plan_batches", "run"]
+__all__ = ["FORMAT_VERSION", "batch_seed", "plan_batches", "train_batches", "run"]
 
 FORMAT_VERSION = 1
 _SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
@@ -31,7 +31,7 @@ def batch_seed(seed: int, split: str, epoch: int, step: int) -> int:
     return int(state[0]) << 32 | int(state[1])
 
 
-def _train_batches(train_idx: np.ndarray, batch_size: int, epoch: int, seed: int, parts: np.ndarray | None,
+def train_batches(train_idx: np.ndarray, batch_size: int, epoch: int, seed: int, parts: np.ndarray | None,
                    macro_parts: int) -> list[np.ndarray]:
     """One epoch of training seed batches: random shuffles, or OUTRE's partition-based macro batches.
 
@@ -65,7 +65,7 @@ def plan_batches(train_idx: np.ndarray, val_idx: np.ndarray, test_idx: np.ndarra
     batches = []
     train_idx = np.asarray(train_idx)
     for epoch in range(epochs):
-        for step, seeds in enumerate(_train_batches(train_idx, batch_size, epoch, seed, parts, macro_parts)):
+        for step, seeds in enumerate(train_batches(train_idx, batch_size, epoch, seed, parts, macro_parts)):
             batches.append(("train", epoch, step, seeds))
     for split, ids in (("val", val_idx), ("test", test_idx)):
         ids = np.asarray(ids)
@@ -110,11 +110,11 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, partit
             if progress:
                 progress("sample: batches", i + 1, len(plan))
         writer.close()
-        train_batches = sum(1 for b in plan if b[0] == "train")
+        num_train_batches = sum(1 for b in plan if b[0] == "train")
         builder.stats.update(
             {
                 "num_batches": writer.num_batches,
-                "train_batches_per_epoch": train_batches // sc.epochs,
+                "train_batches_per_epoch": num_train_batches // sc.epochs,
                 "epochs": sc.epochs,
                 "num_layers": len(fanouts),
                 "total_input_nodes": writer.total_nodes,

@@ -1,0 +1,165 @@
+"""``strata bench --suite locality``: every reorder strategy and partition method on one graph.
+
+The graph is ingested once. Each strategy and method then runs in its own subprocess (``python -m
+pipelines.bench_locality worker ...``), so its peak RSS is its own and a method that cannot run at this size
+(METIS past its memory budget, say) is reported with ``"error"`` instead of stopping the suite. Measured:
+
+- reorder: time, peak RSS, feature-file pages touched per sampled mini-batch, average edge gap |u - v|;
+- partition: time, peak RSS, edge-cut fraction and balance (largest part / mean part);
+- redundancy: OUTRE's ratio (sampled input nodes per training seed) for random vs partition-based batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipelines.config import PipelineConfig
+from pipelines.settings import StrataPaths
+from pipelines.stages.common import Progress, peak_rss_mb
+
+__all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "run_locality_bench", "redundancy_ratio"]
+
+REORDER_STRATEGIES = ("random", "identity", "degree", "bfs", "rcm", "community", "partition")
+PARTITION_METHODS = ("range", "metis", "fennel", "grem")
+
+
+def redundancy_ratio(graph: Any, batches: list[np.ndarray], fanouts: list[int], seed: int) -> float:
+    """OUTRE's RR: total sampled neighbourhood size over total training seeds, for the given batches."""
+    from storage_kernels import kernels
+
+    fan = np.asarray(fanouts, dtype=np.int64)
+    sampled = seeds = 0
+    for i, batch in enumerate(batches):
+        nodes = kernels.sample_blocks(graph.indptr, graph.indices, np.asarray(batch, dtype=np.int64), fan,
+                                      seed + i).nodes
+        sampled += len(nodes)
+        seeds += len(batch)
+    return sampled / max(seeds, 1)
+
+
+def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
+    """Run one strategy/method in this (fresh) process and return its measurements."""
+    from pipelines.stages import ingest, partition, reorder
+    from pipelines.stages.graphio import load_graph
+    from pipelines.stages.locality import average_edge_gap, pages_per_batch
+
+    cfg = PipelineConfig.model_validate(json.loads(cfg_json))
+    store = StrataPaths.at(root).store()
+    graph = ingest.run(store, cfg).artifact
+    start = time.perf_counter()
+    if kind == "reorder":
+        cfg = cfg.model_copy(update={"reorder": cfg.reorder.model_copy(update={"strategy": name})})
+        art = reorder.run(store, cfg, graph=graph).artifact
+        arrays = load_graph(art)
+        return {
+            "time_s": round(art.stats.get("time_s", time.perf_counter() - start), 3),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "pages_per_batch": float(art.stats.get("pages_per_batch", pages_per_batch(arrays))),
+            "avg_edge_gap": float(art.stats.get("avg_edge_gap", average_edge_gap(arrays))),
+        }
+    # partition the graph in its ingested id order (identity ordering), so every method sees the same input
+    cfg = cfg.model_copy(update={
+        "reorder": cfg.reorder.model_copy(update={"strategy": "identity"}),
+        "partition": cfg.partition.model_copy(update={"method": name}),
+    })
+    ordering = reorder.run(store, cfg, graph=graph).artifact
+    start = time.perf_counter()
+    art = partition.run(store, cfg, ordering=ordering).artifact
+    return {
+        "time_s": round(art.stats.get("time_s", time.perf_counter() - start), 3),
+        "peak_rss_mb": round(float(art.stats.get("peak_rss_mb", peak_rss_mb())), 1),
+        "edge_cut": float(art.stats["edge_cut"]),
+        "balance": float(art.stats["balance"]),
+    }
+
+
+def _run_isolated(kind: str, name: str, cfg: PipelineConfig, root: Path, timeout_s: float) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "pipelines.bench_locality", "worker", kind, name, cfg.model_dump_json(), str(root)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": tail[:500]}
+    return json.loads(lines[-1])
+
+
+def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | None = None,
+                       progress: Progress | None = None, strategies: tuple[str, ...] = REORDER_STRATEGIES,
+                       methods: tuple[str, ...] = PARTITION_METHODS, rr_batches: int = 50,
+                       timeout_s: float = 3600) -> dict[str, Any]:
+    """Measure every reorder strategy and partition method on ``cfg.dataset``; returns (and writes) the report."""
+    from pipelines.stages import ingest, partition, reorder
+    from pipelines.stages.graphio import load_graph
+    from pipelines.stages.sample import train_batches
+
+    store = paths.store()
+    graph_art = ingest.run(store, cfg, progress=progress).artifact
+    report: dict[str, Any] = {
+        "dataset": cfg.dataset,
+        "graph": {"nodes": int(graph_art.stats["num_nodes"]), "edges": int(graph_art.stats["num_edges"])},
+        "settings": {"fanouts": list(cfg.sample.fanouts), "batch_size": cfg.sample.batch_size,
+                     "num_parts": cfg.partition.num_parts, "cpu_count": os.cpu_count()},
+        "reorder": {},
+        "partition": {},
+    }
+    total = len(strategies) + len(methods)
+    for i, name in enumerate(strategies):
+        report["reorder"][name] = _run_isolated("reorder", name, cfg, paths.root, timeout_s)
+        if progress:
+            progress("locality: strategies and methods", i + 1, total)
+    for j, name in enumerate(methods):
+        report["partition"][name] = _run_isolated("partition", name, cfg, paths.root, timeout_s)
+        if progress:
+            progress("locality: strategies and methods", len(strategies) + j + 1, total)
+
+    # Redundancy ratio: the same number of random and partition-based batches on the ingested graph.
+    rr_method = next((m for m in ("fennel", "grem", "metis", "range") if "error" not in
+                      report["partition"].get(m, {"error": ""})), "range")
+    rr_cfg = cfg.model_copy(update={
+        "reorder": cfg.reorder.model_copy(update={"strategy": "identity"}),
+        "partition": cfg.partition.model_copy(update={"method": rr_method}),
+    })
+    ordering = reorder.run(store, rr_cfg, graph=graph_art).artifact
+    parts = np.asarray(partition.run(store, rr_cfg, ordering=ordering).artifact.array("parts.npy"))
+    graph = load_graph(ordering)
+    train = np.asarray(graph.train_idx)
+    sc = cfg.sample
+    random_batches = train_batches(train, sc.batch_size, 0, sc.seed, None, sc.macro_parts)[:rr_batches]
+    part_batches = train_batches(train, sc.batch_size, 0, sc.seed, parts, sc.macro_parts)[:rr_batches]
+    report["redundancy"] = {
+        "random": redundancy_ratio(graph, random_batches, list(sc.fanouts), sc.seed),
+        "partition": redundancy_ratio(graph, part_batches, list(sc.fanouts), sc.seed),
+        "partition_method": rr_method,
+        "batches": min(len(random_batches), len(part_batches)),
+    }
+    if out_path is not None:
+        out = Path(out_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+        os.replace(tmp, out)
+    return report
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 5 or argv[0] != "worker":
+        print("usage: python -m pipelines.bench_locality worker reorder|partition NAME CONFIG_JSON ROOT",
+              file=sys.stderr)
+        return 2
+    print(json.dumps(_worker(argv[1], argv[2], argv[3], argv[4])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
