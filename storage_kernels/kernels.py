@@ -375,3 +375,135 @@ def pack_batches(
         b = int(np.flatnonzero(cursor != chunk_rows)[0])
         raise ValueError(f"'batch_ids[{b}]' expected all {chunk_rows[b]} rows packed (got {cursor[b]})")
     return chunk_offsets, chunk_rows
+
+
+# ---- reordering: external permutation and community detection (permute.c, community.c) ------------------
+
+
+def relabel_ids(ids, inverse: np.ndarray, out: np.ndarray | None = None, num_threads: int = 0) -> np.ndarray:
+    """``out[k] = inverse[ids[k]]`` (old ids -> new ids); ``out`` is allocated when None; returns ``out``.
+
+    Raises IndexError naming ``k`` and the id when ``ids[k]`` is outside ``[0, len(inverse))``.
+    """
+    ids = _index_array("ids", ids)
+    inverse = _int64_array("inverse", inverse)
+    if out is None:
+        out = np.empty(ids.shape[0], dtype=np.int64)
+    _native.relabel_ids(ids, inverse, out, num_threads)
+    return out
+
+
+def bucket_rows(rows: np.ndarray, keys, bounds, num_threads: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group the rows of a chunk by bucket, stably: bucket ``b`` holds keys in ``[bounds[b], bounds[b+1])``.
+
+    ``rows`` is 2-D C-contiguous (any dtype), ``keys`` int64 ``(R,)`` (e.g. the rows' new ids), ``bounds``
+    ascending int64 ``(NB+1,)``. Returns ``(out_rows, out_keys, bucket_ptr)``: bucket ``b``'s rows are
+    ``out_rows[bucket_ptr[b]:bucket_ptr[b+1]]`` in input order. IndexError on a key outside the bounds.
+    """
+    if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.flags.c_contiguous):
+        rows = np.ascontiguousarray(rows)
+    keys = _index_array("keys", keys)
+    bounds = _index_array("bounds", bounds)
+    out_rows = np.empty_like(rows)
+    out_keys = np.empty_like(keys)
+    counts = np.zeros(max(bounds.shape[0] - 1, 0), dtype=np.int64)
+    _native.bucket_rows(rows, keys, bounds, out_rows, out_keys, counts, num_threads)
+    bucket_ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=bucket_ptr[1:])
+    return out_rows, out_keys, bucket_ptr
+
+
+def place_rows(rows: np.ndarray, pos, out: np.ndarray, num_threads: int = 0) -> np.ndarray:
+    """``out[pos[k]] = rows[k]`` for distinct positions (ValueError on a repeated one, IndexError out of range,
+    both before anything is written). ``rows`` and ``out`` are 2-D C-contiguous of the same dtype and width."""
+    if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.flags.c_contiguous):
+        rows = np.ascontiguousarray(rows)
+    _native.place_rows(rows, _index_array("pos", pos), out, num_threads)
+    return out
+
+
+def label_propagation(indptr: np.ndarray, indices: np.ndarray, iterations: int, seed: int = 0,
+                      num_threads: int = 0) -> tuple[np.ndarray, int]:
+    """Synchronous label propagation over a CSR; returns ``(labels int64 (N,), rounds_that_changed)``.
+
+    Labels start as node ids; each round every node takes the most frequent label among its neighbours
+    (previous round's labels), keeping its own when it is among the most frequent and otherwise breaking ties
+    by the smallest seeded hash of the label. Stops after ``iterations`` rounds or at a fixed point. The
+    result does not depend on ``num_threads``.
+    """
+    labels, rounds = _native.label_propagation(
+        _int64_array("indptr", indptr), _int64_array("indices", indices), int(iterations), int(seed) & (2**64 - 1),
+        num_threads,
+    )
+    return labels, int(rounds)
+
+
+__all__ += ["bucket_rows", "label_propagation", "place_rows", "relabel_ids"]
+
+
+# ---- partitioning kernels (partition.c) -------------------------------------------------------------------
+# Streaming partitioners over one chunk of nodes at a time; the caller owns the per-node state.
+
+
+def fennel_pass(
+    indptr,
+    indices,
+    nodes,
+    labels: np.ndarray,
+    sizes: np.ndarray,
+    train_sizes: np.ndarray,
+    is_train,
+    capacity,
+    weight,
+    label_base: int,
+    alpha: float,
+    gamma: float = 1.5,
+    train_penalty: float = 0.0,
+    train_norm: float = 1.0,
+    bloom: np.ndarray | None = None,
+    bloom_seed: int = 0,
+    block_nodes: int = 4096,
+    restream: bool = False,
+    num_threads: int = 0,
+) -> None:
+    """One streaming FENNEL pass (OUTRE's variant) over a chunk of nodes, in ``nodes`` order.
+
+    ``nodes`` (strictly ascending ids, all unassigned) have their CSR rows in ``indices`` at the local
+    offsets ``indptr`` (len(nodes)+1). Part ``k`` is label ``label_base + k``; other labels are ignored.
+    Each node goes to the part ``k`` with ``sizes[k] < capacity[k]`` maximising
+    ``c_k - alpha*gamma*(weight[k]*sizes[k])**(gamma-1) - [train] train_penalty*weight[k]*train_sizes[k]/train_norm``
+    (ties: lowest k), where ``c_k`` counts neighbours in part k: exactly from ``labels``, or, when ``bloom``
+    (uint8, p filters of equal size, a multiple of 8 bytes each) is given, by probing each neighbour in the
+    per-part Bloom filters of the parts' members (3 hashes); earlier nodes of the same block of
+    ``block_nodes`` are always counted exactly. ``labels`` (int32), ``sizes``, ``train_sizes`` (int64) and
+    ``bloom`` are updated in place. ``restream=True`` (exact counting only) re-scores nodes that are already
+    in one of the parts (ReFENNEL): each leaves its part, then is scored against every neighbour's current
+    label. The result never depends on ``num_threads``.
+    """
+    _native.fennel_pass(
+        _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), labels,
+        sizes, train_sizes, np.ascontiguousarray(is_train, dtype=np.uint8),
+        _index_array("capacity", capacity), np.ascontiguousarray(weight, dtype=np.float64), int(label_base),
+        float(alpha), float(gamma), float(train_penalty), float(train_norm), bloom, int(bloom_seed),
+        int(block_nodes), bool(restream), int(num_threads),
+    )
+
+
+def grem_pass(indptr, indices, nodes, labels: np.ndarray, pref: np.ndarray, sizes: np.ndarray, capacity,
+              label_a: int, label_b: int) -> int:
+    """One GREM bisection pass over a chunk of nodes (sequential, in ``nodes`` order).
+
+    For node v: ``cur = n_b·(1 - sizes[1]/capacity[1]) - n_a·(1 - sizes[0]/capacity[0])`` (float32; n_x =
+    neighbours labelled label_x, weighted LDG-style so a filling side attracts less); if v is already on
+    a side, ``est = (pref[v] + cur) / 2`` (re-evaluation), else ``est = cur``. v goes to side b
+    when ``est > 0``, a when ``est < 0``, else stays (or, unassigned, goes to the side with more room), unless
+    that side is full (``sizes >= capacity``): then it stays / takes the other side. ``labels`` (int32),
+    ``pref`` (float32, N) and ``sizes`` (int64[2]) are updated in place. Returns how many assigned nodes moved.
+    """
+    return _native.grem_pass(
+        _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), labels,
+        pref, sizes, _index_array("capacity", capacity), int(label_a), int(label_b),
+    )
+
+
+__all__ += ["fennel_pass", "grem_pass"]

@@ -5,6 +5,18 @@
 #define SK_KW (METH_VARARGS | METH_KEYWORDS)
 #define SK_FN(f) ((PyCFunction)(void (*)(void))(f))
 
+/* ---- partitioning kernels (partition.c) ---- */
+PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+/* ---- end partitioning kernels ---- */
+
+/* ---- reorder kernels (permute.c, community.c) ---- */
+PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs);
+/* ---- end reorder kernels ---- */
+
 static PyMethodDef methods[] = {
     {"csr_count", SK_FN(sk_csr_count), SK_KW,
      "csr_count(src, counts) -> None\n\nPass 1 of CSR construction: counts[src[i]] += 1 for every edge."},
@@ -28,6 +40,28 @@ static PyMethodDef methods[] = {
     {"pack_partition", SK_FN(sk_pack_partition), SK_KW,
      "pack_partition(features, row_start, ids, batch_ptr, cursor, fd, chunk_offsets, num_threads=0) -> int\n\n"
      "DiskGNN batched packing of one partition of the feature file; returns the bytes written."},
+    /* ---- reorder kernels (permute.c, community.c) ---- */
+    {"relabel_ids", SK_FN(sk_relabel_ids), SK_KW,
+     "relabel_ids(ids, inverse, out, num_threads=0) -> None\n\nout[k] = inverse[ids[k]] (IndexError on bad ids)."},
+    {"bucket_rows", SK_FN(sk_bucket_rows), SK_KW,
+     "bucket_rows(rows, keys, bounds, out_rows, out_keys, counts, num_threads=0) -> None\n\n"
+     "Stable counting sort of rows by bucket (bucket b: bounds[b] <= key < bounds[b+1]); counts[b] = its rows."},
+    {"place_rows", SK_FN(sk_place_rows), SK_KW,
+     "place_rows(rows, pos, out, num_threads=0) -> None\n\nout[pos[k]] = rows[k] for distinct positions."},
+    {"label_propagation", SK_FN(sk_label_propagation), SK_KW,
+     "label_propagation(indptr, indices, iterations, seed, num_threads=0) -> (labels, rounds)\n\n"
+     "Synchronous label propagation with seeded-hash tie-breaking; independent of num_threads."},
+    /* ---- end reorder kernels ---- */
+    /* ---- partitioning kernels (partition.c) ---- */
+    {"fennel_pass", SK_FN(sk_fennel_pass), SK_KW,
+     "fennel_pass(indptr, indices, nodes, labels, sizes, train_sizes, is_train, capacity, weight, label_base,\n"
+     "            alpha, gamma, train_penalty, train_norm, bloom=None, bloom_seed=0, block_nodes=4096,\n"
+     "            restream=False, num_threads=0) -> None\n\n"
+     "One streaming FENNEL pass (OUTRE variant) over a chunk of nodes; assigns labels in place."},
+    {"grem_pass", SK_FN(sk_grem_pass), SK_KW,
+     "grem_pass(indptr, indices, nodes, labels, pref, sizes, capacity, label_a, label_b) -> int\n\n"
+     "One GREM bisection pass over a chunk of nodes (re-evaluates assigned nodes); returns the nodes moved."},
+    /* ---- end partitioning kernels ---- */
     {"_set_dense_map_limit", (PyCFunction)sk_set_dense_map_limit, METH_VARARGS,
      "_set_dense_map_limit(num_nodes) -> previous\n\n"
      "Testing hook: sample_blocks uses the direct-address id map for graphs up to num_nodes nodes (2**23 by\n"

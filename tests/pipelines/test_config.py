@@ -81,7 +81,7 @@ def test_frozen() -> None:
         ("sampel.batch_size=3", "'--set sampel.batch_size' expected a key starting with one of"),
         ("sample.batch_sise=3", "batch_sise"),
         ("sample.batch_size=-1", "batch_size"),
-        ("reorder.strategy=random", "strategy"),
+        ("reorder.strategy=zigzag", "strategy"),
         ("train.dropout=abc", "dropout"),
     ],
 )

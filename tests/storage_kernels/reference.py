@@ -152,3 +152,161 @@ def pack_batches_ref(features: np.ndarray, batch_ids, chunk_align: int = 4096):
         chunk = np.ascontiguousarray(features[np.asarray(ids, dtype=np.int64)], dtype=np.float32).tobytes()
         data[off : off + len(chunk)] = chunk
     return bytes(data), np.array(offsets, dtype=np.int64), rows
+
+
+# ---- reordering: permutation and label propagation (twins of permute.c / community.c) --------------------
+
+
+def relabel_ids_ref(ids: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+    return np.asarray(inverse)[np.asarray(ids)]
+
+
+def bucket_rows_ref(rows: np.ndarray, keys: np.ndarray, bounds: np.ndarray):
+    """Stable grouping of rows by bucket (bounds[b] <= key < bounds[b+1]): (out_rows, out_keys, bucket_ptr)."""
+    bucket = np.searchsorted(bounds, keys, side="right") - 1
+    order = np.argsort(bucket, kind="stable")
+    ptr = np.zeros(len(bounds), dtype=np.int64)
+    np.cumsum(np.bincount(bucket, minlength=len(bounds) - 1), out=ptr[1:])
+    return rows[order], keys[order], ptr
+
+
+def permute_csr_ref(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray):
+    """The CSR of the graph relabelled so that new node i is old node perm[i] (neighbour order kept)."""
+    n = len(indptr) - 1
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[perm] = np.arange(n)
+    rows = [inverse[indices[indptr[v]:indptr[v + 1]]] for v in perm]
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=new_indptr[1:])
+    new_indices = np.concatenate(rows).astype(np.int64) if rows else np.empty(0, dtype=np.int64)
+    return new_indptr, new_indices
+
+
+def label_propagation_ref(indptr: np.ndarray, indices: np.ndarray, iterations: int, seed: int = 0):
+    """Synchronous label propagation, exactly the rule of community.c: (labels, rounds_that_changed)."""
+    n = len(indptr) - 1
+    key = mix64(seed + G0)
+    labels = list(range(n))
+    rounds = 0
+    for _ in range(iterations):
+        new = list(labels)
+        changed = 0
+        for v in range(n):
+            nbrs = indices[indptr[v]:indptr[v + 1]]
+            if len(nbrs) == 0:
+                continue
+            counts: dict[int, int] = {}
+            for u in nbrs:
+                counts[labels[int(u)]] = counts.get(labels[int(u)], 0) + 1
+            top = max(counts.values())
+            if counts.get(labels[v], 0) == top:
+                continue
+            new[v] = min((lab for lab, c in counts.items() if c == top), key=lambda lab: mix64(lab ^ key))
+            changed += 1
+        labels = new
+        if changed == 0:
+            break
+        rounds += 1
+    return np.array(labels, dtype=np.int64), rounds
+
+
+# ---- partitioning references (partition.c: fennel_pass, grem_pass) ----------------------------------------
+
+BLOOM_HASHES = 3
+
+
+def bloom_bits_ref(key: int, u: int, bits: int) -> list[int]:
+    """Bit positions of node u in a filter of `bits` bits (double hashing, as partition.c)."""
+    h1 = mix64(key ^ u)
+    h2 = mix64(h1) | 1
+    return [((h1 + r * h2) & MASK64) % bits for r in range(BLOOM_HASHES)]
+
+
+def fennel_pass_ref(indptr, indices, nodes, labels, sizes, train_sizes, is_train, capacity, weight, label_base,
+                    alpha, gamma, train_penalty, train_norm, bloom=None, bloom_seed=0, block_nodes=4096,
+                    restream=False):
+    """Plain-Python FENNEL pass with the kernel's rule; updates labels/sizes/train_sizes (and `bloom`, a bool
+    array (p, bits)) in place. Block semantics: Bloom probes see the filters as of the block start; the
+    other nodes of the block are counted from their current labels. `restream`: v leaves its part first."""
+    import math
+
+    p = len(sizes)
+    key = mix64(bloom_seed + G1)
+    nodes = [int(v) for v in nodes]
+    ag, g1 = alpha * gamma, gamma - 1.0
+    for bs in range(0, len(nodes), block_nodes):
+        be = min(bs + block_nodes, len(nodes))
+        pos = {v: j for j, v in enumerate(nodes[bs:be], start=bs)}
+        snap = None if bloom is None else bloom.copy()
+        for j in range(bs, be):
+            cnt = [0.0] * p
+            for e in range(int(indptr[j]), int(indptr[j + 1])):
+                u = int(indices[e])
+                if u in pos:
+                    k = int(labels[u]) - label_base
+                    if pos[u] != j and 0 <= k < p:
+                        cnt[k] += 1.0
+                    continue
+                if snap is None:
+                    k = int(labels[u]) - label_base
+                    if 0 <= k < p:
+                        cnt[k] += 1.0
+                else:
+                    bits = bloom_bits_ref(key, u, snap.shape[1])
+                    for k in range(p):
+                        if all(snap[k, b] for b in bits):
+                            cnt[k] += 1.0
+            if restream:
+                k0 = int(labels[nodes[j]]) - label_base
+                sizes[k0] -= 1
+                if is_train[j]:
+                    train_sizes[k0] -= 1
+            best, best_score = -1, 0.0
+            for k in range(p):
+                if sizes[k] >= capacity[k]:
+                    continue
+                s = cnt[k] - ag * math.pow(float(weight[k]) * float(sizes[k]), g1)
+                if is_train[j]:
+                    s -= train_penalty * (float(weight[k]) * float(train_sizes[k])) / train_norm
+                if best < 0 or s > best_score:
+                    best, best_score = k, s
+            if best < 0:
+                best = int(np.argmin(sizes))
+            labels[nodes[j]] = label_base + best
+            sizes[best] += 1
+            if is_train[j]:
+                train_sizes[best] += 1
+            if bloom is not None:
+                for b in bloom_bits_ref(key, nodes[j], bloom.shape[1]):
+                    bloom[best, b] = True
+
+
+def grem_pass_ref(indptr, indices, nodes, labels, pref, sizes, capacity, label_a, label_b) -> int:
+    """Plain-Python GREM pass with the kernel's rule (float32 estimates); returns nodes moved."""
+    moved = 0
+    half = np.float32(0.5)
+    for j, v in enumerate(int(x) for x in nodes):
+        nbr = labels[indices[int(indptr[j]):int(indptr[j + 1])]]
+        na, nb = int(np.count_nonzero(nbr == label_a)), int(np.count_nonzero(nbr == label_b))
+        cur = np.float32(nb * (1.0 - int(sizes[1]) / int(capacity[1])) - na * (1.0 - int(sizes[0]) / int(capacity[0])))
+        assigned = labels[v] in (label_a, label_b)
+        side0 = int(labels[v] == label_b) if assigned else -1
+        est = half * (np.float32(pref[v]) + cur) if assigned else cur
+        if est > 0:
+            want = 1
+        elif est < 0:
+            want = 0
+        elif assigned:
+            want = side0
+        else:
+            want = 0 if capacity[0] - sizes[0] >= capacity[1] - sizes[1] else 1
+        if want != side0 and sizes[want] >= capacity[want]:
+            want = side0 if assigned else 1 - want
+        if assigned and want != side0:
+            sizes[side0] -= 1
+            moved += 1
+        if not assigned or want != side0:
+            sizes[want] += 1
+        labels[v] = label_b if want else label_a
+        pref[v] = est
+    return moved
