@@ -163,6 +163,8 @@ SYNTHETIC_KEYS: dict[str, Callable[[str, Any], Any]] = {
     "seed": _int,
     "homophily": _float,
     "max_degree": _int,
+    "locality": _float,
+    "window": _int,
 }
 """Keys of a ``synthetic:`` spec -> value parser (the :class:`SyntheticParams` fields)."""
 

@@ -73,6 +73,10 @@ class SyntheticParams:
         seed: master seed.
         homophily: probability that an edge's target community is the source's own.
         max_degree: cap on a node's generated out-degree (0 = ``min(N - 1, max(4 * mean, sqrt(N) * mean))``).
+        locality: probability that an edge is *local*: its target lies within ``window`` positions of the
+            source inside the source's community (fine-grained clusters, as in real graphs; 0 = none). Ids
+            are still scrambled, so only a reordering recovers this locality on disk.
+        window: half-width, in positions, of the neighbourhood of a local edge.
     """
 
     nodes: int
@@ -82,6 +86,8 @@ class SyntheticParams:
     seed: int = 0
     homophily: float = 0.8
     max_degree: int = 0
+    locality: float = 0.0
+    window: int = 512
 
     def __post_init__(self) -> None:
         checks = (
@@ -97,6 +103,8 @@ class SyntheticParams:
             ("seed", self.seed, self.seed >= 0, "a non-negative integer"),
             ("homophily", self.homophily, 0.0 <= self.homophily <= 1.0, "a probability in [0, 1]"),
             ("max_degree", self.max_degree, self.max_degree >= 0, "a non-negative integer"),
+            ("locality", self.locality, 0.0 <= self.locality <= 1.0, "a probability in [0, 1]"),
+            ("window", self.window, self.window >= 1, "a positive integer"),
         )
         for name, value, ok, expected in checks:
             if not ok:
@@ -263,7 +271,14 @@ class SyntheticGraph:
         same = rng.random(count) < p.homophily
         comm = np.where(same, src_comm, rng.integers(0, p.classes, size=count))
         offset = np.floor(self.sizes[comm] * rng.random(count) ** POPULARITY_EXPONENT).astype(np.int64)
-        dst = self.permutation.forward(self.bounds[comm] + offset)
+        target = self.bounds[comm] + offset
+        if p.locality > 0:  # drawn only when asked, so graphs without locality keep their random streams
+            local = rng.random(count) < p.locality
+            src_pos = np.repeat(self.permutation.inverse(ids), deg)[local]
+            home = src_comm[local]
+            step = rng.integers(-p.window, p.window + 1, size=int(local.sum()))
+            target[local] = np.clip(src_pos + step, self.bounds[home], self.bounds[home + 1] - 1)
+        dst = self.permutation.forward(target)
         keep = src != dst
         return src[keep], dst[keep]
 
@@ -349,6 +364,8 @@ def synthetic_source(
     *,
     homophily: float = 0.8,
     max_degree: int = 0,
+    locality: float = 0.0,
+    window: int = 512,
     name: str | None = None,
     chunk_nodes: int = DEFAULT_CHUNK_ROWS,
 ) -> GraphSource:
@@ -361,5 +378,7 @@ def synthetic_source(
         seed=int(seed),
         homophily=float(homophily),
         max_degree=int(max_degree),
+        locality=float(locality),
+        window=int(window),
     )
     return SyntheticGraph(params, name=name).source(chunk_nodes)

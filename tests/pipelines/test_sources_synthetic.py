@@ -162,3 +162,16 @@ def test_feistel_is_a_bijection(n: int) -> None:
 def test_bad_params_are_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SyntheticParams(**kwargs)
+
+
+def test_locality_puts_most_edges_near_their_source_position():
+    from pipelines.sources.synthetic import SyntheticGraph, SyntheticParams
+
+    graph = SyntheticGraph(SyntheticParams(nodes=20000, degree=10, dim=4, classes=4, seed=2, locality=0.7,
+                                           window=64))
+    src, dst = graph.edges_block(0)
+    gap = np.abs(graph.permutation.inverse(src) - graph.permutation.inverse(dst))
+    assert np.mean(gap <= 64) > 0.6  # local edges land within the window of positions
+    plain = SyntheticGraph(SyntheticParams(nodes=20000, degree=10, dim=4, classes=4, seed=2))
+    psrc, pdst = plain.edges_block(0)
+    assert np.mean(np.abs(plain.permutation.inverse(psrc) - plain.permutation.inverse(pdst)) <= 64) < 0.1
