@@ -29,6 +29,7 @@ __all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "run_locality_bench", "red
 
 REORDER_STRATEGIES = ("random", "identity", "degree", "bfs", "rcm", "community", "partition")
 PARTITION_METHODS = ("range", "metis", "fennel", "grem")
+RR_TRAIN_PER_PART = 128
 
 
 def redundancy_ratio(graph: Any, batches: list[np.ndarray], fanouts: list[int], seed: int) -> float:
@@ -45,6 +46,35 @@ def redundancy_ratio(graph: Any, batches: list[np.ndarray], fanouts: list[int], 
     return sampled / max(seeds, 1)
 
 
+def _reset_peak_rss() -> float | None:
+    """Reset the kernel's peak-RSS mark (Linux ``clear_refs``); returns the current RSS in MiB, or None."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return _proc_status_mb("VmRSS")
+    except OSError:
+        return None
+
+
+def _proc_status_mb(key: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _memory(baseline_mb: float | None) -> dict[str, float]:
+    """Process peak RSS, plus the stage's own peak above the resident baseline when measurable."""
+    out = {"peak_rss_mb": round(peak_rss_mb(), 1)}
+    stage_peak = _proc_status_mb("VmHWM") if baseline_mb is not None else None
+    if stage_peak is not None and baseline_mb is not None:
+        out["stage_peak_rss_mb"] = round(stage_peak, 1)
+        out["stage_extra_rss_mb"] = round(max(stage_peak - baseline_mb, 0.0), 1)
+    return out
+
+
 def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
     """Run one strategy/method in this (fresh) process and return its measurements."""
     from pipelines.stages import ingest, partition, reorder
@@ -57,11 +87,13 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
     start = time.perf_counter()
     if kind == "reorder":
         cfg = cfg.model_copy(update={"reorder": cfg.reorder.model_copy(update={"strategy": name})})
+        baseline = _reset_peak_rss()
         art = reorder.run(store, cfg, graph=graph).artifact
+        memory = _memory(baseline)
         arrays = load_graph(art)
         return {
             "time_s": round(art.stats.get("time_s", time.perf_counter() - start), 3),
-            "peak_rss_mb": round(peak_rss_mb(), 1),
+            **memory,
             "pages_per_batch": float(art.stats.get("pages_per_batch", pages_per_batch(arrays))),
             "avg_edge_gap": float(art.stats.get("avg_edge_gap", average_edge_gap(arrays))),
         }
@@ -72,10 +104,11 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
     })
     ordering = reorder.run(store, cfg, graph=graph).artifact
     start = time.perf_counter()
+    baseline = _reset_peak_rss()
     art = partition.run(store, cfg, ordering=ordering).artifact
     return {
         "time_s": round(art.stats.get("time_s", time.perf_counter() - start), 3),
-        "peak_rss_mb": round(float(art.stats.get("peak_rss_mb", peak_rss_mb())), 1),
+        **_memory(baseline),
         "edge_cut": float(art.stats["edge_cut"]),
         "balance": float(art.stats["balance"]),
     }
@@ -123,12 +156,15 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
         if progress:
             progress("locality: strategies and methods", len(strategies) + j + 1, total)
 
-    # Redundancy ratio: the same number of random and partition-based batches on the ingested graph.
+    # Redundancy ratio: the same number of random and partition-based batches on the ingested graph. As in
+    # OUTRE (10,000 parts, macro batches of 20), parts are small: about RR_TRAIN_PER_PART training nodes each.
     rr_method = next((m for m in ("fennel", "grem", "metis", "range") if "error" not in
                       report["partition"].get(m, {"error": ""})), "range")
+    num_train = int(graph_art.stats.get("train_nodes", 0)) or int(graph_art.stats["num_nodes"]) // 10
+    rr_parts = int(np.clip(num_train // RR_TRAIN_PER_PART, 2, 16384))
     rr_cfg = cfg.model_copy(update={
         "reorder": cfg.reorder.model_copy(update={"strategy": "identity"}),
-        "partition": cfg.partition.model_copy(update={"method": rr_method}),
+        "partition": cfg.partition.model_copy(update={"method": rr_method, "num_parts": rr_parts}),
     })
     ordering = reorder.run(store, rr_cfg, graph=graph_art).artifact
     parts = np.asarray(partition.run(store, rr_cfg, ordering=ordering).artifact.array("parts.npy"))
@@ -141,6 +177,8 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
         "random": redundancy_ratio(graph, random_batches, list(sc.fanouts), sc.seed),
         "partition": redundancy_ratio(graph, part_batches, list(sc.fanouts), sc.seed),
         "partition_method": rr_method,
+        "num_parts": rr_parts,
+        "macro_parts": sc.macro_parts,
         "batches": min(len(random_batches), len(part_batches)),
     }
     if out_path is not None:
