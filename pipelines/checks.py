@@ -26,6 +26,8 @@ __all__ = [
     "Finding",
     "check_csr",
     "check_permutation",
+    "check_same_graph",
+    "check_balance",
     "check_partition",
     "check_sample_blocks",
     "check_sample_seeds",
@@ -139,6 +141,71 @@ def check_permutation(perm: np.ndarray, inverse: np.ndarray) -> Finding:
             i = start + _first(bad)
             f.fail(f"'inverse[perm[{i}]]' expected {i} (got {int(back[i - start])})")
             break
+    return f
+
+
+def check_same_graph(old_indptr: np.ndarray, old_indices: np.ndarray, new_indptr: np.ndarray,
+                     new_indices: np.ndarray, perm: np.ndarray, max_sample_edges: int = 4_000_000) -> Finding:
+    """The rewritten CSR is the old graph relabelled: every degree matches, and on a deterministic sample of
+    rows (up to ``max_sample_edges`` edges) the neighbour sets mapped back through ``perm`` are equal."""
+    f = Finding()
+    n = len(perm)
+    if len(new_indptr) != n + 1 or len(old_indptr) != n + 1:
+        f.fail(f"'indptr.npy' expected {n + 1} entries in both CSRs (got {len(old_indptr)}, {len(new_indptr)})")
+        return f
+    old_ptr, new_ptr = np.asarray(old_indptr), np.asarray(new_indptr)
+    for start, stop in _chunks(n):
+        old_deg = old_ptr[np.asarray(perm[start:stop]) + 1] - old_ptr[np.asarray(perm[start:stop])]
+        bad = np.diff(new_ptr[start : stop + 1]) != old_deg
+        if bad.any():
+            i = start + _first(bad)
+            f.fail(f"'degree of new node {i}' expected {int(old_deg[i - start])}, the degree of old node "
+                   f"{int(perm[i])} (got {int(new_ptr[i + 1] - new_ptr[i])})")
+            return f
+    e = int(new_ptr[-1])
+    step = max(1, -(-e // max_sample_edges))  # every step-th row: about max_sample_edges edges in all
+    rows = np.arange(0, n, step, dtype=np.int64)
+    f.facts.update({"rows_compared": len(rows), "degrees_compared": n})
+    perm_arr = np.asarray(perm)
+    for part in np.array_split(rows, max(1, len(rows) // 65536)):
+        if not len(part):
+            continue
+        new_nbrs, new_owner = _gather_rows(new_ptr, new_indices, part)
+        old_nbrs, old_owner = _gather_rows(old_ptr, old_indices, perm_arr[part])
+        mapped = perm_arr[new_nbrs]  # back to old ids
+        a = np.lexsort((mapped, new_owner))
+        b = np.lexsort((old_nbrs, old_owner))
+        bad = mapped[a] != np.asarray(old_nbrs)[b]
+        if bad.any():
+            k = _first(bad)
+            row = int(part[new_owner[a][k]])
+            f.fail(f"'neighbours of new node {row}' expected the neighbours of old node {int(perm_arr[row])} "
+                   f"relabelled (got old id {int(mapped[a][k])} where {int(old_nbrs[b][k])} was expected)")
+            return f
+    return f
+
+
+def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated neighbour lists of ``rows`` and, for each entry, the position of its row in ``rows``."""
+    begins, ends = indptr[rows], indptr[rows + 1]
+    lengths = ends - begins
+    owner = np.repeat(np.arange(len(rows)), lengths)
+    flat = np.repeat(begins - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
+    return np.asarray(indices[flat]), owner
+
+
+def check_balance(parts: np.ndarray, num_parts: int, imbalance: float) -> Finding:
+    """No part holds more than ``ceil((1 + imbalance) * N / p)`` nodes (+1 for rounding)."""
+    f = Finding()
+    n = len(parts)
+    sizes = np.bincount(np.asarray(parts), minlength=num_parts)
+    limit = int(np.ceil((1 + imbalance) * n / max(num_parts, 1))) + 1
+    f.facts.update({"largest_part": int(sizes.max()) if len(sizes) else 0, "limit": limit,
+                    "balance": float(sizes.max() / (n / num_parts)) if n and num_parts else 1.0})
+    if len(sizes) and int(sizes.max()) > limit:
+        p = int(np.argmax(sizes))
+        f.fail(f"'part {p}' expected at most {limit} nodes ((1 + {imbalance}) * N / {num_parts}) "
+               f"(got {int(sizes[p])})")
     return f
 
 
@@ -489,6 +556,32 @@ def permutation_bijective(
     return _result(context, reporter, art, "permutation_bijective", finding)
 
 
+@dg.asset_check(asset="ordering", blocking=True, description="The rewritten CSR is the same graph: degrees "
+                "match through perm, and sampled rows' neighbour sets map back exactly.")
+def same_graph(
+    context: dg.AssetCheckExecutionContext, strata: StrataResource, reporter: dg.ResourceParam[RunReporter]
+) -> dg.AssetCheckResult:
+    """``ordering``: relabelling preserved the graph."""
+    art, ups = _artifacts(context, strata, "ordering", ["graph"])
+    old = ups["graph"]
+    finding = check_same_graph(old.array("indptr.npy"), old.array("indices.npy"), art.array("indptr.npy"),
+                               art.array("indices.npy"), art.array("perm.npy"))
+    return _result(context, reporter, art, "same_graph", finding)
+
+
+@dg.asset_check(asset="partitioning", blocking=True, description="Parts balanced within the configured "
+                "tolerance: largest part <= (1 + imbalance) * N / p.")
+def parts_balanced(
+    context: dg.AssetCheckExecutionContext, strata: StrataResource, reporter: dg.ResourceParam[RunReporter]
+) -> dg.AssetCheckResult:
+    """``partitioning``: balance within ``partition.imbalance``."""
+    art, _ = _artifacts(context, strata, "partitioning")
+    parts = art.array("parts.npy")
+    num_parts = len(art.array("part_ptr.npy")) - 1
+    finding = check_balance(parts, num_parts, float(art.params.get("imbalance", 0.05)))
+    return _result(context, reporter, art, "parts_balanced", finding)
+
+
 @dg.asset_check(asset="partitioning", blocking=True, description="Every node in exactly one part; part "
                 "sizes sum to N.")
 def parts_cover_nodes(
@@ -597,7 +690,9 @@ def chunks_aligned(
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     csr_valid,
     permutation_bijective,
+    same_graph,
     parts_cover_nodes,
+    parts_balanced,
     blocks_in_range,
     seeds_match_split,
     budgets_respected,

@@ -162,3 +162,30 @@ def test_packed_chunks() -> None:
     assert "multiple of 4096" in check_packed_chunks(np.array([0, 4000, 4096]), rows, 1000, 8192).problems[0]
     assert "expected not to overlap" in check_packed_chunks(np.array([0, 0, 0]), rows, 2000, 16384).problems[0]
     assert "to end within" in check_packed_chunks(np.array([0, 8192, 8192]), rows, 1500, 8192).problems[0]
+
+
+def test_same_graph_accepts_a_relabelling_and_rejects_a_changed_edge():
+    from pipelines.checks import check_same_graph
+    from tests.pipelines.stage_fixtures import random_symmetric_csr
+
+    indptr, indices = random_symmetric_csr(300, 6, 1)
+    perm = np.random.default_rng(0).permutation(300)
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(300)
+    new_deg = np.diff(indptr)[perm]
+    new_ptr = np.concatenate([[0], np.cumsum(new_deg)])
+    new_idx = np.concatenate([inverse[indices[indptr[o] : indptr[o + 1]]] for o in perm])
+    assert check_same_graph(indptr, indices, new_ptr, new_idx, perm, max_sample_edges=100).passed
+    broken = new_idx.copy()
+    broken[0] = (broken[0] + 1) % 300
+    finding = check_same_graph(indptr, indices, new_ptr, broken, perm)
+    assert not finding.passed and "neighbours of new node 0" in finding.problems[0]
+
+
+def test_balance_check_names_the_oversized_part():
+    from pipelines.checks import check_balance
+
+    assert check_balance(np.repeat(np.arange(4), 25), 4, 0.05).passed
+    parts = np.concatenate([np.zeros(40, dtype=np.int32), np.repeat(np.arange(1, 4), 20)])
+    finding = check_balance(parts, 4, 0.05)
+    assert not finding.passed and "'part 0'" in finding.problems[0]
