@@ -32,11 +32,20 @@ from pipelines.stages.train import open_feature_source, resolve_device, trainer_
 from storage_kernels import kernels
 from storage_kernels.sampleset import SampleSet
 
-__all__ = ["MODES", "measure_sequential_read", "run_bench"]
+__all__ = ["MODES", "measure_sequential_read", "run_bench", "write_report"]
 
 MODES = {"in_memory": "in_memory", "naive": "naive", "strata": "packed"}
 _SEQ_READ_BLOCK = 8 << 20
 _SEQ_READ_MAX = 1 << 30
+
+
+def write_report(path: str | Path, report: dict[str, Any]) -> None:
+    """Write a JSON report atomically (temp file, then rename), creating the folder."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, out)
 
 
 def measure_sequential_read(path: Path, max_bytes: int = _SEQ_READ_MAX) -> dict[str, Any]:
@@ -128,9 +137,5 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
         entry["speedup_vs_naive"] = base / entry["epoch_s"] if base and entry["epoch_s"] > 0 else None
     report["peak_rss_mb"] = round(peak_rss_mb(), 1)
     if out_path is not None:
-        out = Path(out_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        os.replace(tmp, out)
+        write_report(out_path, report)
     return report

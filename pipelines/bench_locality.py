@@ -132,6 +132,7 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
                        methods: tuple[str, ...] = PARTITION_METHODS, rr_batches: int = 50,
                        timeout_s: float = 3600) -> dict[str, Any]:
     """Measure every reorder strategy and partition method on ``cfg.dataset``; returns (and writes) the report."""
+    from pipelines.bench import write_report
     from pipelines.stages import ingest, partition, reorder
     from pipelines.stages.graphio import load_graph
     from pipelines.stages.sample import train_batches
@@ -182,11 +183,7 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
         "batches": min(len(random_batches), len(part_batches)),
     }
     if out_path is not None:
-        out = Path(out_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        os.replace(tmp, out)
+        write_report(out_path, report)
     return report
 
 
