@@ -31,7 +31,18 @@ class StageResult:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MiB."""
+    """Peak resident set size of this process so far, in MiB.
+
+    On Linux this is ``VmHWM`` from ``/proc/self/status``: ``ru_maxrss`` is inherited across fork and exec,
+    so a worker started by a large parent would report at least the parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
