@@ -19,6 +19,7 @@ import numpy as np
 
 from pipelines.assets.common import resolver_for
 from pipelines.resources import RunReporter, StrataResource
+from storage_kernels.arrays import segment_ranges
 
 __all__ = [
     "ALL_CHECKS",
@@ -190,7 +191,7 @@ def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> t
     begins, ends = indptr[rows], indptr[rows + 1]
     lengths = ends - begins
     owner = np.repeat(np.arange(len(rows)), lengths)
-    flat = np.repeat(begins - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
+    flat = np.repeat(begins, lengths) + segment_ranges(lengths)
     return np.asarray(indices[flat]), owner
 
 

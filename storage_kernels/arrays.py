@@ -33,11 +33,14 @@ __all__ = [
     "ArrayHeader",
     "ArrayWriter",
     "FileInfo",
+    "align_up",
+    "blocks_of_rows",
     "file_checksum",
     "file_info",
     "open_array",
     "read_header",
     "save_array",
+    "segment_ranges",
 ]
 
 #: Byte offset of the data in every array file, and the alignment of the file's total size.
@@ -112,9 +115,29 @@ class ArrayHeader:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _padded(nbytes: int) -> int:
-    """``nbytes`` rounded up to a multiple of DATA_ALIGN."""
-    return -(-nbytes // DATA_ALIGN) * DATA_ALIGN
+def align_up(nbytes: Any, to: int = DATA_ALIGN) -> Any:
+    """``nbytes`` (an int or an integer array) rounded up to a multiple of ``to``."""
+    return -(-nbytes // to) * to
+
+
+def segment_ranges(lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(n) for n in lengths])``, vectorised (int64)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+
+
+def blocks_of_rows(rows: np.ndarray, row_bytes: int, data_offset: int = DATA_ALIGN,
+                   block_bytes: int = DATA_ALIGN) -> np.ndarray:
+    """Sorted distinct ``block_bytes`` blocks of an array file holding the given rows (row ``r`` at byte
+    ``data_offset + r * row_bytes``): what an aligned direct reader must fetch, or a page-locality count."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0 or row_bytes <= 0:
+        return np.empty(0, dtype=np.int64)
+    start = data_offset + rows * row_bytes
+    first = start // block_bytes
+    span = (start + row_bytes - 1) // block_bytes - first + 1  # blocks per row
+    return np.unique(np.repeat(first, span) + segment_ranges(span))
 
 
 def _check_dtype(dtype: Any, what: str = "dtype") -> np.dtype:
@@ -277,7 +300,7 @@ def save_array(path: str | os.PathLike[str], array: Any) -> FileInfo:
         f.write(header)
         h.update(header)
         written = _write_rows(f, arr, dtype, h)
-        pad = _padded(DATA_ALIGN + written) - (DATA_ALIGN + written)
+        pad = align_up(DATA_ALIGN + written) - (DATA_ALIGN + written)
         _write_zeros(f, pad)
         h.update(b"\0" * pad)
     return FileInfo(
@@ -348,7 +371,7 @@ class ArrayWriter:
         self._file.flush()  # a valid .npy of 0 rows from the start
         if self.capacity:
             try:
-                os.posix_fallocate(self._file.fileno(), 0, _padded(DATA_ALIGN + self.capacity * self._row_bytes))
+                os.posix_fallocate(self._file.fileno(), 0, align_up(DATA_ALIGN + self.capacity * self._row_bytes))
             except (AttributeError, OSError):
                 pass  # preallocation is only a hint; some filesystems refuse it
 
@@ -395,7 +418,7 @@ class ArrayWriter:
         end = DATA_ALIGN + self.rows * self._row_bytes
         f.seek(end)
         f.truncate()
-        _write_zeros(f, _padded(end) - end)
+        _write_zeros(f, align_up(end) - end)
         f.seek(0)
         f.write(_header_bytes(self.dtype, shape, self.path))
         f.close()
@@ -404,7 +427,7 @@ class ArrayWriter:
             name=self.path.name,
             dtype=self.dtype.str,
             shape=shape,
-            bytes=_padded(end),
+            bytes=align_up(end),
             checksum=file_checksum(self.path),
             data_offset=DATA_ALIGN,
         )
@@ -440,5 +463,5 @@ class ArrayWriter:
         nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
         with open(path, "wb") as f:
             f.write(_header_bytes(dt, shp, path))
-            f.truncate(_padded(DATA_ALIGN + nbytes))
+            f.truncate(align_up(DATA_ALIGN + nbytes))
         return np.memmap(path, dtype=dt, mode="r+", offset=DATA_ALIGN, shape=shp)

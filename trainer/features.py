@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from storage_kernels import kernels
-from storage_kernels.arrays import read_header
+from storage_kernels.arrays import align_up, blocks_of_rows, read_header
 
 __all__ = [
     "BLOCK_BYTES",
@@ -47,10 +47,6 @@ __all__ = [
 BLOCK_BYTES = 4096  # O_DIRECT granularity: offsets, lengths and buffer addresses are multiples of it
 TIERS = ("gpu", "cpu", "packed", "file")
 _TIER_CODES = {0: "gpu", 1: "cpu", 2: "packed", 3: "file"}  # plan / packed ``addr_tier`` codes
-
-
-def _round_up(n: np.ndarray | int, to: int = BLOCK_BYTES) -> Any:
-    return (n + to - 1) // to * to
 
 
 class _BatchLike(Protocol):
@@ -230,7 +226,7 @@ class PackedFeatures(CountingSource):
         self.addr_slot = np.load(self.packed_dir / "addr_slot.npy", mmap_mode="r")
         self._validate()
         # packed.bin: opened once, O_DIRECT when the filesystem accepts it
-        self.chunk_bytes = _round_up(self.chunk_rows * self.feature_dim * 4)  # (NB,) aligned read lengths
+        self.chunk_bytes = align_up(self.chunk_rows * self.feature_dim * 4)  # (NB,) aligned read lengths
         self.fd, self.direct_io = kernels.open_direct(str(self.packed_dir / "packed.bin"))
         if not self.direct_io:
             self.fallback_reason = (f"O_DIRECT refused by the filesystem of {self.packed_dir / 'packed.bin'}; "
@@ -262,7 +258,7 @@ class PackedFeatures(CountingSource):
             raise ValueError(f"'addr_tier.npy' expected >= {total} entries (one per nodes.npy entry) "
                              f"(got {self.addr_tier.shape[0]})")
         size = (self.packed_dir / "packed.bin").stat().st_size
-        ends = self.chunk_offset + _round_up(self.chunk_rows * self.feature_dim * 4)
+        ends = self.chunk_offset + align_up(self.chunk_rows * self.feature_dim * 4)
         if nb and int(ends.max()) > size:
             b = int(np.argmax(ends))
             raise ValueError(f"'packed.bin' expected >= {int(ends[b])} bytes (batch {b}'s chunk padded to "
@@ -360,7 +356,7 @@ class FileRows:
         self.num_rows, self.feature_dim = shape
         self.row_bytes = self.feature_dim * 4
         self.num_threads = int(num_threads)
-        self.slot_bytes = _round_up(BLOCK_BYTES - 4 + self.row_bytes)  # whole blocks one row can span
+        self.slot_bytes = align_up(BLOCK_BYTES - 4 + self.row_bytes)  # whole blocks one row can span
         self.max_buffer_bytes = max(int(max_buffer_bytes), self.slot_bytes)
         self.fd, self.direct = kernels.open_direct(str(self.path))
         self.fallback_reason = "" if self.direct else (
@@ -404,7 +400,7 @@ class FileRows:
         k = len(ids)
         row_off = self.data_offset + ids * self.row_bytes  # (k,) byte offset of each row in the file
         block_off = row_off // BLOCK_BYTES * BLOCK_BYTES  # (k,)
-        lengths = _round_up(row_off + self.row_bytes) - block_off  # (k,) one or more whole blocks
+        lengths = align_up(row_off + self.row_bytes) - block_off  # (k,) one or more whole blocks
         out_offsets = np.arange(k, dtype=np.int64) * self.slot_bytes  # (k,) one slot per row
         buffer = self._ensure(k * self.slot_bytes)
         nbytes = kernels.pread_ranges(self.fd, block_off, lengths, buffer, out_offsets, self.direct,
@@ -415,8 +411,7 @@ class FileRows:
     def _read_merged(self, ids: np.ndarray, out: np.ndarray) -> int:
         row_off = self.data_offset + ids * self.row_bytes  # (k,)
         first = row_off // BLOCK_BYTES  # (k,) first block of each row
-        span = (row_off + self.row_bytes - 1) // BLOCK_BYTES - first + 1  # (k,) blocks per row
-        blocks = np.unique(np.repeat(first, span) + _ranges(span))  # (m,) every needed block, sorted
+        blocks = blocks_of_rows(ids, self.row_bytes, self.data_offset, BLOCK_BYTES)  # (m,) needed, sorted
         run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
         run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
         buffer = self._ensure(len(blocks) * BLOCK_BYTES)
@@ -437,12 +432,6 @@ class FileRows:
 
     def __del__(self) -> None:
         self.close()
-
-
-def _ranges(lengths: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(n) for n in lengths])``, vectorised."""
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths, lengths)
 
 
 class NaiveDiskFeatures(CountingSource):

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipelines.stages.graphio import GraphArrays
+from storage_kernels.arrays import DATA_ALIGN, blocks_of_rows
 from storage_kernels.kernels import sample_blocks
 
 __all__ = ["PAGE_BYTES", "average_edge_gap", "pages_of_rows", "pages_per_batch"]
 
-PAGE_BYTES = 4096
-_DATA_OFFSET = 4096  # feature .npy files keep their data at byte 4096 (docs/CONTRACTS.md)
+PAGE_BYTES = DATA_ALIGN  # feature .npy files keep their data at byte 4096 (docs/CONTRACTS.md)
 
 
 def average_edge_gap(graph: GraphArrays, sample_edges: int = 2_000_000) -> float:
@@ -28,16 +28,7 @@ def average_edge_gap(graph: GraphArrays, sample_edges: int = 2_000_000) -> float
 
 def pages_of_rows(rows: np.ndarray, row_bytes: int) -> np.ndarray:
     """Distinct 4 KiB pages of the feature file that hold ``rows`` (sorted page numbers)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if rows.size == 0 or row_bytes <= 0:
-        return np.empty(0, dtype=np.int64)
-    first = (_DATA_OFFSET + rows * row_bytes) // PAGE_BYTES
-    last = (_DATA_OFFSET + (rows + 1) * row_bytes - 1) // PAGE_BYTES
-    span = last - first + 1
-    if int(span.max()) == 1:
-        return np.unique(first)
-    offsets = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
-    return np.unique(np.repeat(first, span) + offsets)
+    return blocks_of_rows(rows, row_bytes)
 
 
 def pages_per_batch(graph: GraphArrays, num_batches: int = 20, batch_size: int = 1024,

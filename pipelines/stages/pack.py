@@ -18,6 +18,7 @@ from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.graphio import load_graph
 from pipelines.stages.plan import TIER_FILE, TIER_PACKED
 from storage_kernels import kernels
+from storage_kernels.arrays import align_up
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -91,7 +92,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, sample
 
         packed_rows = int(np.sum(chunk_rows))
         train_ids = sample_set.batch_ids("train", 0)
-        epoch_chunk_bytes = int(sum(_aligned(int(chunk_rows[b]) * row_bytes) for b in train_ids))
+        epoch_chunk_bytes = int(sum(align_up(int(chunk_rows[b]) * row_bytes, CHUNK_ALIGN) for b in train_ids))
         feature_bytes = graph.num_nodes * row_bytes
         builder.stats.update(
             {
@@ -108,6 +109,3 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, sample
     return materialize(store, cfg.dataset_name, "packed", FORMAT_VERSION, params,
                        {"ordering": ordering, "samples": samples, "plan": plan}, build)
 
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // CHUNK_ALIGN) * CHUNK_ALIGN

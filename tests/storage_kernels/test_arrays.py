@@ -253,3 +253,21 @@ def test_open_array_errors_name_the_file(tmp_path: Path) -> None:
 def test_file_info_from_dict_missing_field() -> None:
     with pytest.raises(ValueError, match=r"'FileInfo' expected fields \['checksum'"):
         FileInfo.from_dict({"name": "a", "dtype": None, "shape": None, "bytes": 1, "data_offset": 0})
+
+
+def test_alignment_helpers_match_brute_force() -> None:
+    from storage_kernels.arrays import align_up, blocks_of_rows, segment_ranges
+
+    rng = np.random.default_rng(0)
+    for row_bytes in (12, 64, 512, 5000, 9000):
+        rows = rng.integers(0, 10000, 300)
+        want = np.unique(np.concatenate([
+            np.arange((4096 + r * row_bytes) // 4096, (4096 + (r + 1) * row_bytes - 1) // 4096 + 1) for r in rows
+        ]))
+        assert np.array_equal(blocks_of_rows(rows, row_bytes), want)
+    assert blocks_of_rows(np.empty(0, dtype=np.int64), 64).size == 0
+    assert np.array_equal(segment_ranges(np.array([3, 0, 2])), [0, 1, 2, 0, 1])
+    assert segment_ranges(np.empty(0, dtype=np.int64)).size == 0
+    assert align_up(1) == 4096 and align_up(4096) == 4096 and align_up(0) == 0
+    assert list(align_up(np.array([0, 4097]))) == [0, 8192]
+    assert align_up(5, 4) == 8
