@@ -25,7 +25,7 @@ from pipelines.config import PipelineConfig
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, peak_rss_mb
 
-__all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "run_locality_bench", "redundancy_ratio"]
+__all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "add_ratios", "run_locality_bench", "redundancy_ratio"]
 
 REORDER_STRATEGIES = ("random", "identity", "degree", "bfs", "rcm", "community", "partition")
 PARTITION_METHODS = ("range", "metis", "fennel", "grem")
@@ -174,17 +174,42 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
     sc = cfg.sample
     random_batches = train_batches(train, sc.batch_size, 0, sc.seed, None, sc.macro_parts)[:rr_batches]
     part_batches = train_batches(train, sc.batch_size, 0, sc.seed, parts, sc.macro_parts)[:rr_batches]
+    rr_random = redundancy_ratio(graph, random_batches, list(sc.fanouts), sc.seed)
+    rr_partition = redundancy_ratio(graph, part_batches, list(sc.fanouts), sc.seed)
     report["redundancy"] = {
-        "random": redundancy_ratio(graph, random_batches, list(sc.fanouts), sc.seed),
-        "partition": redundancy_ratio(graph, part_batches, list(sc.fanouts), sc.seed),
+        "random": rr_random,
+        "partition": rr_partition,
+        "change": round(rr_partition / rr_random - 1.0, 4) if rr_random else None,
         "partition_method": rr_method,
         "num_parts": rr_parts,
         "macro_parts": sc.macro_parts,
         "batches": min(len(random_batches), len(part_batches)),
     }
+    add_ratios(report)
     if out_path is not None:
         write_report(out_path, report)
     return report
+
+
+def add_ratios(report: dict[str, Any]) -> None:
+    """Add the acceptance ratios in place: ``pages_vs_random`` per strategy; ``cut_vs_metis`` and
+    ``memory_vs_metis`` per method (the stage's own peak above its loaded baseline when both rows have it, else
+    the process peaks)."""
+    random_pages = report["reorder"].get("random", {}).get("pages_per_batch")
+    for row in report["reorder"].values():
+        if random_pages and "pages_per_batch" in row:
+            row["pages_vs_random"] = round(row["pages_per_batch"] / random_pages, 4)
+    metis = report["partition"].get("metis", {})
+    for row in report["partition"].values():
+        if "error" in row or "error" in metis or not metis:
+            continue
+        if metis.get("edge_cut"):
+            row["cut_vs_metis"] = round(row["edge_cut"] / metis["edge_cut"], 4)
+        # the same measure on both sides: the stage's own peak when both have it, else the process peak
+        key = "stage_extra_rss_mb" if row.get("stage_extra_rss_mb") is not None and metis.get(
+            "stage_extra_rss_mb") else "peak_rss_mb"
+        if metis.get(key) and row.get(key) is not None:
+            row["memory_vs_metis"] = round(row[key] / metis[key], 4)
 
 
 def main(argv: list[str]) -> int:

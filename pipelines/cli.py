@@ -628,13 +628,19 @@ def bench(
     suite: str = typer.Option(
         "training", "--suite", help="training: in-memory vs naive vs packed; locality: reorder and partition."
     ),
+    strategies: str | None = typer.Option(
+        None, "--strategies", help="locality: comma-separated reorder strategies (default: all)."
+    ),
+    methods: str | None = typer.Option(
+        None, "--methods", help="locality: comma-separated partition methods (default: all)."
+    ),
 ) -> None:
     """Benchmarks. ``training`` (default): train once per feature path (in memory, naive direct reads, packed
     store) and compare. ``locality``: every reorder strategy and partition method on one graph."""
     cfg = _load_config(dataset, config, overrides)
     paths = _paths(root)
     if suite == "locality":
-        _bench_locality(cfg, paths, out_path)
+        _bench_locality(cfg, paths, out_path, _names(strategies, "strategies"), _names(methods, "methods"))
         return
     if suite != "training":
         err.print(f"'--suite' expected training or locality (got {suite!r})")
@@ -657,35 +663,55 @@ def bench(
               f"(direct I/O: {disk.get('direct_io')}); report written to {out_path}", highlight=False)
 
 
-def _bench_locality(cfg: Any, paths: Any, out_path: Path) -> None:
-    from pipelines.bench_locality import run_locality_bench
+def _names(value: str | None, option: str) -> tuple[str, ...] | None:
+    """Parse a comma-separated ``--strategies``/``--methods`` value, checking every name."""
+    from pipelines.bench_locality import PARTITION_METHODS, REORDER_STRATEGIES
+
+    if value is None:
+        return None
+    known = REORDER_STRATEGIES if option == "strategies" else PARTITION_METHODS
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        err.print(f"'--{option}' expected a comma-separated list of {', '.join(known)} (got {value!r})")
+        raise typer.Exit(2)
+    return names
+
+
+def _bench_locality(cfg: Any, paths: Any, out_path: Path, strategies: tuple[str, ...] | None,
+                    methods: tuple[str, ...] | None) -> None:
+    from pipelines.bench_locality import PARTITION_METHODS, REORDER_STRATEGIES, run_locality_bench
 
     with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
-        report = run_locality_bench(cfg, paths, out_path, progress=progress)
+        report = run_locality_bench(cfg, paths, out_path, progress=progress,
+                                    strategies=strategies or REORDER_STRATEGIES,
+                                    methods=methods or PARTITION_METHODS)
     graph = report["graph"]
     reorder_table = Table(title=f"reorder ({graph['nodes']:,} nodes, {graph['edges']:,} edges)",
                           title_justify="left")
-    for column in ("strategy", "time_s", "peak_rss_mb", "pages_per_batch", "avg_edge_gap"):
-        reorder_table.add_column(column, justify="left" if column == "strategy" else "right")
-    for name, row in report["reorder"].items():
-        if "error" in row:
-            reorder_table.add_row(name, f"error: {row['error']}", "", "", "")
-        else:
-            reorder_table.add_row(name, *(_fmt(row.get(c)) for c in ("time_s", "peak_rss_mb", "pages_per_batch",
-                                                                       "avg_edge_gap")))
+    reorder_columns = ("time_s", "peak_rss_mb", "pages_per_batch", "pages_vs_random", "avg_edge_gap")
+    _add_rows(reorder_table, "strategy", reorder_columns, report["reorder"])
     out.print(reorder_table)
     part_table = Table(title="partition", title_justify="left")
-    for column in ("method", "time_s", "peak_rss_mb", "edge_cut", "balance"):
-        part_table.add_column(column, justify="left" if column == "method" else "right")
-    for name, row in report["partition"].items():
-        if "error" in row:
-            part_table.add_row(name, f"error: {row['error']}", "", "", "")
-        else:
-            part_table.add_row(name, *(_fmt(row.get(c)) for c in ("time_s", "peak_rss_mb", "edge_cut", "balance")))
+    part_columns = ("time_s", "peak_rss_mb", "stage_extra_rss_mb", "edge_cut", "balance", "cut_vs_metis",
+                    "memory_vs_metis")
+    _add_rows(part_table, "method", part_columns, report["partition"])
     out.print(part_table)
     rr = report["redundancy"]
-    out.print(f"redundancy ratio: random {_fmt(rr['random'])}, partition ({rr['partition_method']}) "
-              f"{_fmt(rr['partition'])}; report written to {out_path}", highlight=False)
+    out.print(f"redundancy ratio: random {_fmt(rr['random'])}, partition ({rr['partition_method']}, "
+              f"{rr['num_parts']} parts) {_fmt(rr['partition'])}, change {_fmt(rr.get('change'))}; "
+              f"report written to {out_path}", highlight=False)
+
+
+def _add_rows(table: Table, key: str, columns: tuple[str, ...], rows: dict[str, dict]) -> None:
+    table.add_column(key, justify="left")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, row in rows.items():
+        if "error" in row:
+            table.add_row(name, f"error: {row['error']}", *([""] * (len(columns) - 1)))
+        else:
+            table.add_row(name, *(_fmt(row.get(c)) for c in columns))
 
 
 if __name__ == "__main__":

@@ -47,13 +47,22 @@ class ReorderConfig(_Section):
     strategy: Literal["identity", "random", "degree", "bfs", "rcm", "community", "partition"] = Field(
         "degree",
         description="Vertex order: identity, random (baseline), degree (hot first), bfs (from the top hub), "
-        "rcm (reverse Cuthill-McKee), community (label-propagation communities, Rabbit-Order-like) or "
+        "rcm (reverse Cuthill-McKee), community (Rabbit Order: hierarchical communities, hubs first) or "
         "partition (nodes of each partition contiguous).",
     )
     seed: int = Field(0, description="Seed of the random order and of community detection tie-breaks.")
     chunk_rows: int = Field(65_536, gt=0, description="Rows per chunk when rewriting features.")
     memory_mb: int = Field(1024, gt=0, description="Memory budget of the external permutation (bucket size).")
-    community_iterations: int = Field(10, gt=0, description="Label-propagation rounds for `community`.")
+    community_method: Literal["rabbit", "label_propagation"] = Field(
+        "rabbit",
+        description="Communities of `community`: rabbit (incremental aggregation, dendrogram walked depth first) "
+        "or label_propagation (flat communities by size, hubs first inside).",
+    )
+    community_iterations: int = Field(10, gt=0, description="Label-propagation rounds (label_propagation only).")
+    hub_fraction: float = Field(
+        0.01, ge=0, le=1,
+        description="`community`: this fraction of nodes, highest degree first, form one contiguous hot prefix.",
+    )
     partition_method: Literal["range", "metis", "fennel", "grem"] = Field(
         "fennel", description="Partitioner used by the `partition` strategy."
     )

@@ -438,7 +438,20 @@ def label_propagation(indptr: np.ndarray, indices: np.ndarray, iterations: int, 
     return labels, int(rounds)
 
 
-__all__ += ["bucket_rows", "label_propagation", "place_rows", "relabel_ids"]
+def rabbit_order(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rabbit-Order-style community order of a CSR; returns ``(perm int64 (N,), num_communities)``.
+
+    Vertices are visited by degree ascending and each merges, with the nodes already merged into it, into the
+    neighbouring community of largest positive modularity gain (Louvain-style incremental aggregation, as in
+    Rabbit Order); the dendrogram is then walked depth first, so every community and every sub-community is
+    one contiguous range of new ids (``perm``: new id -> old id). Roots (communities) come by total degree
+    descending. Single-threaded, deterministic; the exact rule is in ``rabbit.c``.
+    """
+    perm, num_communities = _native.rabbit_order(_int64_array("indptr", indptr), _int64_array("indices", indices))
+    return perm, int(num_communities)
+
+
+__all__ += ["bucket_rows", "label_propagation", "place_rows", "rabbit_order", "relabel_ids"]
 
 
 # ---- partitioning kernels (partition.c) -------------------------------------------------------------------

@@ -9,9 +9,11 @@ Strategies (``reorder.strategy``):
 - ``bfs`` (scipy's C BFS from the highest-degree vertex; unreached nodes follow in degree order);
 - ``rcm`` (reverse Cuthill-McKee, scipy's C implementation; in memory: an int32 copy of ``indices`` plus an
   int8 data array, about 5 bytes per edge, plus O(N));
-- ``community`` (Rabbit-Order-like: communities by synchronous label propagation in C
-  (:func:`storage_kernels.kernels.label_propagation`), communities by size descending (ties: smallest member),
-  inside a community hubs first (degree descending, ties by old id));
+- ``community`` (``community_method``): ``rabbit`` -- Rabbit Order (:func:`storage_kernels.kernels.rabbit_order`:
+  incremental modularity aggregation, dendrogram walked depth first, so communities and their sub-communities
+  are contiguous) -- or ``label_propagation`` (flat communities by synchronous label propagation in C, by size
+  descending, hubs first inside). Either way the ``hub_fraction`` highest-degree nodes come first, as one
+  contiguous hot set (the hyperbatch note's hotset; they are sampled from everywhere, so no community owns them);
 - ``partition`` (labels from ``pipelines.stages.partition.partition_graph``, parts contiguous in label order,
   previous relative order kept inside a part).
 
@@ -47,6 +49,7 @@ __all__ = [
     "compute_order",
     "external_permute_csr",
     "external_permute_rows",
+    "hubs_first",
     "inverse_of",
     "run",
 ]
@@ -83,15 +86,31 @@ def compute_order(graph: GraphArrays, strategy: str, reorder_cfg: ReorderConfig 
     if strategy == "rcm":
         return _rcm_order(graph)
     if strategy == "community":
-        labels, rounds = kernels.label_propagation(graph.indptr, graph.indices, rc.community_iterations, rc.seed)
-        perm, num_communities = community_order(labels, degrees)
-        info.update({"lp_rounds": rounds, "num_communities": num_communities})
-        return perm
+        if rc.community_method == "rabbit":
+            perm, num_communities = kernels.rabbit_order(graph.indptr, graph.indices)
+        else:
+            labels, rounds = kernels.label_propagation(graph.indptr, graph.indices, rc.community_iterations,
+                                                       rc.seed)
+            perm, num_communities = community_order(labels, degrees)
+            info["lp_rounds"] = rounds
+        hubs = int(round(rc.hub_fraction * n))
+        info.update({"community_method": rc.community_method, "num_communities": num_communities,
+                     "hub_nodes": hubs})
+        return hubs_first(perm, by_degree[:hubs])
     if strategy == "partition":
         parts = _partition_labels(graph, rc, partition_cfg if partition_cfg is not None else PartitionConfig())
         info["num_parts"] = int(parts.max()) + 1 if parts.size else 0
         return np.argsort(parts, kind="stable").astype(np.int64)
     raise ValueError(f"'reorder.strategy' expected one of {', '.join(STRATEGIES)} (got {strategy!r})")
+
+
+def hubs_first(perm: np.ndarray, hubs: np.ndarray) -> np.ndarray:
+    """``hubs`` (in their given order) first, then the other nodes in ``perm``'s order."""
+    if len(hubs) == 0:
+        return perm
+    is_hub = np.zeros(len(perm), dtype=bool)
+    is_hub[hubs] = True
+    return np.concatenate([np.asarray(hubs, dtype=np.int64), perm[~is_hub[perm]]])
 
 
 def community_order(labels: np.ndarray, degrees: np.ndarray) -> tuple[np.ndarray, int]:
@@ -343,7 +362,9 @@ def _params(cfg: PipelineConfig) -> dict[str, Any]:
     if rc.strategy in ("random", "community"):
         params["seed"] = rc.seed
     if rc.strategy == "community":
-        params["community_iterations"] = rc.community_iterations
+        params.update({"community_method": rc.community_method, "hub_fraction": rc.hub_fraction})
+        if rc.community_method == "label_propagation":
+            params["community_iterations"] = rc.community_iterations
     if rc.strategy == "partition":
         params.update({"partition_method": rc.partition_method, "partition_parts": rc.partition_parts,
                        "partition": cfg.partition.model_dump(exclude={"method", "num_parts"})})

@@ -15,6 +15,7 @@ PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs);
 /* ---- end reorder kernels ---- */
 
 static PyMethodDef methods[] = {
@@ -51,6 +52,9 @@ static PyMethodDef methods[] = {
     {"label_propagation", SK_FN(sk_label_propagation), SK_KW,
      "label_propagation(indptr, indices, iterations, seed, num_threads=0) -> (labels, rounds)\n\n"
      "Synchronous label propagation with seeded-hash tie-breaking; independent of num_threads."},
+    {"rabbit_order", SK_FN(sk_rabbit_order), SK_KW,
+     "rabbit_order(indptr, indices) -> (perm, num_communities)\n\n"
+     "Rabbit-Order-style incremental aggregation into communities, then a depth-first walk of the dendrogram."},
     /* ---- end reorder kernels ---- */
     /* ---- partitioning kernels (partition.c) ---- */
     {"fennel_pass", SK_FN(sk_fennel_pass), SK_KW,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipelines.bench_locality import PARTITION_METHODS, REORDER_STRATEGIES, run_locality_bench
+from pipelines.bench_locality import PARTITION_METHODS, REORDER_STRATEGIES, add_ratios, run_locality_bench
 from pipelines.config import PipelineConfig
 from pipelines.settings import StrataPaths
 
@@ -40,6 +40,26 @@ def test_locality_report_shape_and_redundancy(tmp_path):
     assert report["reorder"]["community"]["avg_edge_gap"] < report["reorder"]["random"]["avg_edge_gap"]
     rr = report["redundancy"]
     assert rr["partition"] < rr["random"]
+    assert rr["change"] == pytest.approx(rr["partition"] / rr["random"] - 1, abs=1e-4)
+    assert report["reorder"]["random"]["pages_vs_random"] == 1.0
+    assert "cut_vs_metis" not in report["partition"]["fennel"]  # metis was not run
+
+
+def test_ratios_against_random_and_metis():
+    report = {
+        "reorder": {"random": {"pages_per_batch": 200.0}, "community": {"pages_per_batch": 130.0},
+                    "bfs": {"error": "boom"}},
+        "partition": {"metis": {"edge_cut": 0.2, "peak_rss_mb": 3000.0, "stage_extra_rss_mb": 2000.0},
+                      "grem": {"edge_cut": 0.21, "peak_rss_mb": 900.0, "stage_extra_rss_mb": 200.0},
+                      "range": {"edge_cut": 0.9, "peak_rss_mb": 800.0}},
+    }
+    add_ratios(report)
+    assert report["reorder"]["community"]["pages_vs_random"] == 0.65
+    assert "pages_vs_random" not in report["reorder"]["bfs"]
+    assert report["partition"]["grem"]["cut_vs_metis"] == 1.05
+    assert report["partition"]["grem"]["memory_vs_metis"] == 0.1  # stage's own memory, 200 / 2000
+    assert report["partition"]["range"]["memory_vs_metis"] == 0.2667  # no stage figure: process peaks 800 / 3000
+    assert report["partition"]["metis"]["cut_vs_metis"] == 1.0
 
 
 @pytest.mark.slow

@@ -134,12 +134,28 @@ def test_orders_on_planted_graph():
         perm = reorder.compute_order(graph, strategy)
         assert np.array_equal(np.sort(perm), np.arange(graph.num_nodes)), strategy
     assert np.all(np.diff(degrees[reorder.compute_order(graph, "degree")]) <= 0)
-    # Label propagation recovers most planted communities: few communities, each mostly one planted block.
-    info: dict = {}
-    perm = reorder.compute_order(graph, "community", info=info)
-    assert 50 <= info["num_communities"] <= 400
-    runs = np.count_nonzero(np.diff(community[perm])) + 1
-    assert runs < 300  # random order: ~2000 runs
+    # Both community methods recover most planted communities: each is mostly one run of the new order.
+    for method in ("rabbit", "label_propagation"):
+        info: dict = {}
+        rc = _cfg(reorder__community_method=method, reorder__hub_fraction="0").reorder
+        perm = reorder.compute_order(graph, "community", rc, info=info)
+        assert info["community_method"] == method and info["hub_nodes"] == 0
+        if method == "label_propagation":
+            assert 50 <= info["num_communities"] <= 400
+        runs = np.count_nonzero(np.diff(community[perm])) + 1
+        assert runs < 300, (method, runs)  # random order: ~2000 runs
+
+
+def test_community_order_puts_hubs_first():
+    graph, _ = planted_graph(num_communities=100, size=20)
+    degrees = graph.degrees()
+    rc = _cfg(reorder__hub_fraction="0.05").reorder
+    perm = reorder.compute_order(graph, "community", rc)
+    hubs = int(round(0.05 * graph.num_nodes))
+    assert np.array_equal(np.sort(perm), np.arange(graph.num_nodes))
+    assert np.array_equal(perm[:hubs], np.argsort(-degrees, kind="stable")[:hubs])
+    assert degrees[perm[:hubs]].min() >= degrees[perm[hubs:]].max()
+    assert reorder.hubs_first(np.array([3, 1, 0, 2]), np.array([2, 1])).tolist() == [2, 1, 3, 0]
 
 
 def test_community_order_ranks_by_size_then_degree():

@@ -210,6 +210,52 @@ def label_propagation_ref(indptr: np.ndarray, indices: np.ndarray, iterations: i
     return np.array(labels, dtype=np.int64), rounds
 
 
+def rabbit_order_ref(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rabbit-Order-style aggregation and dendrogram walk, exactly the rule of rabbit.c: (perm, communities)."""
+    n, e = len(indptr) - 1, len(indices)
+    degree = np.diff(indptr)
+    dest = list(range(n))
+    strength = [int(d) for d in degree]
+    children: list[list[int]] = [[] for _ in range(n)]
+    stored: dict[int, list[tuple[int, int]]] = {}
+    visited = [False] * n
+
+    def root(v: int) -> int:
+        while dest[v] != v:
+            v = dest[v]
+        return v
+
+    for u in sorted(range(n), key=lambda v: (int(degree[v]), v)):
+        acc: dict[int, int] = {}
+        pairs = [(int(x), 1) for x in indices[indptr[u]:indptr[u + 1]]]
+        for c in children[u]:
+            pairs += stored.pop(c, [])
+        for target, weight in pairs:
+            r = root(target)
+            if r != u:
+                acc[r] = acc.get(r, 0) + weight
+        visited[u] = True
+        scored = [(w * e - strength[u] * strength[r], -r) for r, w in acc.items()]
+        if scored and max(scored)[0] > 0:
+            best = -max(scored)[1]
+            dest[u] = best
+            strength[best] += strength[u]
+            children[best].append(u)
+            if not visited[best]:
+                stored[u] = list(acc.items())
+    roots = sorted((v for v in range(n) if dest[v] == v), key=lambda v: (-strength[v], v))
+    perm: list[int] = []
+
+    def walk(v: int) -> None:
+        perm.append(v)
+        for c in children[v]:
+            walk(c)
+
+    for r in roots:
+        walk(r)
+    return np.array(perm, dtype=np.int64), len(roots)
+
+
 # ---- partitioning references (partition.c: fennel_pass, grem_pass) ----------------------------------------
 
 BLOOM_HASHES = 3
