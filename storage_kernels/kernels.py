@@ -438,16 +438,20 @@ def label_propagation(indptr: np.ndarray, indices: np.ndarray, iterations: int, 
     return labels, int(rounds)
 
 
-def rabbit_order(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, int]:
+def rabbit_order(indptr: np.ndarray, indices: np.ndarray, skip: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Rabbit-Order-style community order of a CSR; returns ``(perm int64 (N,), num_communities)``.
 
     Vertices are visited by degree ascending and each merges, with the nodes already merged into it, into the
     neighbouring community of largest positive modularity gain (Louvain-style incremental aggregation, as in
     Rabbit Order); the dendrogram is then walked depth first, so every community and every sub-community is
     one contiguous range of new ids (``perm``: new id -> old id). Roots (communities) come by total degree
-    descending. Single-threaded, deterministic; the exact rule is in ``rabbit.c``.
+    descending. ``skip`` (bool/uint8 per node, optional): nodes left out of the aggregation -- never merged,
+    never merged into, edges to them ignored -- each its own root. Single-threaded, deterministic; the exact
+    rule is in ``rabbit.c``.
     """
-    perm, num_communities = _native.rabbit_order(_int64_array("indptr", indptr), _int64_array("indices", indices))
+    mask = None if skip is None else np.ascontiguousarray(skip, dtype=np.uint8)
+    perm, num_communities = _native.rabbit_order(_int64_array("indptr", indptr), _int64_array("indices", indices),
+                                                 mask)
     return perm, int(num_communities)
 
 

@@ -3,7 +3,7 @@
  * dendrogram, then a depth-first walk of the dendrogram so that every community -- and every sub-community
  * inside it -- is one contiguous range of new ids.
  *
- * rabbit_order(indptr, indices) -> (perm int64[N], num_communities)
+ * rabbit_order(indptr, indices, skip=None) -> (perm int64[N], num_communities)
  *
  * The exact rule (tests/storage_kernels/reference.py rabbit_order_ref reimplements it):
  * 1. Vertices are visited once each, by degree ascending (ties: id ascending). Every vertex starts as the
@@ -16,6 +16,8 @@
  * 4. If score > 0, u (with its members) merges into r: root(u) = r, strength[r] += strength[u], u is
  *    appended to r's children, and -- only when r has not been visited yet -- u's gathered list of (root,
  *    weight) pairs is kept for r's visit. Otherwise u stays a root.
+ * Nodes with skip[v] != 0 (hubs, say) take no part: never visited, never merged into, their CSR entries
+ *    ignored; each stays a root of its own.
  * 5. Order: the remaining roots by strength descending (ties: id ascending); each is walked depth first in
  *    pre-order, children in merge order. num_communities = number of roots.
  * Single-threaded (the order of merges is the algorithm); work is O(E) plus list re-aggregation, memory is
@@ -59,8 +61,8 @@ static inline void rb_add(rb_gather *g, int64_t r, int64_t w) {
 }
 
 /* The whole algorithm without the GIL; returns an RB_* code (details in st). */
-static int rabbit_run(const int64_t *ip, const int64_t *ix, int64_t N, int64_t E, int64_t *perm,
-                      int64_t *num_communities, sk_status *st) {
+static int rabbit_run(const int64_t *ip, const int64_t *ix, const uint8_t *skip, int64_t N, int64_t E,
+                      int64_t *perm, int64_t *num_communities, sk_status *st) {
     int code = RB_OK;
     int64_t *dest = malloc(sizeof(int64_t) * (size_t)(N + 1));
     int64_t *strength = malloc(sizeof(int64_t) * (size_t)(N + 1));
@@ -109,8 +111,10 @@ static int rabbit_run(const int64_t *ip, const int64_t *ix, int64_t N, int64_t E
     rb_gather g = {acc, touched, 0};
     for (int64_t k = 0; k < N; k++) {
         const int64_t u = visit[k];
+        if (skip != NULL && skip[u]) continue;
         g.ntouched = 0;
         for (int64_t i = ip[u]; i < ip[u + 1]; i++) {
+            if (skip != NULL && skip[ix[i]]) continue;
             const int64_t r = rb_find(dest, ix[i]);
             if (r != u) rb_add(&g, r, 1);
         }
@@ -213,14 +217,14 @@ done:
 
 PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"indptr", "indices", NULL};
-    PyObject *indptr_obj, *indices_obj;
-    Py_buffer indptr = {0}, indices = {0};
+    static char *kwlist[] = {"indptr", "indices", "skip", NULL};
+    PyObject *indptr_obj, *indices_obj, *skip_obj = Py_None;
+    Py_buffer indptr = {0}, indices = {0}, skip = {0};
     int64_t *perm = NULL;
     sk_status st = {0};
     int64_t num_communities = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:rabbit_order", kwlist, &indptr_obj, &indices_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:rabbit_order", kwlist, &indptr_obj, &indices_obj, &skip_obj))
         return NULL;
     if (sk_get_buffer(indptr_obj, "rabbit_order", "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
     if (sk_get_buffer(indices_obj, "rabbit_order", "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
@@ -236,6 +240,14 @@ PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs) {
                      (long long)E, (long long)ip[0], (long long)ip[N]);
         goto fail;
     }
+    if (skip_obj != Py_None) {
+        if (sk_get_buffer(skip_obj, "rabbit_order", "skip", SK_UINT8, 1, 0, &skip) < 0) goto fail;
+        if (sk_len(&skip) != N) {
+            PyErr_Format(PyExc_ValueError, "rabbit_order: 'skip' expected %lld entries, one per node (got %lld)",
+                         (long long)N, (long long)sk_len(&skip));
+            goto fail;
+        }
+    }
     if ((uint64_t)N >= UINT32_MAX || (uint64_t)E >= UINT32_MAX) {
         PyErr_Format(PyExc_ValueError,
                      "rabbit_order: expected fewer than 2**32 nodes and CSR entries (got %lld nodes, %lld entries)",
@@ -249,7 +261,7 @@ PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     int code;
     Py_BEGIN_ALLOW_THREADS
-    code = rabbit_run(ip, ix, N, E, perm, &num_communities, &st);
+    code = rabbit_run(ip, ix, skip.obj != NULL ? (const uint8_t *)skip.buf : NULL, N, E, perm, &num_communities, &st);
     Py_END_ALLOW_THREADS
     switch (code) {
     case RB_OK:
@@ -269,6 +281,7 @@ PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     sk_release(&indptr);
     sk_release(&indices);
+    sk_release(&skip);
     PyObject *out = sk_int64_array_from_malloc(perm, N); /* frees perm on failure */
     if (out == NULL) return NULL;
     return Py_BuildValue("(NL)", out, (long long)num_communities);
@@ -277,5 +290,6 @@ fail:
     free(perm);
     sk_release(&indptr);
     sk_release(&indices);
+    sk_release(&skip);
     return NULL;
 }
