@@ -76,7 +76,10 @@ def _memory(baseline_mb: float | None) -> dict[str, float]:
 
 
 def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
-    """Run one strategy/method in this (fresh) process and return its measurements."""
+    """Run one strategy/method in this (fresh) process and return its measurements.
+
+    A partition worker partitions the ordering named by ``cfg.reorder.strategy`` (the suite's
+    ``partition_order``): every method sees the same input, and streaming methods stream it in that order."""
     from pipelines.stages import ingest, partition, reorder
     from pipelines.stages.graphio import load_graph
     from pipelines.stages.locality import average_edge_gap, pages_per_batch
@@ -97,11 +100,7 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
             "pages_per_batch": float(art.stats.get("pages_per_batch", pages_per_batch(arrays))),
             "avg_edge_gap": float(art.stats.get("avg_edge_gap", average_edge_gap(arrays))),
         }
-    # partition the graph in its ingested id order (identity ordering), so every method sees the same input
-    cfg = cfg.model_copy(update={
-        "reorder": cfg.reorder.model_copy(update={"strategy": "identity"}),
-        "partition": cfg.partition.model_copy(update={"method": name}),
-    })
+    cfg = cfg.model_copy(update={"partition": cfg.partition.model_copy(update={"method": name})})
     ordering = reorder.run(store, cfg, graph=graph).artifact
     start = time.perf_counter()
     baseline = _reset_peak_rss()
@@ -115,6 +114,7 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
 
 
 def _run_isolated(kind: str, name: str, cfg: PipelineConfig, root: Path, timeout_s: float) -> dict[str, Any]:
+    """Run ``_worker`` in a fresh interpreter; a failure or timeout becomes ``{"error": ...}``."""
     cmd = [sys.executable, "-m", "pipelines.bench_locality", "worker", kind, name, cfg.model_dump_json(), str(root)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -130,8 +130,12 @@ def _run_isolated(kind: str, name: str, cfg: PipelineConfig, root: Path, timeout
 def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | None = None,
                        progress: Progress | None = None, strategies: tuple[str, ...] = REORDER_STRATEGIES,
                        methods: tuple[str, ...] = PARTITION_METHODS, rr_batches: int = 50,
-                       timeout_s: float = 3600) -> dict[str, Any]:
-    """Measure every reorder strategy and partition method on ``cfg.dataset``; returns (and writes) the report."""
+                       timeout_s: float = 3600, partition_order: str = "community") -> dict[str, Any]:
+    """Measure every reorder strategy and partition method on ``cfg.dataset``; returns (and writes) the report.
+
+    Partitioners (and the redundancy measurement) run on the ``partition_order`` ordering of the graph -- by
+    default ``community``, the order Strata's pipeline gives them when ``reorder.strategy=community``;
+    ``identity`` streams the ingested ids. METIS does not depend on it; streaming methods do, a lot."""
     from pipelines.bench import write_report
     from pipelines.stages import ingest, partition, reorder
     from pipelines.stages.graphio import load_graph
@@ -143,7 +147,8 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
         "dataset": cfg.dataset,
         "graph": {"nodes": int(graph_art.stats["num_nodes"]), "edges": int(graph_art.stats["num_edges"])},
         "settings": {"fanouts": list(cfg.sample.fanouts), "batch_size": cfg.sample.batch_size,
-                     "num_parts": cfg.partition.num_parts, "cpu_count": os.cpu_count()},
+                     "num_parts": cfg.partition.num_parts, "partition_order": partition_order,
+                     "row_bytes": load_graph(graph_art).row_bytes, "cpu_count": os.cpu_count()},
         "reorder": {},
         "partition": {},
     }
@@ -152,8 +157,9 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
         report["reorder"][name] = _run_isolated("reorder", name, cfg, paths.root, timeout_s)
         if progress:
             progress("locality: strategies and methods", i + 1, total)
+    part_cfg = cfg.model_copy(update={"reorder": cfg.reorder.model_copy(update={"strategy": partition_order})})
     for j, name in enumerate(methods):
-        report["partition"][name] = _run_isolated("partition", name, cfg, paths.root, timeout_s)
+        report["partition"][name] = _run_isolated("partition", name, part_cfg, paths.root, timeout_s)
         if progress:
             progress("locality: strategies and methods", len(strategies) + j + 1, total)
 
@@ -163,8 +169,7 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
                       report["partition"].get(m, {"error": ""})), "range")
     num_train = int(graph_art.stats.get("train_nodes", 0)) or int(graph_art.stats["num_nodes"]) // 10
     rr_parts = int(np.clip(num_train // RR_TRAIN_PER_PART, 2, 16384))
-    rr_cfg = cfg.model_copy(update={
-        "reorder": cfg.reorder.model_copy(update={"strategy": "identity"}),
+    rr_cfg = part_cfg.model_copy(update={
         "partition": cfg.partition.model_copy(update={"method": rr_method, "num_parts": rr_parts}),
     })
     ordering = reorder.run(store, rr_cfg, graph=graph_art).artifact

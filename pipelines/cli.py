@@ -634,13 +634,24 @@ def bench(
     methods: str | None = typer.Option(
         None, "--methods", help="locality: comma-separated partition methods (default: all)."
     ),
+    partition_order: str = typer.Option(
+        "community", "--partition-order",
+        help="locality: the ordering partitioners stream (community: Rabbit order, as the pipeline does after "
+        "reorder.strategy=community; identity: ingested ids).",
+    ),
 ) -> None:
     """Benchmarks. ``training`` (default): train once per feature path (in memory, naive direct reads, packed
     store) and compare. ``locality``: every reorder strategy and partition method on one graph."""
     cfg = _load_config(dataset, config, overrides)
     paths = _paths(root)
     if suite == "locality":
-        _bench_locality(cfg, paths, out_path, _names(strategies, "strategies"), _names(methods, "methods"))
+        from pipelines.bench_locality import REORDER_STRATEGIES
+
+        if partition_order not in REORDER_STRATEGIES:
+            err.print(f"'--partition-order' expected one of {', '.join(REORDER_STRATEGIES)} (got {partition_order!r})")
+            raise typer.Exit(2)
+        _bench_locality(cfg, paths, out_path, _names(strategies, "strategies"), _names(methods, "methods"),
+                        partition_order)
         return
     if suite != "training":
         err.print(f"'--suite' expected training or locality (got {suite!r})")
@@ -679,20 +690,21 @@ def _names(value: str | None, option: str) -> tuple[str, ...] | None:
 
 
 def _bench_locality(cfg: Any, paths: Any, out_path: Path, strategies: tuple[str, ...] | None,
-                    methods: tuple[str, ...] | None) -> None:
+                    methods: tuple[str, ...] | None, partition_order: str) -> None:
     from pipelines.bench_locality import PARTITION_METHODS, REORDER_STRATEGIES, run_locality_bench
 
     with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
         report = run_locality_bench(cfg, paths, out_path, progress=progress,
                                     strategies=strategies or REORDER_STRATEGIES,
-                                    methods=methods or PARTITION_METHODS)
+                                    methods=methods or PARTITION_METHODS, partition_order=partition_order)
     graph = report["graph"]
     reorder_table = Table(title=f"reorder ({graph['nodes']:,} nodes, {graph['edges']:,} edges)",
                           title_justify="left")
     reorder_columns = ("time_s", "peak_rss_mb", "pages_per_batch", "pages_vs_random", "avg_edge_gap")
     _add_rows(reorder_table, "strategy", reorder_columns, report["reorder"])
     out.print(reorder_table)
-    part_table = Table(title="partition", title_justify="left")
+    part_table = Table(title=f"partition (streaming the {report['settings']['partition_order']} order)",
+                       title_justify="left")
     part_columns = ("time_s", "peak_rss_mb", "stage_extra_rss_mb", "edge_cut", "balance", "cut_vs_metis",
                     "memory_vs_metis")
     _add_rows(part_table, "method", part_columns, report["partition"])

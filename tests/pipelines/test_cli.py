@@ -145,3 +145,17 @@ def test_bench_prints_one_row_per_mode(tmp_path: Path, monkeypatch: pytest.Monke
     assert seen["cfg"].train.epochs == 1 and seen["out"] == out and seen["root"] == tmp_path.resolve()
     for text in ("in_memory", "strata", "2.0 KiB", "900", "epoch_s"):
         assert text in result.stdout
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("--strategies", "random,zigzag", "'--strategies' expected a comma-separated list of"),
+    ("--methods", "kahip", "'--methods' expected a comma-separated list of"),
+    ("--partition-order", "sideways", "'--partition-order' expected one of"),
+])
+def test_locality_bench_rejects_unknown_names(tmp_path, option, value, expected):
+    args = ["bench", "--suite", "locality", "--dataset", "tiny", "--root", str(tmp_path), "--out",
+            str(tmp_path / "r.json"), option, value]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert not (tmp_path / "r.json").exists()
