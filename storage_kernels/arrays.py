@@ -335,6 +335,25 @@ def open_array(path: str | os.PathLike[str], mmap: bool = True) -> np.ndarray:
     return flat.reshape(hdr.shape, order=order)
 
 
+def release_pages(array: Any) -> bool:
+    """Drop this process's resident pages of the file mapping behind ``array`` (``madvise(MADV_DONTNEED)``).
+
+    A memory-mapped file streamed once stays resident in the process (and counts in its RSS) until unmapped,
+    although the kernel could reclaim it: streaming a 5 GB feature file would look like 5 GB of memory. For a
+    read-only mapping this only forgets the page-table entries; the data stays in the page cache and a later
+    access faults it back in. Returns False (and does nothing) when ``array`` is not backed by a mapping.
+    """
+    import mmap as _mmap
+
+    base = array
+    while base is not None and not isinstance(base, _mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or getattr(base, "closed", False) or not hasattr(_mmap, "MADV_DONTNEED"):
+        return False
+    base.madvise(_mmap.MADV_DONTNEED)
+    return True
+
+
 class ArrayWriter:
     """Streaming writer of an aligned `.npy` file, one chunk of rows at a time.
 

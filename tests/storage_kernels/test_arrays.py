@@ -19,6 +19,7 @@ from storage_kernels.arrays import (
     file_info,
     open_array,
     read_header,
+    release_pages,
     save_array,
 )
 
@@ -271,3 +272,29 @@ def test_alignment_helpers_match_brute_force() -> None:
     assert align_up(1) == 4096 and align_up(4096) == 4096 and align_up(0) == 0
     assert list(align_up(np.array([0, 4097]))) == [0, 8192]
     assert align_up(5, 4) == 8
+
+
+def _rss_file_kb() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssFile:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def test_release_pages_drops_resident_file_pages(tmp_path):
+    if _rss_file_kb() is None:
+        pytest.skip("needs /proc/self/status (Linux)")
+    path = tmp_path / "big.npy"
+    save_array(path, np.arange(8_000_000, dtype=np.int64))  # 64 MB
+    a = open_array(path)
+    before = _rss_file_kb()
+    assert int(a[::512].sum()) > 0  # touch every page
+    touched = _rss_file_kb()
+    assert touched - before > 40_000
+    assert release_pages(a[100:200])  # any view of the mapping releases the whole mapping
+    assert _rss_file_kb() - before < 10_000
+    assert a[123] == 123  # still readable: faulted back in from the page cache
+    assert not release_pages(np.zeros(3))  # not a mapping: nothing to do
