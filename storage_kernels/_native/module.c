@@ -8,6 +8,9 @@
 /* ---- partitioning kernels (partition.c) ---- */
 PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs);
 /* ---- end partitioning kernels ---- */
 
 /* ---- reorder kernels (permute.c, community.c) ---- */
@@ -65,6 +68,17 @@ static PyMethodDef methods[] = {
     {"grem_pass", SK_FN(sk_grem_pass), SK_KW,
      "grem_pass(indptr, indices, nodes, labels, pref, sizes, capacity, label_a, label_b) -> int\n\n"
      "One GREM bisection pass over a chunk of nodes (re-evaluates assigned nodes); returns the nodes moved."},
+    {"cluster_pass", SK_FN(sk_cluster_pass), SK_KW,
+     "cluster_pass(indptr, indices, nodes, clusters, cluster_weight, max_weight, node_weight=None,\n"
+     "             edge_weight=None, visit=None) -> int\n\n"
+     "One size-constrained label-propagation pass over a chunk of nodes; returns the nodes that changed cluster."},
+    {"refine_pass", SK_FN(sk_refine_pass), SK_KW,
+     "refine_pass(indptr, indices, nodes, parts, sizes, capacity, node_weight=None, edge_weight=None,\n"
+     "            train_weight=None, train_sizes=None, train_capacity=None, visit=None) -> int\n\n"
+     "One k-way label-propagation refinement pass over a chunk of nodes; returns the nodes moved."},
+    {"csr_aggregate", SK_FN(sk_csr_aggregate), SK_KW,
+     "csr_aggregate(indptr, indices, weights) -> (indptr, nnz)\n\n"
+     "Sort each row by column and merge duplicate columns (weights summed) in place."},
     /* ---- end partitioning kernels ---- */
     {"_set_dense_map_limit", (PyCFunction)sk_set_dense_map_limit, METH_VARARGS,
      "_set_dense_map_limit(num_nodes) -> previous\n\n"

@@ -15,7 +15,13 @@
  * count and block size; with Bloom counting the result depends on block_nodes (a fixed argument) but
  * never on the thread count.
  *
- * grem_pass is sequential (O(degree) per node, no scoring over parts). */
+ * grem_pass is sequential (O(degree) per node, no scoring over parts).
+ *
+ * Weights (both kernels, optional, for coarse graphs of the multilevel scheme): `node_weight` (one per
+ * chunk node, >= 1) is what a node adds to its part's size, `edge_weight` (one per entry of `indices`, >= 1)
+ * what a neighbour adds to a part's count. fennel_pass also takes `train_weight` (training nodes inside a
+ * node, replacing the 0/1 `is_train`). Absent weights are 1 (is_train for training), and the result is then
+ * exactly that of the unweighted kernels. */
 #include "common.h"
 #include "rng.h"
 
@@ -45,6 +51,27 @@ static int get_typed(PyObject *obj, const char *func, const char *name, char fmt
         sk_release(view);
         return -1;
     }
+    return 0;
+}
+
+/* Optional 1-D int64 weights of an expected length, each >= `min` (Py_None: left empty). */
+static int get_weights(PyObject *obj, const char *fn, const char *name, int64_t expected, int64_t min, Py_buffer *view) {
+    if (obj == Py_None) return 0;
+    if (sk_get_buffer(obj, fn, name, SK_INT64, 1, 0, view) < 0) return -1;
+    if (sk_len(view) != expected) {
+        PyErr_Format(PyExc_ValueError, "%s: '%s' expected %lld entries (got %lld)", fn, name, (long long)expected,
+                     (long long)sk_len(view));
+        sk_release(view);
+        return -1;
+    }
+    const int64_t *w = view->buf;
+    for (int64_t i = 0; i < expected; i++)
+        if (w[i] < min) {
+            PyErr_Format(PyExc_ValueError, "%s: '%s' expected weights >= %lld (got [%lld]=%lld)", fn, name, (long long)min,
+                         (long long)i, (long long)w[i]);
+            sk_release(view);
+            return -1;
+        }
     return 0;
 }
 
@@ -103,10 +130,10 @@ static int raise_chunk_error(const char *func, const sk_status *st, int64_t N, i
 
 /* ---- FENNEL ------------------------------------------------------------------------------------------- */
 
-typedef struct { int32_t key, count; } pair32;
+typedef struct { int32_t key; int64_t count; } pair32;
 
 typedef struct {
-    const int64_t *ptr, *nodes, *cols;
+    const int64_t *ptr, *nodes, *cols, *ew;
     const int32_t *labels;
     const uint64_t *bloom; /* p filters of `words` uint64 words, or NULL */
     int64_t words, bits;
@@ -116,7 +143,7 @@ typedef struct {
     const int64_t *seg;    /* segment start of block node j - bs in `pairs` */
     pair32 *pairs;
     int32_t *npairs, *ninblock;
-    int32_t **scratch;     /* per thread: cnt[p] then touched[p] */
+    int64_t **scratch;     /* per thread: cnt[p] then touched[p] */
 } fennel_ctx;
 
 static inline int bloom_test(const uint64_t *filter, uint64_t h1, uint64_t h2, int64_t bits) {
@@ -147,32 +174,39 @@ static void fennel_count_task(void *arg, int tid, int nthreads) {
     fennel_ctx *c = arg;
     const int64_t n = c->be - c->bs;
     const int64_t lo = c->bs + n * tid / nthreads, hi = c->bs + n * (tid + 1) / nthreads;
-    int32_t *cnt = c->scratch[tid], *touched = cnt + c->p;
+    int64_t *cnt = c->scratch[tid], *touched = cnt + c->p;
     for (int64_t j = lo; j < hi; j++) {
         const int64_t jj = j - c->bs;
         pair32 *out = c->pairs + c->seg[jj];
         const int64_t cap = c->seg[jj + 1] - c->seg[jj];
         int32_t nt = 0, nin = 0;
         for (int64_t e = c->ptr[j]; e < c->ptr[j + 1]; e++) {
-            const int64_t u = c->cols[e];
+            const int64_t u = c->cols[e], we = c->ew != NULL ? c->ew[e] : 1;
             const int64_t q = find_sorted(c->nodes, c->bs, c->be, u);
             if (q >= 0) { /* a node of this block: its label is read when j is assigned (phase 2) */
-                if (q != j) out[cap - 1 - nin++].key = (int32_t)(q - c->bs);
+                if (q != j) {
+                    out[cap - 1 - nin].key = (int32_t)(q - c->bs);
+                    out[cap - 1 - nin++].count = we;
+                }
                 continue;
             }
             if (c->bloom == NULL) {
                 const int64_t k = (int64_t)c->labels[u] - c->base;
                 if (k < 0 || k >= c->p) continue;
-                if (cnt[k]++ == 0) touched[nt++] = (int32_t)k;
+                if (cnt[k] == 0) touched[nt++] = k;
+                cnt[k] += we; /* weights >= 1: cnt[k] != 0 marks k as touched */
             } else {
                 uint64_t h1, h2;
                 bloom_hashes(c->bloom_key, u, &h1, &h2);
                 for (int32_t k = 0; k < c->p; k++)
-                    if (bloom_test(c->bloom + (int64_t)k * c->words, h1, h2, c->bits) && cnt[k]++ == 0) touched[nt++] = k;
+                    if (bloom_test(c->bloom + (int64_t)k * c->words, h1, h2, c->bits)) {
+                        if (cnt[k] == 0) touched[nt++] = k;
+                        cnt[k] += we;
+                    }
             }
         }
         for (int32_t t = 0; t < nt; t++) {
-            out[t].key = touched[t];
+            out[t].key = (int32_t)touched[t];
             out[t].count = cnt[touched[t]];
             cnt[touched[t]] = 0;
         }
@@ -184,21 +218,23 @@ static void fennel_count_task(void *arg, int tid, int nthreads) {
 PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"indptr", "indices", "nodes", "labels", "sizes", "train_sizes", "is_train",
                              "capacity", "weight", "label_base", "alpha", "gamma", "train_penalty", "train_norm",
-                             "bloom", "bloom_seed", "block_nodes", "restream", "num_threads", NULL};
+                             "bloom", "bloom_seed", "block_nodes", "restream", "num_threads", "node_weight",
+                             "edge_weight", "train_weight", NULL};
     PyObject *ptr_o, *cols_o, *nodes_o, *labels_o, *sizes_o, *tsizes_o, *train_o, *cap_o, *w_o, *bloom_o = Py_None;
+    PyObject *nw_o = Py_None, *ew_o = Py_None, *tw_o = Py_None;
     long long label_base, bloom_seed = 0;
     double alpha, gamma, train_penalty, train_norm;
     Py_ssize_t block_nodes = 4096, nthreads_req = 0;
     int restream = 0;
     Py_buffer ptr = {0}, cols = {0}, nodes = {0}, labels = {0}, sizes = {0}, tsizes = {0}, train = {0}, cap = {0},
-              w = {0}, bloom = {0};
+              w = {0}, bloom = {0}, nw = {0}, ew = {0}, tw = {0};
     sk_status st = {0};
     const char *fn = "fennel_pass";
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOLdddd|OLnpn:fennel_pass", kwlist, &ptr_o, &cols_o,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOLdddd|OLnpnOOO:fennel_pass", kwlist, &ptr_o, &cols_o,
                                      &nodes_o, &labels_o, &sizes_o, &tsizes_o, &train_o, &cap_o, &w_o, &label_base,
                                      &alpha, &gamma, &train_penalty, &train_norm, &bloom_o, &bloom_seed,
-                                     &block_nodes, &restream, &nthreads_req))
+                                     &block_nodes, &restream, &nthreads_req, &nw_o, &ew_o, &tw_o))
         return NULL;
     int nthreads = sk_resolve_threads(fn, nthreads_req);
     if (nthreads < 0) return NULL;
@@ -214,6 +250,9 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (bloom_o != Py_None && sk_get_buffer(bloom_o, fn, "bloom", SK_UINT8, 1, 1, &bloom) < 0) goto fail;
 
     const int64_t B = sk_len(&nodes), N = sk_len(&labels), p = sk_len(&sizes), E = sk_len(&cols);
+    if (get_weights(nw_o, fn, "node_weight", B, 1, &nw) < 0) goto fail;
+    if (get_weights(ew_o, fn, "edge_weight", E, 1, &ew) < 0) goto fail;
+    if (get_weights(tw_o, fn, "train_weight", B, 0, &tw) < 0) goto fail;
     if (sk_len(&ptr) != B + 1) {
         PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", fn,
                      (long long)(B + 1), (long long)sk_len(&ptr));
@@ -272,6 +311,7 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     const int64_t *CAP = cap.buf;
     const double *W = w.buf;
     const uint8_t *TR = train.buf;
+    const int64_t *NW = nw.buf, *TW = tw.buf;
     uint64_t *BL = bloom.buf;
     const int64_t bits = words * 64;
     const uint64_t bkey = sk_mix64((uint64_t)bloom_seed + SK_RNG_G1);
@@ -281,7 +321,8 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS
     int64_t *seg = NULL;
     pair32 *pairs = NULL;
-    int32_t *npairs = NULL, *ninblock = NULL, **scratch = NULL;
+    int32_t *npairs = NULL, *ninblock = NULL;
+    int64_t **scratch = NULL;
     double *cntd = NULL;
     check_chunk(P, B, E, V, C, N, &st);
     for (int64_t j = 0; st.code == 0 && j < B; j++) {
@@ -303,15 +344,15 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
         pairs = malloc(sizeof(pair32) * (size_t)(maxseg > 0 ? maxseg : 1));
         npairs = malloc(sizeof(int32_t) * (size_t)blk);
         ninblock = malloc(sizeof(int32_t) * (size_t)blk);
-        scratch = calloc((size_t)nthreads, sizeof(int32_t *));
+        scratch = calloc((size_t)nthreads, sizeof(int64_t *));
         cntd = calloc((size_t)p, sizeof(double));
         int ok = seg && pairs && npairs && ninblock && scratch && cntd;
-        for (int t = 0; ok && t < nthreads; t++) ok = (scratch[t] = calloc((size_t)(2 * p), sizeof(int32_t))) != NULL;
+        for (int t = 0; ok && t < nthreads; t++) ok = (scratch[t] = calloc((size_t)(2 * p), sizeof(int64_t))) != NULL;
         if (!ok) sk_status_set(&st, P_NOMEM, 0, 0, 0, 0, 0, 0);
     }
     if (st.code == 0) {
-        fennel_ctx ctx = {P, V, C, L, BL, words, bits, bkey, (int32_t)label_base, (int32_t)p, 0, 0, seg, pairs,
-                          npairs, ninblock, scratch};
+        fennel_ctx ctx = {P, V, C, ew.buf, L, BL, words, bits, bkey, (int32_t)label_base, (int32_t)p, 0, 0, seg,
+                          pairs, npairs, ninblock, scratch};
         const double g1 = gamma - 1.0, ag = alpha * gamma;
         for (int64_t bs = 0; bs < B; bs += blk) {
             const int64_t be = bs + blk < B ? bs + blk : B;
@@ -322,25 +363,25 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
             ctx.be = be;
             sk_parallel(sk_cap_threads(nthreads, be - bs, 64), fennel_count_task, &ctx);
             for (int64_t j = bs; j < be; j++) { /* phase 2: sequential assignment in id order */
-                const int64_t jj = j - bs;
+                const int64_t jj = j - bs, wv = NW != NULL ? NW[j] : 1, tv = TW != NULL ? TW[j] : (TR[j] != 0);
                 const pair32 *seg_p = pairs + seg[jj];
                 const int64_t segcap = seg[jj + 1] - seg[jj];
                 for (int32_t t = 0; t < npairs[jj]; t++) cntd[seg_p[t].key] += seg_p[t].count;
                 for (int32_t t = 0; t < ninblock[jj]; t++) {
                     const int64_t k = (int64_t)L[V[bs + seg_p[segcap - 1 - t].key]] - label_base;
-                    if (k >= 0 && k < p) cntd[k] += 1.0;
+                    if (k >= 0 && k < p) cntd[k] += (double)seg_p[segcap - 1 - t].count;
                 }
                 if (restream) { /* take v out of its part before re-scoring it */
                     const int64_t k0 = (int64_t)L[V[j]] - label_base;
-                    S[k0]--;
-                    if (TR[j]) T[k0]--;
+                    S[k0] -= wv;
+                    T[k0] -= tv;
                 }
                 int64_t best = -1;
                 double best_score = 0.0;
                 for (int64_t k = 0; k < p; k++) {
-                    if (S[k] >= CAP[k]) continue;
-                    double s = cntd[k] - ag * pow(W[k] * (double)S[k], g1);
-                    if (TR[j]) s -= train_penalty * (W[k] * (double)T[k]) / train_norm;
+                    if (S[k] + wv > CAP[k]) continue;
+                    double s = cntd[k] - (double)wv * ag * pow(W[k] * (double)S[k], g1);
+                    if (tv) s -= (double)tv * train_penalty * (W[k] * (double)T[k]) / train_norm;
                     if (best < 0 || s > best_score) { best = k; best_score = s; }
                 }
                 if (best < 0) { /* every part full (capacities below the node count): smallest part */
@@ -353,8 +394,8 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
                     if (k >= 0 && k < p) cntd[k] = 0.0;
                 }
                 L[V[j]] = (int32_t)(label_base + best);
-                S[best]++;
-                if (TR[j]) T[best]++;
+                S[best] += wv;
+                T[best] += tv;
                 if (BL != NULL) {
                     uint64_t h1, h2;
                     bloom_hashes(bkey, V[j], &h1, &h2);
@@ -380,11 +421,13 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (raise_chunk_error(fn, &st, N, label_base, p) < 0) goto fail;
     sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&sizes);
     sk_release(&tsizes); sk_release(&train); sk_release(&cap); sk_release(&w); sk_release(&bloom);
+    sk_release(&nw); sk_release(&ew); sk_release(&tw);
     Py_RETURN_NONE;
 
 fail:
     sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&sizes);
     sk_release(&tsizes); sk_release(&train); sk_release(&cap); sk_release(&w); sk_release(&bloom);
+    sk_release(&nw); sk_release(&ew); sk_release(&tw);
     return NULL;
 }
 
@@ -392,16 +435,16 @@ fail:
 
 PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"indptr", "indices", "nodes", "labels", "pref", "sizes", "capacity", "label_a",
-                             "label_b", NULL};
-    PyObject *ptr_o, *cols_o, *nodes_o, *labels_o, *pref_o, *sizes_o, *cap_o;
+                             "label_b", "node_weight", "edge_weight", NULL};
+    PyObject *ptr_o, *cols_o, *nodes_o, *labels_o, *pref_o, *sizes_o, *cap_o, *nw_o = Py_None, *ew_o = Py_None;
     long long la, lb;
-    Py_buffer ptr = {0}, cols = {0}, nodes = {0}, labels = {0}, pref = {0}, sizes = {0}, cap = {0};
+    Py_buffer ptr = {0}, cols = {0}, nodes = {0}, labels = {0}, pref = {0}, sizes = {0}, cap = {0}, nw = {0}, ew = {0};
     sk_status st = {0};
     int64_t moved = 0;
     const char *fn = "grem_pass";
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOLL:grem_pass", kwlist, &ptr_o, &cols_o, &nodes_o,
-                                     &labels_o, &pref_o, &sizes_o, &cap_o, &la, &lb))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOLL|OO:grem_pass", kwlist, &ptr_o, &cols_o, &nodes_o,
+                                     &labels_o, &pref_o, &sizes_o, &cap_o, &la, &lb, &nw_o, &ew_o))
         return NULL;
     if (sk_get_buffer(ptr_o, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto fail;
     if (sk_get_buffer(cols_o, fn, "indices", SK_INT64, 1, 0, &cols) < 0) goto fail;
@@ -417,6 +460,8 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
                      (long long)(B + 1), (long long)sk_len(&ptr));
         goto fail;
     }
+    if (get_weights(nw_o, fn, "node_weight", B, 1, &nw) < 0) goto fail;
+    if (get_weights(ew_o, fn, "edge_weight", E, 1, &ew) < 0) goto fail;
     if (sk_len(&pref) != N) {
         PyErr_Format(PyExc_ValueError, "%s: 'pref' expected %lld entries like 'labels' (got %lld)", fn, (long long)N,
                      (long long)sk_len(&pref));
@@ -433,7 +478,7 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
         goto fail;
     }
 
-    const int64_t *P = ptr.buf, *V = nodes.buf, *C = cols.buf, *CAP = cap.buf;
+    const int64_t *P = ptr.buf, *V = nodes.buf, *C = cols.buf, *CAP = cap.buf, *NW = nw.buf, *EW = ew.buf;
     int32_t *L = labels.buf;
     float *PR = pref.buf;
     int64_t *S = sizes.buf;
@@ -442,12 +487,13 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS
     check_chunk(P, B, E, V, C, N, &st);
     for (int64_t j = 0; st.code == 0 && j < B; j++) {
-        const int64_t v = V[j];
+        const int64_t v = V[j], wv = NW != NULL ? NW[j] : 1;
         int64_t na = 0, nb = 0;
         for (int64_t e = P[j]; e < P[j + 1]; e++) {
             const int32_t l = L[C[e]];
-            na += l == A;
-            nb += l == Bl;
+            const int64_t we = EW != NULL ? EW[e] : 1;
+            na += l == A ? we : 0;
+            nb += l == Bl ? we : 0;
         }
         /* LDG-style weighting: a neighbour counts less on a side that is filling up */
         const float cur = (float)((double)nb * (1.0 - (double)S[1] / (double)CAP[1]) -
@@ -460,12 +506,12 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
         else if (est < 0.0f) want = 0;
         else if (assigned) want = side0;
         else want = (CAP[0] - S[0]) >= (CAP[1] - S[1]) ? 0 : 1;
-        if (want != side0 && S[want] >= CAP[want]) want = assigned ? side0 : 1 - want;
+        if (want != side0 && S[want] + wv > CAP[want]) want = assigned ? side0 : 1 - want;
         if (assigned && want != side0) {
-            S[side0]--;
+            S[side0] -= wv;
             moved++;
         }
-        if (!assigned || want != side0) S[want]++;
+        if (!assigned || want != side0) S[want] += wv;
         L[v] = want ? Bl : A;
         PR[v] = est;
     }
@@ -473,11 +519,11 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
 
     if (raise_chunk_error(fn, &st, N, 0, 0) < 0) goto fail;
     sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&pref);
-    sk_release(&sizes); sk_release(&cap);
+    sk_release(&sizes); sk_release(&cap); sk_release(&nw); sk_release(&ew);
     return PyLong_FromLongLong((long long)moved);
 
 fail:
     sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&pref);
-    sk_release(&sizes); sk_release(&cap);
+    sk_release(&sizes); sk_release(&cap); sk_release(&nw); sk_release(&ew);
     return NULL;
 }

@@ -270,10 +270,14 @@ def bloom_bits_ref(key: int, u: int, bits: int) -> list[int]:
 
 def fennel_pass_ref(indptr, indices, nodes, labels, sizes, train_sizes, is_train, capacity, weight, label_base,
                     alpha, gamma, train_penalty, train_norm, bloom=None, bloom_seed=0, block_nodes=4096,
-                    restream=False):
+                    restream=False, node_weight=None, edge_weight=None, train_weight=None):
     """Plain-Python FENNEL pass with the kernel's rule; updates labels/sizes/train_sizes (and `bloom`, a bool
     array (p, bits)) in place. Block semantics: Bloom probes see the filters as of the block start; the
-    other nodes of the block are counted from their current labels. `restream`: v leaves its part first."""
+    other nodes of the block are counted from their current labels. `restream`: v leaves its part first.
+
+    Weights (None = unweighted): node j adds w = node_weight[j] to its part (room: sizes[k] + w <= capacity[k],
+    balance term times w), entry e adds edge_weight[e] to c_k (exact or Bloom), and t = train_weight[j]
+    (default is_train[j]) replaces the 0/1 training flag (penalty times t, train_sizes += t)."""
     import math
 
     p = len(sizes)
@@ -285,55 +289,62 @@ def fennel_pass_ref(indptr, indices, nodes, labels, sizes, train_sizes, is_train
         pos = {v: j for j, v in enumerate(nodes[bs:be], start=bs)}
         snap = None if bloom is None else bloom.copy()
         for j in range(bs, be):
+            w = 1 if node_weight is None else int(node_weight[j])
+            t = int(is_train[j]) if train_weight is None else int(train_weight[j])
             cnt = [0.0] * p
             for e in range(int(indptr[j]), int(indptr[j + 1])):
                 u = int(indices[e])
+                we = 1.0 if edge_weight is None else float(edge_weight[e])
                 if u in pos:
                     k = int(labels[u]) - label_base
                     if pos[u] != j and 0 <= k < p:
-                        cnt[k] += 1.0
+                        cnt[k] += we
                     continue
                 if snap is None:
                     k = int(labels[u]) - label_base
                     if 0 <= k < p:
-                        cnt[k] += 1.0
+                        cnt[k] += we
                 else:
                     bits = bloom_bits_ref(key, u, snap.shape[1])
                     for k in range(p):
                         if all(snap[k, b] for b in bits):
-                            cnt[k] += 1.0
+                            cnt[k] += we
             if restream:
                 k0 = int(labels[nodes[j]]) - label_base
-                sizes[k0] -= 1
-                if is_train[j]:
-                    train_sizes[k0] -= 1
+                sizes[k0] -= w
+                train_sizes[k0] -= t
             best, best_score = -1, 0.0
             for k in range(p):
-                if sizes[k] >= capacity[k]:
+                if sizes[k] + w > capacity[k]:
                     continue
-                s = cnt[k] - ag * math.pow(float(weight[k]) * float(sizes[k]), g1)
-                if is_train[j]:
-                    s -= train_penalty * (float(weight[k]) * float(train_sizes[k])) / train_norm
+                s = cnt[k] - w * ag * math.pow(float(weight[k]) * float(sizes[k]), g1)
+                if t > 0:
+                    s -= t * train_penalty * (float(weight[k]) * float(train_sizes[k])) / train_norm
                 if best < 0 or s > best_score:
                     best, best_score = k, s
             if best < 0:
                 best = int(np.argmin(sizes))
             labels[nodes[j]] = label_base + best
-            sizes[best] += 1
-            if is_train[j]:
-                train_sizes[best] += 1
+            sizes[best] += w
+            train_sizes[best] += t
             if bloom is not None:
                 for b in bloom_bits_ref(key, nodes[j], bloom.shape[1]):
                     bloom[best, b] = True
 
 
-def grem_pass_ref(indptr, indices, nodes, labels, pref, sizes, capacity, label_a, label_b) -> int:
-    """Plain-Python GREM pass with the kernel's rule (float32 estimates); returns nodes moved."""
+def grem_pass_ref(indptr, indices, nodes, labels, pref, sizes, capacity, label_a, label_b, node_weight=None,
+                  edge_weight=None) -> int:
+    """Plain-Python GREM pass with the kernel's rule (float32 estimates); returns nodes moved. With weights,
+    n_a / n_b sum the entries' edge weights and node j adds node_weight[j] to its side (full: sizes + w >
+    capacity)."""
     moved = 0
     half = np.float32(0.5)
     for j, v in enumerate(int(x) for x in nodes):
-        nbr = labels[indices[int(indptr[j]):int(indptr[j + 1])]]
-        na, nb = int(np.count_nonzero(nbr == label_a)), int(np.count_nonzero(nbr == label_b))
+        lo, hi = int(indptr[j]), int(indptr[j + 1])
+        nbr = labels[indices[lo:hi]]
+        ew = np.ones(hi - lo, dtype=np.int64) if edge_weight is None else np.asarray(edge_weight[lo:hi])
+        na, nb = int(ew[nbr == label_a].sum()), int(ew[nbr == label_b].sum())
+        w = 1 if node_weight is None else int(node_weight[j])
         cur = np.float32(nb * (1.0 - int(sizes[1]) / int(capacity[1])) - na * (1.0 - int(sizes[0]) / int(capacity[0])))
         assigned = labels[v] in (label_a, label_b)
         side0 = int(labels[v] == label_b) if assigned else -1
@@ -346,13 +357,106 @@ def grem_pass_ref(indptr, indices, nodes, labels, pref, sizes, capacity, label_a
             want = side0
         else:
             want = 0 if capacity[0] - sizes[0] >= capacity[1] - sizes[1] else 1
-        if want != side0 and sizes[want] >= capacity[want]:
+        if want != side0 and sizes[want] + w > capacity[want]:
             want = side0 if assigned else 1 - want
         if assigned and want != side0:
-            sizes[side0] -= 1
+            sizes[side0] -= w
             moved += 1
         if not assigned or want != side0:
-            sizes[want] += 1
+            sizes[want] += w
         labels[v] = label_b if want else label_a
         pref[v] = est
     return moved
+
+
+# ---- multilevel references (multilevel.c: cluster_pass, refine_pass, csr_aggregate) ----------------------
+
+
+def _visit_order(num: int, visit) -> list[int]:
+    return list(range(num)) if visit is None else [int(j) for j in visit]
+
+
+def _weight(values, i: int) -> int:
+    return 1 if values is None else int(values[i])
+
+
+def cluster_pass_ref(indptr, indices, nodes, clusters, cluster_weight, max_weight, node_weight=None,
+                     edge_weight=None, visit=None) -> int:
+    """Size-constrained label propagation over one chunk, sequential in `visit` order; updates clusters and
+    cluster_weight in place, returns the moves. v joins the neighbouring cluster c != clusters[v] of largest
+    connection weight (self loops ignored) with cluster_weight[c] + w <= max_weight (ties: smallest c) when
+    that weight is strictly above its connection to its own cluster."""
+    moved = 0
+    for j in _visit_order(len(nodes), visit):
+        v, w = int(nodes[j]), _weight(node_weight, j)
+        cur = int(clusters[v])
+        conn: dict[int, int] = {}
+        for e in range(int(indptr[j]), int(indptr[j + 1])):
+            u = int(indices[e])
+            if u != v:
+                c = int(clusters[u])
+                conn[c] = conn.get(c, 0) + _weight(edge_weight, e)
+        own = conn.get(cur, 0)
+        fits = [c for c in conn if c != cur and cluster_weight[c] + w <= max_weight]
+        if not fits:
+            continue
+        best = min(fits, key=lambda c: (-conn[c], c))
+        if conn[best] > own:
+            cluster_weight[cur] -= w
+            cluster_weight[best] += w
+            clusters[v] = best
+            moved += 1
+    return moved
+
+
+def refine_pass_ref(indptr, indices, nodes, parts, sizes, capacity, node_weight=None, edge_weight=None,
+                    train_weight=None, train_sizes=None, train_capacity=None, visit=None) -> int:
+    """k-way label-propagation refinement over one chunk, sequential in `visit` order; updates parts, sizes
+    (and train_sizes) in place, returns the moves. Candidates: parts c != parts[v] that v has a neighbour in
+    (labels outside [0, k) and self loops ignored), with sizes[c] + w <= capacity[c] and, when t > 0,
+    train_sizes[c] + t <= train_capacity[c]; best = largest connection, ties smallest c; v moves when that
+    connection beats its own strictly or its own part is over capacity."""
+    k = len(sizes)
+    moved = 0
+    for j in _visit_order(len(nodes), visit):
+        v, w = int(nodes[j]), _weight(node_weight, j)
+        t = 0 if train_weight is None else int(train_weight[j])
+        cur = int(parts[v])
+        if not 0 <= cur < k:
+            raise ValueError(f"expected the label of node {v} in [0, {k}) (got {cur})")
+        conn = [0] * k
+        for e in range(int(indptr[j]), int(indptr[j + 1])):
+            u = int(indices[e])
+            if u != v and 0 <= int(parts[u]) < k:
+                conn[int(parts[u])] += _weight(edge_weight, e)
+        fits = [c for c in range(k) if c != cur and conn[c] > 0 and sizes[c] + w <= capacity[c]
+                and (train_weight is None or t == 0 or train_sizes[c] + t <= train_capacity[c])]
+        if not fits:
+            continue
+        best = min(fits, key=lambda c: (-conn[c], c))
+        if conn[best] > conn[cur] or sizes[cur] > capacity[cur]:
+            sizes[cur] -= w
+            sizes[best] += w
+            if train_weight is not None:
+                train_sizes[cur] -= t
+                train_sizes[best] += t
+            parts[v] = best
+            moved += 1
+    return moved
+
+
+def csr_aggregate_ref(indptr, indices, weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(new_indptr, indices, weights) of the CSR with each row sorted by column and duplicate columns merged
+    (weights summed); computed globally with NumPy (lexsort + reduceat), not row by row like the kernel."""
+    n = len(indptr) - 1
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    order = np.lexsort((indices, rows))
+    rows, cols, w = rows[order], np.asarray(indices)[order], np.asarray(weights)[order]
+    if len(cols) == 0:
+        return np.zeros(n + 1, dtype=np.int64), cols.astype(np.int64), w.astype(np.int64)
+    first = np.ones(len(cols), dtype=bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+    starts = np.flatnonzero(first)
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[starts], minlength=n), out=new_indptr[1:])
+    return new_indptr, cols[starts].astype(np.int64), np.add.reduceat(w, starts).astype(np.int64)
