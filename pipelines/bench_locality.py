@@ -25,10 +25,13 @@ from pipelines.config import PipelineConfig
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, peak_rss_mb
 
-__all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "add_ratios", "run_locality_bench", "redundancy_ratio"]
+__all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "PARTITION_VARIANTS", "add_ratios", "run_locality_bench",
+           "redundancy_ratio"]
 
 REORDER_STRATEGIES = ("random", "identity", "degree", "bfs", "rcm", "community", "partition")
 PARTITION_METHODS = ("range", "metis", "fennel", "grem")
+# Ablation rows (``--methods``): the streaming methods without the multilevel scheme (partition.multilevel=false).
+PARTITION_VARIANTS = (*PARTITION_METHODS, "fennel-single", "grem-single")
 RR_TRAIN_PER_PART = 128
 
 
@@ -100,17 +103,23 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
             "pages_per_batch": float(art.stats.get("pages_per_batch", pages_per_batch(arrays))),
             "avg_edge_gap": float(art.stats.get("avg_edge_gap", average_edge_gap(arrays))),
         }
-    cfg = cfg.model_copy(update={"partition": cfg.partition.model_copy(update={"method": name})})
+    method, _, variant = name.partition("-")
+    cfg = cfg.model_copy(update={"partition": cfg.partition.model_copy(
+        update={"method": method, "multilevel": cfg.partition.multilevel and variant != "single"})})
     ordering = reorder.run(store, cfg, graph=graph).artifact
     start = time.perf_counter()
     baseline = _reset_peak_rss()
     art = partition.run(store, cfg, ordering=ordering).artifact
-    return {
+    row = {
         "time_s": round(art.stats.get("time_s", time.perf_counter() - start), 3),
         **_memory(baseline),
         "edge_cut": float(art.stats["edge_cut"]),
         "balance": float(art.stats["balance"]),
     }
+    for key in ("multilevel", "ml_levels", "ml_coarse_nodes", "ml_initial_cut"):
+        if key in art.stats:
+            row[key] = art.stats[key]
+    return row
 
 
 def _run_isolated(kind: str, name: str, cfg: PipelineConfig, root: Path, timeout_s: float) -> dict[str, Any]:

@@ -632,7 +632,9 @@ def bench(
         None, "--strategies", help="locality: comma-separated reorder strategies (default: all)."
     ),
     methods: str | None = typer.Option(
-        None, "--methods", help="locality: comma-separated partition methods (default: all)."
+        None, "--methods",
+        help="locality: comma-separated partition methods (default: range, metis, fennel, grem; fennel-single and "
+        "grem-single run them without the multilevel scheme).",
     ),
     partition_order: str = typer.Option(
         "community", "--partition-order",
@@ -676,11 +678,11 @@ def bench(
 
 def _names(value: str | None, option: str) -> tuple[str, ...] | None:
     """Parse a comma-separated ``--strategies``/``--methods`` value, checking every name."""
-    from pipelines.bench_locality import PARTITION_METHODS, REORDER_STRATEGIES
+    from pipelines.bench_locality import PARTITION_VARIANTS, REORDER_STRATEGIES
 
     if value is None:
         return None
-    known = REORDER_STRATEGIES if option == "strategies" else PARTITION_METHODS
+    known = REORDER_STRATEGIES if option == "strategies" else PARTITION_VARIANTS
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     unknown = [n for n in names if n not in known]
     if unknown or not names:

@@ -85,6 +85,12 @@ class PartitionConfig(_Section):
         128, gt=1, description="FENNEL: above this many parts, partition in two levels (sqrt(p) x sqrt(p))."
     )
     grem_chunk_fraction: float = Field(0.1, gt=0, le=1, description="GREM: chunk size as a fraction of nodes.")
+    multilevel: bool = Field(
+        True,
+        description="fennel, grem: coarsen the graph by size-constrained label propagation (the finest level "
+        "streamed from disk), run the method on the coarsest graph and refine while projecting back (false: "
+        "the single-level streaming algorithm).",
+    )
     memory_mb: int = Field(4096, gt=0, description="Memory budget; metis refuses graphs whose CSR exceeds it.")
 
 
