@@ -565,12 +565,12 @@ def refine_pass(indptr, indices, nodes, parts: np.ndarray, sizes: np.ndarray, ca
     """One k-way label-propagation refinement pass over a chunk of nodes (multilevel uncoarsening).
 
     ``parts`` (int32, N) label every streamed node in ``[0, k)``, ``k = len(sizes)``. Visiting the chunk
-    positions listed in ``visit`` (distinct, in that order; default: all), node v moves to the part c != ``parts[v]`` of largest connection weight among the parts
-    with room (``sizes[c] + w(v) <= capacity[c]``; with training weights also ``train_sizes[c] + t(v) <=
-    train_capacity[c]`` when t(v) > 0) if that weight is strictly above its connection to its own part, or
-    whatever the gain when its own part is over capacity (ties: smallest c). Neighbours labelled outside
-    ``[0, k)`` do not count. ``parts``, ``sizes`` (int64, k) and ``train_sizes`` are updated in place.
-    Sequential. Returns how many nodes moved.
+    positions listed in ``visit`` (distinct, in that order; default: all), node v moves to the part
+    c != ``parts[v]`` of largest connection weight among the parts with room (``sizes[c] + w(v) <=
+    capacity[c]``; with training weights also ``train_sizes[c] + t(v) <= train_capacity[c]`` when t(v) > 0)
+    if that weight is strictly above its connection to its own part, or whatever the gain when its own part
+    is over capacity (ties: smallest c). Neighbours labelled outside ``[0, k)`` do not count. ``parts``,
+    ``sizes`` (int64, k) and ``train_sizes`` are updated in place. Sequential. Returns how many nodes moved.
     """
     return _native.refine_pass(
         _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), parts,
