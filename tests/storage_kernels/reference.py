@@ -76,6 +76,18 @@ def symmetrise(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]])
 
 
+def random_graph(n: int, deg: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetrised random multigraph (duplicate entries and self loops occur), rows sorted."""
+    rng = np.random.default_rng(seed)
+    m = n * deg // 2
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    s, d = np.concatenate([src, dst]), np.concatenate([dst, src])
+    order = np.lexsort((d, s))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(s, minlength=n), out=indptr[1:])
+    return indptr, d[order].astype(np.int64)
+
+
 def random_csr(num_nodes: int, num_edges: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Random directed multigraph-free CSR with sorted rows (self loops allowed)."""
     src = rng.integers(0, num_nodes, num_edges)

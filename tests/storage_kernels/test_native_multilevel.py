@@ -11,23 +11,12 @@ from tests.storage_kernels.reference import (
     TINY_INDPTR,
     cluster_pass_ref,
     csr_aggregate_ref,
+    random_graph,
     refine_pass_ref,
 )
 
 # Entry order of the tiny graph (reference.py): row 0 = [1, 2], row 1 = [0, 2], row 2 = [0, 1, 3], row 3 = [2].
 TINY_NODES = np.arange(4, dtype=np.int64)
-
-
-def random_graph(n: int, deg: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetrised random multigraph (duplicate entries and self loops occur), rows sorted."""
-    rng = np.random.default_rng(seed)
-    m = n * deg // 2
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    s, d = np.concatenate([src, dst]), np.concatenate([dst, src])
-    order = np.lexsort((d, s))
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(s, minlength=n), out=indptr[1:])
-    return indptr, d[order].astype(np.int64)
 
 
 def chunk_rows(indptr, indices, nodes, edge_weight=None):
@@ -159,6 +148,28 @@ def test_cluster_long_rows_match_reference():
         assert moved == cluster_pass_ref(indptr, indices, np.arange(n), rcl, rcw, 9, nw, ew, visit)
         assert np.array_equal(cl, rcl) and np.array_equal(cw, rcw)
     assert len(np.unique(cl)) < n
+
+
+def test_visit_subsets_match_reference_and_leave_the_rest_alone():
+    # degree-bucketed passes visit a subset of each chunk: unlisted nodes are only read as neighbours
+    n = 240
+    indptr, indices = random_graph(n, 6, seed=21)
+    deg = np.diff(indptr)
+    nodes = np.arange(n, dtype=np.int64)
+    for bucket in (deg <= np.median(deg), deg > np.median(deg)):
+        visit = np.flatnonzero(bucket)[::-1].copy()
+        cl, cw = np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+        rcl, rcw = cl.copy(), cw.copy()
+        moved = kernels.cluster_pass(indptr, indices, nodes, cl, cw, 6, visit=visit)
+        assert moved == cluster_pass_ref(indptr, indices, nodes, rcl, rcw, 6, visit=visit) and moved > 0
+        assert np.array_equal(cl, rcl) and np.all(cl[~bucket] == nodes[~bucket])
+        parts = (nodes % 3).astype(np.int32)
+        sizes = np.bincount(parts, minlength=3).astype(np.int64)
+        rparts, rsizes = parts.copy(), sizes.copy()
+        cap = np.full(3, 90, dtype=np.int64)
+        moved = kernels.refine_pass(indptr, indices, nodes, parts, sizes, cap, visit=visit)
+        assert moved == refine_pass_ref(indptr, indices, nodes, rparts, rsizes, cap, visit=visit) and moved > 0
+        assert np.array_equal(parts, rparts) and np.all(parts[~bucket] == (nodes % 3)[~bucket])
 
 
 def test_cluster_visit_order_changes_the_result():

@@ -11,19 +11,8 @@ from tests.storage_kernels.reference import (
     TINY_INDPTR,
     fennel_pass_ref,
     grem_pass_ref,
+    random_graph,
 )
-
-
-def random_graph(n: int, deg: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    m = n * deg // 2
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    s, d = np.concatenate([src, dst]), np.concatenate([dst, src])
-    order = np.lexsort((d, s))
-    s, d = s[order], d[order]
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(s, minlength=n), out=indptr[1:])
-    return indptr, d.astype(np.int64)
 
 
 def fennel_state(n: int, p: int, train_every: int = 3):
@@ -37,26 +26,8 @@ def fennel_state(n: int, p: int, train_every: int = 3):
 
 
 def run_fennel(indptr, indices, n, p, *, bloom_bits=None, block=16, threads=0, chunk=None, ref=False, passes=1):
-    labels, sizes, tsizes, is_train, cap, weight = fennel_state(n, p)
-    alpha = np.sqrt(p) * (len(indices) / 2) / n**1.5
-    bloom = None
-    if bloom_bits is not None:
-        bloom = np.zeros((p, bloom_bits), dtype=bool) if ref else np.zeros(p * bloom_bits // 8, dtype=np.uint8)
-    chunk = chunk or n
-    for rs in range(passes):
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            ptr = indptr[s : e + 1] - indptr[s]
-            cols = indices[indptr[s] : indptr[e]]
-            nodes = np.arange(s, e, dtype=np.int64)
-            args = (ptr, cols, nodes, labels, sizes, tsizes, is_train[s:e], cap, weight, 0, alpha, 1.5, 2.0,
-                    max(1.0, is_train.sum() / p))
-            kw = dict(bloom=bloom, bloom_seed=7, block_nodes=block, restream=rs > 0)
-            if ref:
-                fennel_pass_ref(*args, **kw)
-            else:
-                kernels.fennel_pass(*args, **kw, num_threads=threads)
-    return labels, sizes, tsizes, bloom
+    return run_weighted_fennel(indptr, indices, n, p, (None, None, None), bloom_bits=bloom_bits, block=block,
+                               threads=threads, chunk=chunk, ref=ref, passes=passes)
 
 
 # ---- FENNEL ----------------------------------------------------------------------------------------------
