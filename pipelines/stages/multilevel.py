@@ -10,7 +10,8 @@ size-constrained label propagation (Meyerhenke, Sanders & Schulz 2014):
 1. **Coarsening.** :func:`storage_kernels.kernels.cluster_pass` rounds (at most ``CLUSTER_ROUNDS``) join
    every node to the neighbouring cluster it is most connected to, clusters weighing at most
    ``ceil(W / (p · CLUSTER_PARTS))`` nodes (a part is built from at least ``CLUSTER_PARTS`` clusters, so
-   moving one never breaks the balance by much). The finest level streams chunks of at most
+   moving one never breaks the balance by much; with many parts the bound is raised so that the graph can
+   still shrink to the coarsening target, see :func:`cluster_max_weight`). The finest level streams chunks of at most
    ``partition.chunk_nodes`` rows and about ``partgraph.CHUNK_ENTRIES`` entries from the memory-mapped CSR
    (sequential reads; the process's file pages are dropped after each chunk) and visits a chunk's nodes by
    degree ascending, so low-degree nodes join their hubs first. Clusters are contracted into a weighted
@@ -45,7 +46,8 @@ from pipelines.stages.common import Progress
 from pipelines.stages.partgraph import PartGraph, capacity, node_chunks, rows
 from storage_kernels import kernels
 
-__all__ = ["CLUSTER_PARTS", "cluster", "contract", "degree_bounds", "partition", "refine", "unavailable"]
+__all__ = ["CLUSTER_PARTS", "cluster", "cluster_max_weight", "contract", "degree_bounds", "partition", "refine",
+           "unavailable"]
 
 CLUSTER_PARTS = 64  # clusters weigh at most W / (p · 64)
 CLUSTER_ROUNDS = 5  # label-propagation rounds per level, at most ...
@@ -67,6 +69,15 @@ STATE_BYTES_PER_NODE = 40  # finest level: cluster ids + weights (int64), coarse
 
 class _TooLarge(Exception):
     """A coarse graph would not fit the memory budget."""
+
+
+def cluster_max_weight(total_weight: int, num_parts: int) -> int:
+    """Largest cluster weight: ``W / (p · CLUSTER_PARTS)``, but never so small that the coarsest graph could
+    not shrink to ``max(COARSE_NODES, COARSE_PER_PART · p)`` nodes (with many parts, 64 clusters per part
+    would leave a coarse graph of >= 64·p nodes for the method's O(p)-per-node scoring: 10M nodes, p = 7,824
+    stalled at ~700k coarse nodes)."""
+    target = max(COARSE_NODES, COARSE_PER_PART * num_parts)
+    return max(1, math.ceil(total_weight / min(num_parts * CLUSTER_PARTS, target)))
 
 
 def unavailable(fine: PartGraph, num_parts: int, cfg: PartitionConfig, counting: str) -> str | None:
@@ -209,8 +220,8 @@ def partition(fine: PartGraph, num_parts: int, cfg: PartitionConfig, initial: Ca
     start = time.perf_counter()
     p = num_parts
     total = fine.total_node_weight()
-    max_weight = max(1, math.ceil(total / (p * CLUSTER_PARTS)))
     target = max(COARSE_NODES, COARSE_PER_PART * p)
+    max_weight = cluster_max_weight(total, p)
     info: dict = {"multilevel": "on", "ml_cluster_max_weight": max_weight}
     hierarchy: list[tuple[PartGraph, np.ndarray]] = []
     graph = fine

@@ -499,6 +499,9 @@ def _partition(graph, method, num_parts, cfg, progress, num_threads=0, counting=
             info["multilevel"] = "off"
         if labels is None:
             labels = initial(fine, counting)
+        else:  # refinement drains over-full parts through their boundary only: guarantee the capacity
+            labels = _enforce_capacity(np.ascontiguousarray(labels, dtype=np.int32),
+                                       capacity(n, p, cfg.imbalance, [1] * p))
     return np.ascontiguousarray(labels, dtype=np.int32), info
 
 

@@ -187,3 +187,14 @@ def test_multilevel_stops_coarsening_when_the_first_coarse_graph_is_too_big(chai
     labels, info = partition._partition(chains, "grem", 4, PartitionConfig(chunk_nodes=5000), None)
     assert info["ml_levels"] == 0 and "over half of partition.memory_mb" in info["ml_stopped"]
     assert np.bincount(labels, minlength=4).max() <= capacity(chains.num_nodes, 4, 0.05, [1] * 4)[0]
+
+
+def test_many_parts_raise_the_cluster_bound_to_reach_the_coarsening_target(chains):
+    assert multilevel.cluster_max_weight(1_000_000, 16) == 977  # 64 clusters per part
+    assert multilevel.cluster_max_weight(10_000_000, 7824) == 80  # else >= 500k coarse nodes: 16 per part
+    p = 300
+    labels, info = partition._partition(chains, "fennel", p, PartitionConfig(chunk_nodes=5000), None)
+    assert info["ml_cluster_max_weight"] == multilevel.cluster_max_weight(chains.num_nodes, p)
+    assert info["ml_coarse_nodes"] < chains.num_nodes / 3
+    assert len(np.unique(labels)) == p
+    assert np.bincount(labels, minlength=p).max() <= capacity(chains.num_nodes, p, 0.05, [1] * p)[0]
