@@ -135,8 +135,8 @@ def contract(graph: PartGraph, clusters: np.ndarray, chunk_nodes: int, max_bytes
 
     Node weight = fine nodes inside (weights summed), training weight = training nodes inside, entry weight
     = fine entries between two clusters (weights summed); entries inside a cluster are dropped. Streams
-    ``graph`` twice (count, place). Raises ``_TooLarge`` when the coarse CSR would take more than
-    ``max_bytes``."""
+    ``graph`` twice (count, place), merging parallel entries inside each chunk, then across chunks. Raises
+    ``_TooLarge`` when the coarse CSR before the merge across chunks would take more than ``max_bytes``."""
     n = graph.num_nodes
     used = np.zeros(n, dtype=bool)
     used[clusters] = True
@@ -147,12 +147,17 @@ def contract(graph: PartGraph, clusters: np.ndarray, chunk_nodes: int, max_bytes
     node_weight = np.bincount(cmap, weights=graph.node_weight, minlength=num_coarse).astype(np.int64)
     train_weight = np.bincount(cmap, weights=graph.train_weight, minlength=num_coarse).astype(np.int64)
 
-    def crossing(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def crossing(nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The chunk's entries between two clusters, merged inside the chunk: (src, dst, weight)."""
         ptr, cols, ew = rows(graph, nodes)
-        src = np.repeat(cmap[nodes], np.diff(ptr))
-        dst = cmap[cols]
+        src = np.repeat(cmap[nodes], np.diff(ptr)).astype(np.int64)
+        dst = cmap[cols].astype(np.int64)
         keep = src != dst
-        return src[keep].astype(np.int64), dst[keep].astype(np.int64), None if ew is None else ew[keep]
+        # local structure puts most parallel entries in one chunk: merging them here keeps the place pass
+        # (and the memory check) near the size of the final coarse graph
+        keys, inverse = np.unique(src[keep] * num_coarse + dst[keep], return_inverse=True)
+        weight = np.bincount(inverse, weights=None if ew is None else ew[keep], minlength=len(keys))
+        return keys // max(num_coarse, 1), keys % max(num_coarse, 1), weight.astype(np.int64)
 
     counts = np.zeros(num_coarse, dtype=np.int64)
     for nodes in node_chunks(graph, chunk_nodes):
@@ -160,18 +165,17 @@ def contract(graph: PartGraph, clusters: np.ndarray, chunk_nodes: int, max_bytes
         kernels.csr_count(src, counts)
     entries = int(counts.sum())
     if max_bytes is not None and entries * COARSE_BYTES_PER_ENTRY > max_bytes:
-        raise _TooLarge(f"the first coarse graph has {entries} CSR entries "
+        raise _TooLarge(f"the first coarse graph has {entries} CSR entries before merging across chunks "
                         f"({entries * COARSE_BYTES_PER_ENTRY / 2**20:.0f} MiB, over half of partition.memory_mb)")
     indptr = np.zeros(num_coarse + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     del counts
     indices = np.empty(entries, dtype=np.int64)
-    weights = np.ones(entries, dtype=np.int64) if graph.edge_weight is None else np.empty(entries, dtype=np.int64)
+    weights = np.empty(entries, dtype=np.int64)
     cursor = indptr[:-1].copy()
     for nodes in node_chunks(graph, chunk_nodes):
-        src, dst, ew = crossing(nodes)
-        if ew is not None:
-            kernels.csr_place(src, ew, cursor.copy(), weights)
+        src, dst, weight = crossing(nodes)
+        kernels.csr_place(src, weight, cursor.copy(), weights)
         kernels.csr_place(src, dst, cursor, indices)
     new_indptr, nnz = kernels.csr_aggregate(indptr, indices, weights)
     if nnz < entries:  # keep only the merged prefix (frees the rest)
