@@ -39,6 +39,7 @@ __all__ = [
     "file_info",
     "open_array",
     "read_header",
+    "row_ranges",
     "save_array",
     "segment_ranges",
 ]
@@ -118,6 +119,18 @@ class ArrayHeader:
 def align_up(nbytes: Any, to: int = DATA_ALIGN) -> Any:
     """``nbytes`` (an int or an integer array) rounded up to a multiple of ``to``."""
     return -(-nbytes // to) * to
+
+
+def row_ranges(indptr: np.ndarray, max_entries: int) -> np.ndarray:
+    """Bounds ``b`` (int64, from 0 to N) cutting CSR rows into ranges ``[b[i], b[i+1])`` of at most
+    ``max_entries`` entries each, except single rows heavier than that (a range holds at least one row)."""
+    n = len(indptr) - 1
+    bounds = [0]
+    while bounds[-1] < n:
+        s = bounds[-1]
+        e = int(np.searchsorted(indptr, int(indptr[s]) + max_entries, side="right")) - 1
+        bounds.append(min(n, max(e, s + 1)))
+    return np.asarray(bounds, dtype=np.int64)
 
 
 def segment_ranges(lengths: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from pipelines.sources.spec import parse_source_spec
 from pipelines.sources.validate import validate_source
 from pipelines.stages.common import Progress, StageResult, materialize
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter
+from storage_kernels.arrays import ArrayWriter, row_ranges
 from storage_kernels.store import ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "open_source", "run"]
@@ -75,16 +75,13 @@ def _build_csr(builder: ArtifactBuilder, source: GraphSource, progress: Progress
         _place(source, indptr, raw, num_edges, progress)
         out_indices = builder.array_writer("indices.npy", np.int64)
         new_indptr = np.zeros(n + 1, dtype=np.int64)
-        row = 0
-        while row < n:
-            stop = int(np.searchsorted(indptr, indptr[row] + _DEDUPE_BLOCK_EDGES, side="right")) - 1
-            stop = min(max(stop, row + 1), n)
+        bounds = row_ranges(indptr, _DEDUPE_BLOCK_EDGES)
+        for row, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             block_ptr, block_cols = dedupe_csr_rows(indptr[row : stop + 1], raw[indptr[row] : indptr[stop]])
             out_indices.append(block_cols)
             new_indptr[row + 1 : stop + 1] = new_indptr[row] + block_ptr[1:]
-            row = stop
             if progress:
-                progress("ingest: de-duplicating", row, n)
+                progress("ingest: de-duplicating", stop, n)
         out_indices.close()
         del raw
     finally:

@@ -43,7 +43,7 @@ import numpy as np
 
 from pipelines.config import PartitionConfig
 from pipelines.stages.common import Progress
-from pipelines.stages.partgraph import PartGraph, capacity, node_chunks, rows
+from pipelines.stages.partgraph import PartGraph, capacity, enforce_capacity, internal_weight, node_chunks, rows
 from storage_kernels import kernels
 
 __all__ = ["CLUSTER_PARTS", "cluster", "cluster_max_weight", "contract", "degree_bounds", "partition", "refine",
@@ -85,8 +85,7 @@ def unavailable(fine: PartGraph, num_parts: int, cfg: PartitionConfig, counting:
     budget = cfg.memory_mb * 2**20
     if counting == "bloom":
         return "bloom counting asked for (single-pass FENNEL)"
-    if 4 * fine.num_nodes > budget // 2:  # what FENNEL's exact counting needs: the int32 labels
-        return f"{fine.num_nodes} int32 labels exceed half of partition.memory_mb ({cfg.memory_mb} MiB)"
+    # (this also covers FENNEL's own switch to Bloom filters: int32 labels over half the budget)
     if STATE_BYTES_PER_NODE * fine.num_nodes > budget:
         return (f"{STATE_BYTES_PER_NODE} bytes per node for {fine.num_nodes} nodes exceed partition.memory_mb "
                 f"({cfg.memory_mb} MiB)")
@@ -209,13 +208,6 @@ def refine(graph: PartGraph, labels: np.ndarray, cap: np.ndarray, train_cap: np.
     return total
 
 
-def _cut_weight(graph: PartGraph, labels: np.ndarray) -> int:
-    """Weight of the CSR entries whose endpoints have different labels (in-memory graphs)."""
-    src = np.repeat(labels, np.diff(graph.indptr))
-    cut = src != labels[graph.indices]
-    return int(np.count_nonzero(cut)) if graph.edge_weight is None else int(graph.edge_weight[cut].sum())
-
-
 def partition(fine: PartGraph, num_parts: int, cfg: PartitionConfig, initial: Callable[[PartGraph], np.ndarray],
               train_balance: bool, progress: Progress | None = None) -> tuple[np.ndarray, dict]:
     """Multilevel partition of ``fine`` into ``num_parts``; ``initial`` partitions the coarsest graph.
@@ -251,7 +243,9 @@ def partition(fine: PartGraph, num_parts: int, cfg: PartitionConfig, initial: Ca
     labels = np.ascontiguousarray(initial(graph), dtype=np.int32)
     fine_entries = max(fine.num_entries, 1)
     if hierarchy:
-        info["ml_initial_cut"] = round(_cut_weight(graph, labels) / fine_entries, 6)
+        everything = np.arange(graph.num_nodes, dtype=np.int64)
+        cut = graph.total_edge_weight() - internal_weight(graph, everything, labels, max(graph.num_nodes, 1))
+        info["ml_initial_cut"] = round(cut / fine_entries, 6)
     cap = capacity(total, p, cfg.imbalance, [1] * p)
     train_cap = None
     if train_balance and cfg.train_penalty > 0:
@@ -264,6 +258,8 @@ def partition(fine: PartGraph, num_parts: int, cfg: PartitionConfig, initial: Ca
         del cmap
         moves += refine(finer, labels, cap, train_cap, cfg.chunk_nodes, progress=progress,
                         label=f"partition: refining level {level}")
+    # refinement drains an over-full part through its boundary only: guarantee the capacity
+    labels = enforce_capacity(labels, cap)
     info["ml_refine_moves"] = moves
     info["ml_time_s"] = round(time.perf_counter() - start, 3)
     return labels, info

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.stages.graphio import GraphArrays
-from storage_kernels.arrays import release_pages
+from storage_kernels.arrays import release_pages, row_ranges
 
-__all__ = ["CHUNK_ENTRIES", "PartGraph", "capacity", "node_chunks", "row_chunks", "rows", "split_shares"]
+__all__ = ["CHUNK_ENTRIES", "PartGraph", "capacity", "enforce_capacity", "internal_weight", "node_chunks", "rows",
+           "split_shares"]
 
 CHUNK_ENTRIES = 1 << 21  # CSR entries per streamed chunk of node_chunks: 16 MiB of int64 columns
 
@@ -102,23 +103,13 @@ def rows(graph: PartGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return ptr, cols, None if weights is None else np.ascontiguousarray(weights[pos], dtype=np.int64)
 
 
-def row_chunks(indptr: np.ndarray, max_edges: int) -> Iterator[tuple[int, int]]:
-    """Row ranges [s, e) holding about ``max_edges`` CSR entries each (at least one row)."""
-    n = len(indptr) - 1
-    s = 0
-    while s < n:
-        e = int(np.searchsorted(indptr, int(indptr[s]) + max_edges, side="right")) - 1
-        e = min(n, max(e, s + 1))
-        yield s, e
-        s = e
-
-
 def node_chunks(graph: PartGraph, chunk_nodes: int, max_entries: int = CHUNK_ENTRIES) -> Iterator[np.ndarray]:
     """Consecutive node ranges (int64 ids) of at most ``chunk_nodes`` nodes and about ``max_entries`` CSR
     entries (at least one node each), for sequential streaming passes. After each chunk is used, the
     process's pages of a memory-mapped ``indices`` are dropped (:func:`storage_kernels.arrays.release_pages`):
     a pass over a file larger than memory must not pile the whole file up in the RSS."""
-    for s, e in row_chunks(graph.indptr, max_entries):
+    bounds = row_ranges(graph.indptr, max_entries)
+    for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         for a in range(s, e, chunk_nodes):
             yield np.arange(a, min(e, a + chunk_nodes), dtype=np.int64)
             release_pages(graph.indices)
@@ -130,6 +121,50 @@ def capacity(total_weight: int, num_parts: int, imbalance: float, shares) -> np.
     """Weight capacity of groups that will hold ``shares`` final parts each: ``ceil((1+imbalance)·W/p·q)``."""
     per = (1.0 + imbalance) * total_weight / num_parts
     return np.array([math.ceil(per * q) for q in shares], dtype=np.int64)
+
+
+def enforce_capacity(labels: np.ndarray, cap: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Move the highest-id surplus nodes of over-full parts to parts with room (sizes by ``weights``, default 1).
+
+    Unweighted, every part ends within its capacity whenever the capacities hold all nodes; weighted, a node
+    goes to the part with the most room, so a part may end over capacity when no part has room enough."""
+    w = np.ones(len(labels), dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
+    sizes = np.bincount(labels, weights=w, minlength=len(cap)).astype(np.int64)
+    if np.all(sizes <= cap):
+        return labels
+    if weights is None:  # vectorised: surplus nodes fill the free slots in part order
+        order = np.argsort(labels, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        over = sizes - cap
+        movers = np.concatenate([order[starts[k] + cap[k] : starts[k] + sizes[k]] for k in np.flatnonzero(over > 0)])
+        room = np.maximum(cap - sizes, 0)
+        targets = np.repeat(np.arange(len(cap), dtype=np.int32), room)[: len(movers)]
+        labels[np.sort(movers)] = targets
+        return labels
+    for k in np.flatnonzero(sizes > cap):  # coarse graphs only (few nodes): highest ids leave first
+        for v in np.flatnonzero(labels == k)[::-1]:
+            if sizes[k] <= cap[k]:
+                break
+            room = cap - sizes
+            room[k] = -1
+            target = int(np.argmax(room))
+            if room[target] <= 0:
+                break
+            labels[v] = target
+            sizes[k] -= w[v]
+            sizes[target] += w[v]
+    return labels
+
+
+def internal_weight(graph: PartGraph, nodes: np.ndarray, labels: np.ndarray, chunk_nodes: int) -> int:
+    """Weight of the CSR entries of ``nodes``' rows whose two endpoints share a label (chunked)."""
+    total = 0
+    for s in range(0, len(nodes), chunk_nodes):
+        chunk = nodes[s : s + chunk_nodes]
+        ptr, cols, ew = rows(graph, chunk)
+        same = np.repeat(labels[chunk], np.diff(ptr)) == labels[cols]
+        total += int(np.count_nonzero(same)) if ew is None else int(ew[same].sum())
+    return total
 
 
 def split_shares(q: int, k: int) -> list[int]:

@@ -77,9 +77,9 @@ from pipelines.config import PartitionConfig, PipelineConfig
 from pipelines.stages import multilevel
 from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
 from pipelines.stages.graphio import GraphArrays, load_graph
-from pipelines.stages.partgraph import PartGraph, capacity, row_chunks, rows, split_shares
+from pipelines.stages.partgraph import PartGraph, capacity, enforce_capacity, internal_weight, rows, split_shares
 from storage_kernels import kernels
-from storage_kernels.arrays import release_pages
+from storage_kernels.arrays import release_pages, row_ranges
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 try:  # optional: metis needs it; grem falls back to a BFS split of its first chunk
@@ -157,7 +157,7 @@ def _metis(graph: GraphArrays, p: int, cfg: PartitionConfig, progress: Progress 
         progress("partition: metis", 0, 1)
     xadj, adjncy, _ = _symmetric_csr(PartGraph.of(graph), np.arange(n, dtype=np.int64))
     labels = _run_metis(xadj, adjncy, p, cfg.seed, cfg.imbalance)
-    return _enforce_capacity(labels, capacity(n, p, cfg.imbalance, [1] * p))
+    return enforce_capacity(labels, capacity(n, p, cfg.imbalance, [1] * p))
 
 
 def _symmetric_csr(graph: PartGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -210,39 +210,6 @@ def _run_metis(xadj: np.ndarray, adjncy: np.ndarray, p: int, seed: int, imbalanc
     return np.asarray(membership, dtype=np.int32)
 
 
-def _enforce_capacity(labels: np.ndarray, cap: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """Move the highest-id surplus nodes of over-full parts to parts with room (sizes by ``weights``, default 1).
-
-    Unweighted, every part ends within its capacity whenever the capacities hold all nodes; weighted, a node
-    goes to the part with the most room, so a part may end over capacity when no part has room enough."""
-    w = np.ones(len(labels), dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
-    sizes = np.bincount(labels, weights=w, minlength=len(cap)).astype(np.int64)
-    if np.all(sizes <= cap):
-        return labels
-    if weights is None:  # vectorised: surplus nodes fill the free slots in part order
-        order = np.argsort(labels, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        over = sizes - cap
-        movers = np.concatenate([order[starts[k] + cap[k] : starts[k] + sizes[k]] for k in np.flatnonzero(over > 0)])
-        room = np.maximum(cap - sizes, 0)
-        targets = np.repeat(np.arange(len(cap), dtype=np.int32), room)[: len(movers)]
-        labels[np.sort(movers)] = targets
-        return labels
-    for k in np.flatnonzero(sizes > cap):  # coarse graphs only (few nodes): highest ids leave first
-        for v in np.flatnonzero(labels == k)[::-1]:
-            if sizes[k] <= cap[k]:
-                break
-            room = cap - sizes
-            room[k] = -1
-            target = int(np.argmax(room))
-            if room[target] <= 0:
-                break
-            labels[v] = target
-            sizes[k] -= w[v]
-            sizes[target] += w[v]
-    return labels
-
-
 # ---- fennel -----------------------------------------------------------------------------------------------
 
 
@@ -281,7 +248,8 @@ def _fennel(graph: PartGraph, p: int, cfg: PartitionConfig, progress: Progress |
 def _internal_edges(graph: PartGraph, labels: np.ndarray, k: int) -> np.ndarray:
     """Weight of the CSR entries with both endpoints in the same part, per part (chunked)."""
     out = np.zeros(k, dtype=np.int64)
-    for s, e in row_chunks(graph.indptr, _EDGE_CHUNK):
+    bounds = row_ranges(graph.indptr, _EDGE_CHUNK)
+    for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         ptr, cols, ew = rows(graph, np.arange(s, e, dtype=np.int64))
         rows_l = np.repeat(labels[s:e], np.diff(ptr))
         same = rows_l == labels[cols]
@@ -343,24 +311,13 @@ def _fennel_level(graph: PartGraph, nodes, labels, shares, base, total_weight, p
                 break
         done += (1 + restreams) * n_nodes
         if len(schedules) > 1:
-            internal = _level_internal(graph, nodes, labels, cfg.chunk_nodes)
+            internal = internal_weight(graph, nodes, labels, cfg.chunk_nodes)
             if best is None or internal > best[0]:
                 best = (internal, labels[nodes], sizes.copy(), train_sizes.copy())
     if best is not None and not np.array_equal(labels[nodes], best[1]):
         labels[nodes] = best[1]
         sizes[:] = best[2]
         train_sizes[:] = best[3]
-
-
-def _level_internal(graph: PartGraph, nodes: np.ndarray, labels: np.ndarray, chunk_nodes: int) -> int:
-    """Weight of the CSR entries of ``nodes``' rows whose two endpoints share a label (chunked)."""
-    total = 0
-    for s in range(0, len(nodes), chunk_nodes):
-        chunk = nodes[s : s + chunk_nodes]
-        ptr, cols, ew = rows(graph, chunk)
-        same = np.repeat(labels[chunk], np.diff(ptr)) == labels[cols]
-        total += int(np.count_nonzero(same)) if ew is None else int(ew[same].sum())
-    return total
 
 
 # ---- grem -------------------------------------------------------------------------------------------------
@@ -413,7 +370,7 @@ def _grem_bisect(graph: PartGraph, nodes, labels, pref, a, b, cap, frac_a, cfg, 
                           vweights=first_weight, eweights=ew)
     else:
         side = _bfs_halving(xadj, adjncy, frac_a)
-    side = _enforce_capacity(side.astype(np.int32), cap.copy(), first_weight)
+    side = enforce_capacity(side.astype(np.int32), cap.copy(), first_weight)
     labels[first] = np.where(side == 1, b, a).astype(np.int32)
     sizes = np.bincount(side, weights=first_weight, minlength=2).astype(np.int64)
     src = np.repeat(np.arange(len(first)), np.diff(xadj))
@@ -499,9 +456,6 @@ def _partition(graph, method, num_parts, cfg, progress, num_threads=0, counting=
             info["multilevel"] = "off"
         if labels is None:
             labels = initial(fine, counting)
-        else:  # refinement drains over-full parts through their boundary only: guarantee the capacity
-            labels = _enforce_capacity(np.ascontiguousarray(labels, dtype=np.int32),
-                                       capacity(n, p, cfg.imbalance, [1] * p))
     return np.ascontiguousarray(labels, dtype=np.int32), info
 
 
@@ -516,7 +470,8 @@ def cut_statistics(graph: GraphArrays, parts: np.ndarray, num_parts: int, progre
     cross = np.zeros(n, dtype=np.int32)
     buckets = np.zeros(p * p, dtype=np.int64)
     cut = 0
-    for s, t in row_chunks(graph.indptr, _EDGE_CHUNK):
+    bounds = row_ranges(graph.indptr, _EDGE_CHUNK)
+    for s, t in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         ptr = np.asarray(graph.indptr[s : t + 1], dtype=np.int64)
         deg = np.diff(ptr)
         row_part = np.repeat(parts[s:t], deg)

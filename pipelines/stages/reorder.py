@@ -40,7 +40,7 @@ from pipelines.stages.common import Progress, StageResult, materialize, peak_rss
 from pipelines.stages.graphio import GraphArrays, load_graph
 from pipelines.stages.locality import average_edge_gap, pages_per_batch
 from storage_kernels import kernels
-from storage_kernels.arrays import release_pages
+from storage_kernels.arrays import release_pages, row_ranges
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = [
@@ -198,18 +198,6 @@ def inverse_of(perm: np.ndarray) -> np.ndarray:
 # ---- external permutation ---------------------------------------------------------------------------------
 
 
-def _ranges_by_weight(ptr: np.ndarray, budget: int) -> np.ndarray:
-    """Bounds ``b`` over rows so that each range ``[b[i], b[i+1])`` weighs <= budget (ptr = cumulative
-    weight, len rows+1), except single rows heavier than the budget."""
-    n = len(ptr) - 1
-    bounds = [0]
-    while bounds[-1] < n:
-        lo = bounds[-1]
-        hi = int(np.searchsorted(ptr, ptr[lo] + budget, side="right")) - 1
-        bounds.append(min(n, max(hi, lo + 1)))
-    return np.asarray(bounds, dtype=np.int64)
-
-
 def _append(path: Path, arr: np.ndarray) -> None:
     with open(path, "ab") as f:
         f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
@@ -281,9 +269,9 @@ def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
     if n == 0:
         return new_indptr, 0
     scratch.mkdir(parents=True, exist_ok=True)
-    bounds = _ranges_by_weight(new_indptr, bucket_edges)
+    bounds = row_ranges(new_indptr, bucket_edges)
     num_buckets = len(bounds) - 1
-    chunks = _ranges_by_weight(old_indptr, chunk_edges)
+    chunks = row_ranges(old_indptr, chunk_edges)
     e_total = int(old_indptr[-1])
     for start, stop in zip(chunks[:-1].tolist(), chunks[1:].tolist(), strict=True):
         e0, e1 = int(old_indptr[start]), int(old_indptr[stop])

@@ -79,6 +79,28 @@ bad:
     return -1;
 }
 
+int sk_get_optional_int64(PyObject *obj, const char *func, const char *name, int64_t expected, int writable,
+                          int64_t min, Py_buffer *view) {
+    if (obj == Py_None) return 0;
+    if (sk_get_buffer(obj, func, name, SK_INT64, 1, writable, view) < 0) return -1;
+    if (sk_len(view) != expected) {
+        PyErr_Format(PyExc_ValueError, "%s: '%s' expected %lld entries (got %lld)", func, name, (long long)expected,
+                     (long long)sk_len(view));
+        sk_release(view);
+        return -1;
+    }
+    const int64_t *w = view->buf;
+    if (min != INT64_MIN)
+        for (int64_t i = 0; i < expected; i++)
+            if (w[i] < min) {
+                PyErr_Format(PyExc_ValueError, "%s: '%s' expected weights >= %lld (got [%lld]=%lld)", func, name,
+                             (long long)min, (long long)i, (long long)w[i]);
+                sk_release(view);
+                return -1;
+            }
+    return 0;
+}
+
 int sk_resolve_threads(const char *func, Py_ssize_t requested) {
     if (requested < 0) {
         PyErr_Format(PyExc_ValueError, "%s: 'num_threads' expected >= 0 (got %zd)", func, requested);

@@ -34,6 +34,11 @@ typedef enum {
 int sk_get_buffer(PyObject *obj, const char *func, const char *name, sk_kind kind, int ndim, int writable,
                   Py_buffer *view);
 
+/* An optional 1-D int64 argument: Py_None leaves `view` empty and returns 0; otherwise it must have exactly
+ * `expected` entries, each >= `min` (INT64_MIN: no bound), else ValueError (naming the first bad entry), -1. */
+int sk_get_optional_int64(PyObject *obj, const char *func, const char *name, int64_t expected, int writable,
+                          int64_t min, Py_buffer *view);
+
 /* PyBuffer_Release when the view holds something (safe on zero-initialised or already released views). */
 static inline void sk_release(Py_buffer *view) {
     if (view->obj != NULL) PyBuffer_Release(view);

@@ -34,7 +34,6 @@ enum {
     ML_BAD_COL = 3,    /* a: position in indices, b: id */
     ML_BAD_LABEL = 4,  /* a: node id, b: label (cluster or part) */
     ML_BAD_VISIT = 5,  /* a: position, b: value */
-    ML_BAD_WEIGHT = 6, /* a: position, b: value */
     ML_NOMEM = SK_ERR_NOMEM,
 };
 
@@ -64,20 +63,16 @@ static void sort_pairs(ml_pair *v, int64_t n) {
 }
 
 /* Validate a chunk: local indptr monotone within indices, nodes in [0, N), columns in [0, N), visit T
- * distinct positions in [0, B), node and edge weights >= 1. Without the GIL; fills st. */
+ * distinct positions in [0, B) (weights are checked when the arguments are parsed). Without the GIL; fills st. */
 static void check_chunk(const int64_t *ptr, int64_t B, int64_t E, const int64_t *nodes, const int64_t *cols,
-                        int64_t N, const int64_t *visit, int64_t T, const int64_t *nw, const int64_t *ew,
-                        sk_status *st) {
+                        int64_t N, const int64_t *visit, int64_t T, sk_status *st) {
     if (ptr[0] < 0 || ptr[0] > E) { sk_status_set(st, ML_BAD_PTR, 0, 0, 0, ptr[0], 0, 0); return; }
     for (int64_t j = 0; j < B; j++) {
         if (ptr[j + 1] < ptr[j] || ptr[j + 1] > E) { sk_status_set(st, ML_BAD_PTR, 0, j + 1, j + 1, ptr[j + 1], 0, 0); return; }
         if ((uint64_t)nodes[j] >= (uint64_t)N) { sk_status_set(st, ML_BAD_NODE, 0, j, j, nodes[j], 0, 0); return; }
-        if (nw != NULL && nw[j] < 1) { sk_status_set(st, ML_BAD_WEIGHT, 0, j, j, nw[j], 0, 0); return; }
     }
-    for (int64_t i = ptr[0]; i < ptr[B]; i++) {
+    for (int64_t i = ptr[0]; i < ptr[B]; i++)
         if ((uint64_t)cols[i] >= (uint64_t)N) { sk_status_set(st, ML_BAD_COL, 0, i, i, cols[i], 0, 0); return; }
-        if (ew != NULL && ew[i] < 1) { sk_status_set(st, ML_BAD_WEIGHT, 0, i, i, ew[i], 1, 0); return; }
-    }
     if (visit != NULL) {
         uint8_t *seen = calloc((size_t)(B > 0 ? B : 1), 1);
         if (seen == NULL) { sk_status_set(st, ML_NOMEM, 0, 0, 0, 0, 0, 0); return; }
@@ -114,31 +109,12 @@ static int raise_error(const char *fn, const sk_status *st, int64_t N, int64_t B
         PyErr_Format(PyExc_ValueError, "%s: 'visit' expected distinct positions in [0, %lld) (got visit[%lld]=%lld)", fn,
                      (long long)B, (long long)st->a, (long long)st->b);
         return -1;
-    case ML_BAD_WEIGHT:
-        PyErr_Format(PyExc_ValueError, "%s: '%s' expected weights >= %d (got [%lld]=%lld)", fn,
-                     st->c == 1 ? "edge_weight" : (st->c == 2 ? "train_weight" : "node_weight"), st->c == 2 ? 0 : 1,
-                     (long long)st->a, (long long)st->b);
-        return -1;
     case ML_NOMEM:
         PyErr_NoMemory();
         return -1;
     default:
         return 0;
     }
-}
-
-/* Optional 1-D int64 buffer of an expected length (Py_None: left empty). */
-static int get_optional(PyObject *obj, const char *fn, const char *name, int64_t expected, int writable,
-                        Py_buffer *view) {
-    if (obj == Py_None) return 0;
-    if (sk_get_buffer(obj, fn, name, SK_INT64, 1, writable, view) < 0) return -1;
-    if (sk_len(view) != expected) {
-        PyErr_Format(PyExc_ValueError, "%s: '%s' expected %lld entries (got %lld)", fn, name, (long long)expected,
-                     (long long)sk_len(view));
-        sk_release(view);
-        return -1;
-    }
-    return 0;
 }
 
 /* Optional visit list: at most B int64 positions (checked for range and distinctness in check_chunk). */
@@ -187,13 +163,13 @@ PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
                      (long long)(B + 1), (long long)sk_len(&ptr));
         goto fail;
     }
-    if (get_optional(cw_o, fn, "cluster_weight", N, 1, &cw) < 0) goto fail;
+    if (sk_get_optional_int64(cw_o, fn, "cluster_weight", N, 1, INT64_MIN, &cw) < 0) goto fail;
     if (cw.obj == NULL) {
         PyErr_Format(PyExc_ValueError, "%s: 'cluster_weight' expected an int64 array (got None)", fn);
         goto fail;
     }
-    if (get_optional(nw_o, fn, "node_weight", B, 0, &nw) < 0) goto fail;
-    if (get_optional(ew_o, fn, "edge_weight", E, 0, &ew) < 0) goto fail;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
     if (get_visit(visit_o, fn, B, &visit) < 0) goto fail;
     if (max_weight < 1) {
         PyErr_Format(PyExc_ValueError, "%s: 'max_weight' expected >= 1 (got %lld)", fn, max_weight);
@@ -204,7 +180,7 @@ PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     int64_t *CL = cl.buf, *CW = cw.buf;
     Py_BEGIN_ALLOW_THREADS
     const int64_t T = VI != NULL ? sk_len(&visit) : B;
-    check_chunk(P, B, E, V, C, N, VI, T, NW, EW, &st);
+    check_chunk(P, B, E, V, C, N, VI, T, &st);
     /* every cluster id the pass can read, checked before anything moves (an error leaves the state intact) */
     for (int64_t j = 0; st.code == 0 && j < B; j++)
         if ((uint64_t)CL[V[j]] >= (uint64_t)N) sk_status_set(&st, ML_BAD_LABEL, 0, 0, V[j], CL[V[j]], 0, 0);
@@ -297,16 +273,16 @@ PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_Format(PyExc_ValueError, "%s: 'sizes' expected between 1 and %d parts (got %lld)", fn, INT32_MAX, (long long)k);
         goto fail;
     }
-    if (get_optional(cap_o, fn, "capacity", k, 0, &cap) < 0) goto fail;
+    if (sk_get_optional_int64(cap_o, fn, "capacity", k, 0, INT64_MIN, &cap) < 0) goto fail;
     if (cap.obj == NULL) {
         PyErr_Format(PyExc_ValueError, "%s: 'capacity' expected an int64 array (got None)", fn);
         goto fail;
     }
-    if (get_optional(nw_o, fn, "node_weight", B, 0, &nw) < 0) goto fail;
-    if (get_optional(ew_o, fn, "edge_weight", E, 0, &ew) < 0) goto fail;
-    if (get_optional(tw_o, fn, "train_weight", B, 0, &tw) < 0) goto fail;
-    if (get_optional(ts_o, fn, "train_sizes", k, 1, &ts) < 0) goto fail;
-    if (get_optional(tc_o, fn, "train_capacity", k, 0, &tc) < 0) goto fail;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
+    if (sk_get_optional_int64(tw_o, fn, "train_weight", B, 0, 0, &tw) < 0) goto fail;
+    if (sk_get_optional_int64(ts_o, fn, "train_sizes", k, 1, INT64_MIN, &ts) < 0) goto fail;
+    if (sk_get_optional_int64(tc_o, fn, "train_capacity", k, 0, INT64_MIN, &tc) < 0) goto fail;
     if ((tw.obj == NULL) != (ts.obj == NULL) || (tw.obj == NULL) != (tc.obj == NULL)) {
         PyErr_Format(PyExc_ValueError, "%s: 'train_weight', 'train_sizes' and 'train_capacity' expected all or none", fn);
         goto fail;
@@ -319,10 +295,7 @@ PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     int32_t *L = parts.buf;
     Py_BEGIN_ALLOW_THREADS
     const int64_t T = VI != NULL ? sk_len(&visit) : B;
-    check_chunk(P, B, E, V, C, N, VI, T, NW, EW, &st);
-    if (st.code == 0 && TW != NULL)
-        for (int64_t j = 0; j < B; j++)
-            if (TW[j] < 0) { sk_status_set(&st, ML_BAD_WEIGHT, 0, j, j, TW[j], 2, 0); break; }
+    check_chunk(P, B, E, V, C, N, VI, T, &st);
     /* streamed nodes must have a part: checked before anything moves (an error leaves the state intact) */
     for (int64_t j = 0; st.code == 0 && j < B; j++)
         if (L[V[j]] < 0 || L[V[j]] >= k) sk_status_set(&st, ML_BAD_LABEL, 0, 0, V[j], L[V[j]], 0, 0);

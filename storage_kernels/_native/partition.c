@@ -54,27 +54,6 @@ static int get_typed(PyObject *obj, const char *func, const char *name, char fmt
     return 0;
 }
 
-/* Optional 1-D int64 weights of an expected length, each >= `min` (Py_None: left empty). */
-static int get_weights(PyObject *obj, const char *fn, const char *name, int64_t expected, int64_t min, Py_buffer *view) {
-    if (obj == Py_None) return 0;
-    if (sk_get_buffer(obj, fn, name, SK_INT64, 1, 0, view) < 0) return -1;
-    if (sk_len(view) != expected) {
-        PyErr_Format(PyExc_ValueError, "%s: '%s' expected %lld entries (got %lld)", fn, name, (long long)expected,
-                     (long long)sk_len(view));
-        sk_release(view);
-        return -1;
-    }
-    const int64_t *w = view->buf;
-    for (int64_t i = 0; i < expected; i++)
-        if (w[i] < min) {
-            PyErr_Format(PyExc_ValueError, "%s: '%s' expected weights >= %lld (got [%lld]=%lld)", fn, name, (long long)min,
-                         (long long)i, (long long)w[i]);
-            sk_release(view);
-            return -1;
-        }
-    return 0;
-}
-
 /* Validate a streamed chunk: local indptr monotone within indices, nodes ascending in [0, N), columns in
  * [0, N). Runs without the GIL; fills st. */
 static void check_chunk(const int64_t *ptr, int64_t B, int64_t E, const int64_t *nodes, const int64_t *cols,
@@ -250,9 +229,9 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (bloom_o != Py_None && sk_get_buffer(bloom_o, fn, "bloom", SK_UINT8, 1, 1, &bloom) < 0) goto fail;
 
     const int64_t B = sk_len(&nodes), N = sk_len(&labels), p = sk_len(&sizes), E = sk_len(&cols);
-    if (get_weights(nw_o, fn, "node_weight", B, 1, &nw) < 0) goto fail;
-    if (get_weights(ew_o, fn, "edge_weight", E, 1, &ew) < 0) goto fail;
-    if (get_weights(tw_o, fn, "train_weight", B, 0, &tw) < 0) goto fail;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
+    if (sk_get_optional_int64(tw_o, fn, "train_weight", B, 0, 0, &tw) < 0) goto fail;
     if (sk_len(&ptr) != B + 1) {
         PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", fn,
                      (long long)(B + 1), (long long)sk_len(&ptr));
@@ -460,8 +439,8 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
                      (long long)(B + 1), (long long)sk_len(&ptr));
         goto fail;
     }
-    if (get_weights(nw_o, fn, "node_weight", B, 1, &nw) < 0) goto fail;
-    if (get_weights(ew_o, fn, "edge_weight", E, 1, &ew) < 0) goto fail;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
     if (sk_len(&pref) != N) {
         PyErr_Format(PyExc_ValueError, "%s: 'pref' expected %lld entries like 'labels' (got %lld)", fn, (long long)N,
                      (long long)sk_len(&pref));

@@ -298,3 +298,13 @@ def test_release_pages_drops_resident_file_pages(tmp_path):
     assert _rss_file_kb() - before < 10_000
     assert a[123] == 123  # still readable: faulted back in from the page cache
     assert not release_pages(np.zeros(3))  # not a mapping: nothing to do
+
+
+def test_row_ranges_cut_rows_by_entries() -> None:
+    from storage_kernels.arrays import row_ranges
+
+    indptr = np.array([0, 3, 4, 4, 10, 11, 12])  # row lengths 3, 1, 0, 6, 1, 1
+    assert row_ranges(indptr, 4).tolist() == [0, 3, 4, 6]  # the 6-entry row stands alone
+    assert row_ranges(indptr, 100).tolist() == [0, 6]
+    assert row_ranges(indptr, 1).tolist() == [0, 1, 3, 4, 5, 6]
+    assert row_ranges(np.array([0]), 5).tolist() == [0]
