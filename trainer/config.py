@@ -1,15 +1,52 @@
-"""One flat, frozen training configuration: logged whole to MLflow and stored in every checkpoint."""
+"""The training configuration -- one for the library, the CLI and Dagster -- and the ``setting`` helper.
+
+:class:`TrainConfig` is the ``train`` section of ``pipelines.config.PipelineConfig`` as it is: every field is
+reachable from ``strata run --set train.<field>=...`` and from Dagster's run config, and the same frozen
+object is logged whole to MLflow and stored in every checkpoint.
+
+:func:`setting` declares a configuration field for every section of Strata: its default, its description,
+and whether it changes the artifact its stage writes (``artifact``). The version hash of an artifact is
+computed from those declarations in one place (``pipelines.config.artifact_params``); a field that only
+changes speed (threads, queue depths, buffer sizes) says ``artifact=False`` and never causes a rebuild.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["TrainConfig"]
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+__all__ = ["ArtifactEffect", "TrainConfig", "artifact_effect", "setting"]
+
+#: How a field enters its stage's artifact version: always (True), never (False), or only when the
+#: method selected for the stage declares that it reads the field ("selected").
+ArtifactEffect = bool | Literal["selected"]
+_ARTIFACT_KEY = "strata_artifact"
 
 
-@dataclass(frozen=True)
+def setting(default: Any = PydanticUndefined, description: str = "", *, artifact: ArtifactEffect = True,
+            default_factory: Any = None, **constraints: Any) -> Any:
+    """A described configuration field (pydantic ``Field``) that declares its effect on the artifact."""
+    if artifact not in (True, False, "selected"):
+        raise ValueError(f"'artifact' expected True, False or 'selected' (got {artifact!r})")
+    extra = {_ARTIFACT_KEY: artifact}
+    if default_factory is not None:
+        return Field(default_factory=default_factory, description=description, json_schema_extra=extra,
+                     **constraints)
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
+
+
+def artifact_effect(info: FieldInfo) -> ArtifactEffect:
+    """What :func:`setting` declared for a field (a plain ``Field`` counts as ``True``)."""
+    extra = info.json_schema_extra
+    return extra.get(_ARTIFACT_KEY, True) if isinstance(extra, dict) else True
+
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class TrainConfig:
     """Hyper-parameters and run options of :func:`trainer.train.train`.
 
@@ -18,26 +55,29 @@ class TrainConfig:
     """
 
     # model
-    hidden_dim: int = 256  # width of every hidden layer (DiskGNN uses 256 for SAGE)
-    num_layers: int = 0  # 0 = one layer per sampled hop (len(samples.fanouts)); otherwise must equal it
-    num_classes: int = 0  # 0 = labels.max() + 1
-    dropout: float = 0.5  # between layers, training only
+    model: str = setting("graphsage", "Architecture: a name registered in trainer.models.MODELS.")
+    hidden_dim: int = setting(128, "Width of every hidden layer.")
+    num_layers: int = setting(0, "Layers; 0 = one per sampled hop (len(sample.fanouts)), otherwise must equal it.")
+    num_classes: int = setting(0, "Output classes; 0 = labels.max() + 1.")
+    dropout: float = setting(0.5, "Dropout between layers, training only.")
     # optimizer
-    lr: float = 3e-3  # Adam learning rate
-    weight_decay: float = 0.0  # Adam L2 penalty
+    lr: float = setting(0.01, "Adam learning rate.")
+    weight_decay: float = setting(5e-4, "Adam weight decay (L2 penalty).")
     # loop
-    epochs: int = 3  # training epochs; epoch e uses the train batches of sample epoch e % samples.epochs
-    eval_every: int = 1  # evaluate on the val batches every N epochs (and always after the last one)
-    seed: int = 0  # torch.manual_seed for init and dropout
-    deterministic: bool = True  # torch.use_deterministic_algorithms (warn_only where an op has no twin)
-    num_threads: int = 0  # torch intra-op threads during training; 0 = leave torch's setting
+    epochs: int = setting(5, "Training epochs; epoch e uses the train batches of sample epoch e % sample.epochs.")
+    eval_every: int = setting(1, "Evaluate on the validation batches every N epochs (and after the last one).")
+    seed: int = setting(0, "Seed of model initialisation and dropout.")
+    deterministic: bool = setting(True, "torch.use_deterministic_algorithms (warn only where an op has none).")
+    num_threads: int = setting(0, "torch intra-op threads while training; 0 = leave torch's setting.",
+                               artifact=False)
     # data pipeline
-    prefetch: int = 2  # depth of the loader queue (batches read ahead of compute)
-    sequential: bool = False  # no reader thread: read, assemble and compute in turn (ablation)
-    device: str = "cpu"  # "cpu" or "cuda[:i]"
+    prefetch: int = setting(2, "Loader queue depth (batches read ahead of compute).", artifact=False)
+    sequential: bool = setting(False, "No reader thread: read, assemble and compute in turn (ablation).",
+                               artifact=False)
+    device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
     # checkpoints
-    checkpoint_path: str = ""  # "" = no checkpoint; otherwise written after every epoch (plain dict)
-    resume: str = ""  # "" = train from scratch; otherwise a checkpoint path to continue from
+    checkpoint_path: str = setting("", "Write a checkpoint here after every epoch ('' = none).", artifact=False)
+    resume: str = setting("", "Continue from this checkpoint ('' = train from scratch).", artifact=False)
 
     def __post_init__(self) -> None:
         checks = {
@@ -51,6 +91,8 @@ class TrainConfig:
             "eval_every": self.eval_every >= 1,
             "prefetch": self.prefetch >= 1,
             "num_threads": self.num_threads >= 0,
+            "model": bool(self.model),
+            "device": self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
         }
         for name, ok in checks.items():
             if not ok:
