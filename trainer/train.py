@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import TrainConfig
+from trainer.device import resolve_device
 from trainer.loader import BatchLoader
 from trainer.models import GraphSAGE
 
@@ -126,7 +127,7 @@ def train(
     ``progress(epoch, metrics)`` is called after each epoch.
     """
     # ------------------------------------------------------------------ setup
-    device = torch.device(cfg.device)
+    device = torch.device(resolve_device(cfg.device))
     eval_source = source if eval_source is None else eval_source
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.dtype != np.int64:
