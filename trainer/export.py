@@ -1,4 +1,7 @@
-"""Export a trained GraphSAGE: ONNX with dynamic subgraph shapes, and a compact WASM-ready bundle.
+"""Export a trained model: ONNX with dynamic subgraph shapes, and a compact WASM-ready bundle.
+
+Any :data:`trainer.models.MODELS` architecture exports to ONNX (through its ``forward_dst_pos``); the bundle
+needs the model to describe its layers for the runtime (``bundle_descriptor()``, which ``GraphSAGE`` has).
 
 ONNX graph (``export_onnx``): inputs ``x`` (num_nodes, in_dim) float32 and, per layer ``i`` (input layer
 first), ``edge_src_i`` / ``edge_dst_i`` (num_edges_i,) int64 and ``dst_pos_i`` (num_dst_i,) int64, the positions
@@ -10,7 +13,8 @@ shape. Output ``logits`` (num_seeds, out_dim). Aggregation is ScatterElements(re
 Bundle (``export_bundle``): ``model.json`` (architecture descriptor: layers, dims, activation, aggregation,
 input/output names, opset, quantization, tensor table, weights checksum) + ``weights.bin`` (little-endian
 tensors at 16-byte-aligned offsets; weight matrices int8 symmetric per-tensor ``w = q * scale``, or float32;
-biases float32). ``load_bundle`` rebuilds a ``GraphSAGE`` from it. Nothing is pickled.
+biases float32). ``load_bundle`` rebuilds the model by its registry name (``architecture``). Nothing is
+pickled.
 """
 
 from __future__ import annotations
@@ -20,16 +24,17 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
-from trainer.models import GraphSAGE, TensorBlock
+from trainer.models import GraphModel, TensorBlock, build_model
 
 __all__ = [
     "BUNDLE_FORMAT",
+    "BundleModel",
     "export_bundle",
     "export_onnx",
     "load_bundle",
@@ -51,10 +56,18 @@ def onnx_input_names(num_layers: int) -> list[str]:
     return names
 
 
-class _OnnxGraphSAGE(nn.Module):
+class BundleModel(GraphModel, Protocol):
+    """A model :func:`export_bundle` can describe: it names its architecture and layers for the runtime."""
+
+    def bundle_descriptor(self) -> dict[str, Any]:
+        """``{"architecture": MODELS name, "layers": [...], "formula", "aggregation", "activation"}``."""
+        ...
+
+
+class _OnnxModel(nn.Module):
     """Flat-input wrapper: ``forward(x, edge_src_0, edge_dst_0, dst_pos_0, ...)``."""
 
-    def __init__(self, model: GraphSAGE) -> None:
+    def __init__(self, model: GraphModel) -> None:
         super().__init__()
         self.model = model
 
@@ -95,7 +108,7 @@ def onnx_feed(x: torch.Tensor, blocks: Sequence[TensorBlock]) -> dict[str, np.nd
     return {n: t.detach().cpu().numpy() for n, t in zip(names, _flat_inputs(x, blocks), strict=True)}
 
 
-def export_onnx(model: GraphSAGE, path: str | Path, in_dim: int | None = None, num_layers: int | None = None,
+def export_onnx(model: GraphModel, path: str | Path, in_dim: int | None = None, num_layers: int | None = None,
                 opset: int = 18) -> Path:
     """Export ``model`` (eval mode, on CPU) to ONNX with dynamic subgraph shapes; returns ``path``."""
     if in_dim is not None and in_dim != model.in_dim:
@@ -108,7 +121,7 @@ def export_onnx(model: GraphSAGE, path: str | Path, in_dim: int | None = None, n
     path.parent.mkdir(parents=True, exist_ok=True)
     was_training = model.training
     device = next(model.parameters()).device
-    wrapper = _OnnxGraphSAGE(model).cpu().eval()
+    wrapper = _OnnxModel(model).cpu().eval()
     x, blocks = random_subgraph(model.in_dim, model.num_layers, num_seeds=5, fanout=3, seed=1)
     names = onnx_input_names(model.num_layers)
     dynamic_axes: dict[str, dict[int, str]] = {"x": {0: "num_nodes"}, "logits": {0: "num_seeds"}}
@@ -210,7 +223,7 @@ def _node_reads(node: Any) -> set[str]:
     return reads
 
 
-def verify_onnx(path: str | Path, model: GraphSAGE, example: tuple[torch.Tensor, Sequence[TensorBlock]]) -> float:
+def verify_onnx(path: str | Path, model: GraphModel, example: tuple[torch.Tensor, Sequence[TensorBlock]]) -> float:
     """Run the ONNX graph in onnxruntime (CPU) on ``example = (x, blocks)``; max |onnx - torch| logits."""
     import onnxruntime as ort
 
@@ -237,7 +250,7 @@ def _quantize_int8(w: np.ndarray) -> tuple[np.ndarray, float]:
     return q, scale
 
 
-def export_bundle(model: GraphSAGE, out_dir: str | Path, quantization: str = "int8", opset: int = 18,
+def export_bundle(model: BundleModel, out_dir: str | Path, quantization: str = "int8", opset: int = 18,
                   onnx_file: str | None = None) -> Path:
     """Write ``model.json`` + ``weights.bin`` into ``out_dir``; returns the path of ``model.json``.
 
@@ -246,6 +259,10 @@ def export_bundle(model: GraphSAGE, out_dir: str | Path, quantization: str = "in
     """
     if quantization not in ("int8", "fp32"):
         raise ValueError(f"'quantization' expected 'int8' or 'fp32' (got {quantization!r})")
+    if not callable(getattr(model, "bundle_descriptor", None)):
+        raise ValueError(f"'export_bundle' expected a model with bundle_descriptor() (the layer description "
+                         f"the runtime reads) (got {type(model).__name__})")
+    architecture = model.bundle_descriptor()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
@@ -265,22 +282,12 @@ def export_bundle(model: GraphSAGE, out_dir: str | Path, quantization: str = "in
         blob += data
         tensors.append(entry)
     (out_dir / "weights.bin").write_bytes(bytes(blob))
-    dims = [model.in_dim] + [model.hidden_dim] * (model.num_layers - 1) + [model.out_dim]
     descriptor = {
         "format": BUNDLE_FORMAT,
         "format_version": 1,
-        "architecture": "graphsage",
+        "architecture": architecture["architecture"],
         "model_args": model.model_args,
-        "layers": [
-            {"type": "sage", "in_dim": dims[i], "out_dim": dims[i + 1], "aggregation": "mean",
-             "weights": {"self": f"layers.{i}.lin_self.weight", "self_bias": f"layers.{i}.lin_self.bias",
-                         "neigh": f"layers.{i}.lin_neigh.weight"},
-             "activation": "relu" if i < model.num_layers - 1 else None}
-            for i in range(model.num_layers)
-        ],
-        "formula": "h_dst' = h_dst @ self.T + self_bias + mean_{j in N(i)} h_src[j] @ neigh.T",
-        "aggregation": "mean",
-        "activation": "relu",
+        **{k: v for k, v in architecture.items() if k != "architecture"},
         "inputs": onnx_input_names(model.num_layers),
         "outputs": ["logits"],
         "opset": opset,
@@ -298,8 +305,9 @@ def export_bundle(model: GraphSAGE, out_dir: str | Path, quantization: str = "in
     return path
 
 
-def load_bundle(bundle_dir: str | Path) -> GraphSAGE:
-    """Rebuild the (dequantized, eval-mode) ``GraphSAGE`` from ``model.json`` + ``weights.bin``."""
+def load_bundle(bundle_dir: str | Path) -> GraphModel:
+    """Rebuild the (dequantized, eval-mode) model from ``model.json`` + ``weights.bin``: ``architecture``
+    names its :data:`trainer.models.MODELS` entry."""
     bundle_dir = Path(bundle_dir)
     desc_path = bundle_dir / "model.json"
     if not desc_path.exists():
@@ -322,6 +330,7 @@ def load_bundle(bundle_dir: str | Path) -> GraphSAGE:
         else:
             raise ValueError(f"'{desc_path}' tensor {t['name']} expected dtype int8 or float32 (got {t['dtype']})")
         state[t["name"]] = torch.from_numpy(w.reshape(t["shape"]))
-    model = GraphSAGE(**desc["model_args"])
+    model = build_model(desc["architecture"], **desc["model_args"])
     model.load_state_dict(state)
-    return model.eval()
+    model.eval()
+    return model

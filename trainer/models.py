@@ -9,12 +9,23 @@ Aggregation is ``scatter_reduce(reduce="sum")`` divided by a degree vector compu
 ``index_add_``: the ONNX exporter turns ``index_add_`` into ScatterElements without a reduction, which is
 wrong when destination indices repeat (pytorch #111159); ``scatter_reduce`` exports as
 ScatterElements(reduction="add") (opset >= 16).
+
+Architectures are entries of :data:`MODELS` (``TrainConfig.model`` names one). An entry is a constructor
+``(in_dim, hidden_dim, out_dim, num_layers, dropout) -> nn.Module`` whose module follows :class:`GraphModel`:
+``forward(x, blocks)``, ``forward_dst_pos(x, edges)`` (the ONNX form), ``in_dim``, ``num_layers`` and
+``model_args`` (its constructor arguments). :func:`build_model` builds one by name; :func:`load_trained`
+rebuilds a trained one from the ``model`` artifact's ``model.json`` and ``state_dict.pt``.
+
+>>> @MODELS.register("my-gnn")
+... class MyGNN(nn.Module): ...            # (in_dim, hidden_dim, out_dim, num_layers, dropout)
+>>> net = build_model("my-gnn", in_dim=8, hidden_dim=16, out_dim=3, num_layers=2, dropout=0.5)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,7 +33,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BlockLike", "GraphSAGE", "SAGEConv", "TensorBlock", "mean_aggregate", "to_tensor_blocks"]
+from storage_kernels.registry import Registry
+
+__all__ = [
+    "MODELS",
+    "MODEL_ARGS",
+    "BlockLike",
+    "GraphModel",
+    "GraphSAGE",
+    "ModelConstructor",
+    "SAGEConv",
+    "TensorBlock",
+    "build_model",
+    "load_trained",
+    "mean_aggregate",
+    "to_tensor_blocks",
+]
+
+#: The constructor arguments every model entry takes (``model_args`` minus the ``model`` name).
+MODEL_ARGS = ("in_dim", "hidden_dim", "out_dim", "num_layers", "dropout")
 
 
 class BlockLike(Protocol):
@@ -139,6 +168,24 @@ class GraphSAGE(nn.Module):
         return {"in_dim": self.in_dim, "hidden_dim": self.hidden_dim, "out_dim": self.out_dim,
                 "num_layers": self.num_layers, "dropout": self.dropout}
 
+    def bundle_descriptor(self) -> dict[str, Any]:
+        """The architecture as a WASM runtime reads it (``trainer.export.export_bundle``): the registry name,
+        one entry per layer naming its ``state_dict`` tensors, the formula, aggregation and activation."""
+        dims = [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
+        return {
+            "architecture": "graphsage",
+            "layers": [
+                {"type": "sage", "in_dim": dims[i], "out_dim": dims[i + 1], "aggregation": "mean",
+                 "weights": {"self": f"layers.{i}.lin_self.weight", "self_bias": f"layers.{i}.lin_self.bias",
+                             "neigh": f"layers.{i}.lin_neigh.weight"},
+                 "activation": "relu" if i < self.num_layers - 1 else None}
+                for i in range(self.num_layers)
+            ],
+            "formula": "h_dst' = h_dst @ self.T + self_bias + mean_{j in N(i)} h_src[j] @ neigh.T",
+            "aggregation": "mean",
+            "activation": "relu",
+        }
+
     def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
         """``x`` (num_nodes, in_dim) in the batch's node order -> logits (num_seeds, out_dim)."""
         if len(blocks) != self.num_layers:
@@ -166,3 +213,90 @@ class GraphSAGE(nn.Module):
         if i == self.num_layers - 1:
             return h
         return F.dropout(F.relu(h), p=self.dropout, training=self.training)
+
+
+# ------------------------------------------------------------------------------------------------ registry
+class GraphModel(Protocol):
+    """What the trainer and the exporter use of a model built from a :data:`MODELS` entry (an ``nn.Module``).
+
+    ``forward(x, blocks)``: ``x`` (num_nodes, in_dim) in the batch's node order, ``blocks`` input layer first
+    -> logits (num_seeds, out_dim). ``forward_dst_pos(x, edges)``: the same with ``edges[i] = (edge_src,
+    edge_dst, dst_pos)`` per layer, where ``num_dst`` is ``dst_pos.shape[0]`` (ONNX-traceable: no Python int
+    from a tensor). ``model_args``: the constructor's keyword arguments, so ``build_model(name,
+    **module.model_args)`` builds the same architecture.
+    """
+
+    in_dim: int
+    num_layers: int
+    training: bool
+
+    @property
+    def model_args(self) -> dict[str, Any]: ...
+
+    def __call__(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor: ...
+
+    def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor: ...
+
+    def forward_dst_pos(
+        self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any: ...
+
+    def to(self, device: torch.device | str) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+
+class ModelConstructor(Protocol):
+    """A :data:`MODELS` entry: builds an untrained :class:`GraphModel` (a class or a factory function)."""
+
+    def __call__(self, in_dim: int, hidden_dim: int, out_dim: int, num_layers: int, dropout: float
+                 ) -> GraphModel: ...
+
+
+#: Architectures by name (``TrainConfig.model``); register one with ``@MODELS.register("name")``.
+MODELS: Registry[ModelConstructor] = Registry("train.model")
+MODELS.register("graphsage", GraphSAGE)
+
+
+def build_model(model: str, **model_args: Any) -> GraphModel:
+    """An untrained ``model`` (a :data:`MODELS` name) with the constructor arguments :data:`MODEL_ARGS`.
+
+    The keyword is ``model`` so a checkpoint's or a ``TrainResult``'s ``model_args`` (which record the
+    name under that key) rebuild their model as ``build_model(**model_args)``.
+    """
+    unknown, missing = sorted(set(model_args) - set(MODEL_ARGS)), [k for k in MODEL_ARGS if k not in model_args]
+    if unknown or missing:
+        raise ValueError(f"'model_args' expected exactly {list(MODEL_ARGS)} (got unknown {unknown}, "
+                         f"missing {missing})")
+    return MODELS.get(model)(**model_args)
+
+
+def load_trained(info: Mapping[str, Any], state_path: str | Path, map_location: str | torch.device = "cpu"
+                 ) -> GraphModel:
+    """Rebuild a trained model in eval mode from a ``model`` artifact's ``model.json`` (``info``: the
+    registry name under ``model`` and the :data:`MODEL_ARGS`) and its ``state_dict.pt`` (read with
+    ``weights_only=True``: nothing is unpickled).
+
+    A ``model.json`` written before the registry names its architecture under ``architecture`` and may
+    lack ``dropout`` (0.0 then: it only matters in training).
+    """
+    name = info.get("model", info.get("architecture"))
+    if not isinstance(name, str):
+        raise ValueError(f"'model.json' expected a model name under 'model' (got keys {sorted(info)})")
+    args = {k: info[k] for k in MODEL_ARGS if k in info}
+    args.setdefault("dropout", 0.0)
+    path = Path(state_path)
+    if not path.exists():
+        raise FileNotFoundError(f"'state_dict' expected a file at {path} (got no such file)")
+    net = build_model(name, **args)
+    net.load_state_dict(torch.load(path, map_location=map_location, weights_only=True))
+    net.eval()
+    return net

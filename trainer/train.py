@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.loader import BatchLoader
-from trainer.models import GraphSAGE
+from trainer.models import build_model
 
 __all__ = ["CHECKPOINT_FORMAT", "TrainResult", "Tracker", "eval_batch_ids", "load_checkpoint", "train"]
 
@@ -57,7 +57,7 @@ class TrainResult:
     cache_hit_rate: float  # fraction of training rows served from the GPU/CPU caches
     best_state_dict: dict[str, torch.Tensor]
     timers: dict[str, float]  # loader stages summed over epochs, plus eval_s and train_s
-    model_args: dict[str, Any]
+    model_args: dict[str, Any]  # the MODELS name under "model" + constructor arguments: build_model(**model_args)
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -143,14 +143,15 @@ def train(
     torch.manual_seed(cfg.seed)
 
     # ------------------------------------------------------------------ model init (scratch or resume)
-    model_args = {"in_dim": int(source.feature_dim), "hidden_dim": cfg.hidden_dim, "out_dim": num_classes,
-                  "num_layers": num_layers, "dropout": cfg.dropout}
+    model_args = {"model": cfg.model, "in_dim": int(source.feature_dim), "hidden_dim": cfg.hidden_dim,
+                  "out_dim": num_classes, "num_layers": num_layers, "dropout": cfg.dropout}
     ckpt: dict[str, Any] | None = None
     if cfg.resume:
         ckpt = load_checkpoint(cfg.resume, map_location=device)
-        if ckpt["model_args"] != model_args:
-            raise ValueError(f"'{cfg.resume}' expected model_args {model_args} (got {ckpt['model_args']})")
-    model = GraphSAGE(**model_args).to(device)
+        saved = {"model": "graphsage", **ckpt["model_args"]}  # v1 checkpoints before the registry: graphsage
+        if saved != model_args:
+            raise ValueError(f"'{cfg.resume}' expected model_args {model_args} (got {saved})")
+    model = build_model(**model_args).to(device)
 
     # ------------------------------------------------------------------ optimizer
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -17,7 +17,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.export import export_bundle, export_onnx
 from trainer.features import InMemoryFeatures
-from trainer.models import GraphSAGE
+from trainer.models import build_model
 from trainer.tracking import CHAMPION, MlflowTracker
 from trainer.train import train
 
@@ -42,7 +42,7 @@ def test_run_logs_params_metrics_and_model_files(tracker: MlflowTracker, dataset
     with tracker.run("logged", tags={"strata.dataset": "synthetic"}) as run_id:
         result = train(cfg, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels, tracker=tracker)
         torch.save(result.best_state_dict, tmp_path / "state_dict.pt")
-        model = GraphSAGE(**result.model_args)
+        model = build_model(**result.model_args)
         model.load_state_dict(result.best_state_dict)
         onnx_path = export_onnx(model, tmp_path / "model.onnx", model.in_dim, model.num_layers)
         export_bundle(model, tmp_path / "bundle", onnx_file="model.onnx")
