@@ -23,6 +23,7 @@ __all__ = [
     "TensorBlock",
     "TrainConfig",
     "TrainResult",
+    "TrainState",
     "build_model",
     "export_bundle",
     "export_onnx",
@@ -40,7 +41,7 @@ _WHERE = {
     "InMemoryFeatures": "features", "NaiveDiskFeatures": "features", "PackedFeatures": "features",
     "MlflowTracker": "tracking",
     "TrainConfig": "config",
-    "TrainResult": "train",
+    "TrainResult": "train", "TrainState": "train",
     "export_bundle": "export", "export_onnx": "export", "load_bundle": "export", "verify_onnx": "export",
 }
 

@@ -17,16 +17,24 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from storage_kernels.sampleset import SampledBatch
+from trainer.features import FeatureSource
 from trainer.models import TensorBlock, to_tensor_blocks
 
-__all__ = ["BatchLoader", "BatchLoaderError", "LoadedBatch"]
+__all__ = ["BatchLoader", "BatchLoaderError", "LoadedBatch", "Samples"]
 
 _POLL_S = 0.05  # how often a blocked put/get re-checks the stop event / the reader's liveness
+
+
+class Samples(Protocol):
+    """What the loader reads of a sample set (``storage_kernels.sampleset.SampleSet``): one batch by id."""
+
+    def batch(self, i: int) -> SampledBatch: ...
 
 
 @dataclass
@@ -37,7 +45,7 @@ class LoadedBatch:
     x: torch.Tensor  # (num_nodes, F) float32
     y: torch.Tensor  # (num_seeds,) int64, -1 = unlabelled
     blocks: list[TensorBlock]  # input layer first
-    ready: Any = None  # torch.cuda.Event | None
+    ready: torch.cuda.Event | None = None
 
     @property
     def num_seeds(self) -> int:
@@ -54,7 +62,12 @@ class _Failure:
     error: Exception
 
 
-_END = object()
+class _End:
+    """The reader's last item: every batch was delivered."""
+
+
+_END = _End()
+_Item = LoadedBatch | _Failure | _End  # what the reader thread puts into the queue
 
 
 class BatchLoader:
@@ -68,7 +81,7 @@ class BatchLoader:
     :class:`BatchLoaderError` chained (``from``) to the original.
     """
 
-    def __init__(self, samples: Any, source: Any, batch_ids: Sequence[int], labels: np.ndarray,
+    def __init__(self, samples: Samples, source: FeatureSource, batch_ids: Sequence[int], labels: np.ndarray,
                  prefetch: int = 2, device: torch.device | str = "cpu", sequential: bool = False) -> None:
         if prefetch < 1:
             raise ValueError(f"'prefetch' expected >= 1 (got {prefetch})")
@@ -82,7 +95,7 @@ class BatchLoader:
         self.timers = dict.fromkeys(("graph_s", "read_s", "assemble_s", "label_s", "wait_s", "stall_s"), 0.0)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
+        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch)
 
     def __len__(self) -> int:
         return len(self.batch_ids)
@@ -99,13 +112,10 @@ class BatchLoader:
         batch = self.samples.batch(batch_id)
         blocks = to_tensor_blocks(batch.blocks(), self.device)
         t1 = time.perf_counter()
-        r0, a0 = getattr(self.source, "read_s", 0.0), getattr(self.source, "assemble_s", 0.0)
+        r0, a0 = self.source.read_s, self.source.assemble_s
         x = self.source.load(batch)  # (num_nodes, F)
-        if not hasattr(self.source, "read_s"):  # a source without stage timers: all of it counts as read
-            self.timers["read_s"] += time.perf_counter() - t1
-        else:
-            self.timers["read_s"] += self.source.read_s - r0
-            self.timers["assemble_s"] += self.source.assemble_s - a0
+        self.timers["read_s"] += self.source.read_s - r0
+        self.timers["assemble_s"] += self.source.assemble_s - a0
         t2 = time.perf_counter()
         seeds = np.asarray(batch.nodes[: int(batch.hop_counts[0])])  # (num_seeds,)
         y = torch.from_numpy(self.labels[seeds])  # (num_seeds,)
@@ -115,7 +125,7 @@ class BatchLoader:
         self.timers["label_s"] += time.perf_counter() - t2
         return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks)
 
-    def _put(self, item: Any) -> bool:
+    def _put(self, item: _Item) -> bool:
         """Put unless stopped; returns False when the consumer asked to stop."""
         t0 = time.perf_counter()
         while not self._stop.is_set():
@@ -162,7 +172,7 @@ class BatchLoader:
         try:
             while True:
                 item = self._get()
-                if item is _END:
+                if isinstance(item, _End):
                     return
                 if isinstance(item, _Failure):
                     raise BatchLoaderError(
@@ -178,7 +188,7 @@ class BatchLoader:
         finally:
             self.close()
 
-    def _get(self) -> Any:
+    def _get(self) -> _Item:
         t0 = time.perf_counter()
         try:
             while True:

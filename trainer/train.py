@@ -1,11 +1,14 @@
-"""Train GraphSAGE on offline-sampled batches through a feature source; evaluate; checkpoint.
+"""Train a registered model on offline-sampled batches through a feature source; evaluate; checkpoint.
 
 ``train(cfg, samples, source, labels)`` reads top to bottom by phase: setup, model init (scratch or resume),
 optimizer, evaluation helper, then the epoch loop ("forward backward update", "evaluate", "timing and
-logging", "checkpoint"). One epoch is the train batches of sample epoch ``epoch % samples.epochs``, so
-training epochs beyond the sampled ones reuse samples (DiskGNN cites sample reuse as harmless to accuracy).
+logging", "checkpoint") and termination. The phases call small functions: :func:`train_epoch`,
+:func:`evaluate`, :meth:`TrainState.to_checkpoint`. One epoch is the train batches of sample epoch
+``epoch % samples.epochs``, so training epochs beyond the sampled ones reuse samples (DiskGNN cites sample
+reuse as harmless to accuracy).
 
-Checkpoints are plain dicts of tensors and primitives written with ``torch.save`` and read back with
+Everything that changes while training and must survive a restart is one :class:`TrainState`. Checkpoints
+are its plain dict of tensors and primitives, written with ``torch.save`` and read back with
 ``torch.load(weights_only=True)``: nothing is ever unpickled.
 """
 
@@ -24,14 +27,31 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from storage_kernels.packstore import Tier
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
-from trainer.loader import BatchLoader
-from trainer.models import build_model
+from trainer.features import FeatureSource
+from trainer.loader import BatchLoader, Samples
+from trainer.models import GraphModel, build_model
 
-__all__ = ["CHECKPOINT_FORMAT", "TrainResult", "Tracker", "eval_batch_ids", "load_checkpoint", "train"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "EpochStats",
+    "TrainResult",
+    "TrainSamples",
+    "TrainState",
+    "Tracker",
+    "eval_batch_ids",
+    "evaluate",
+    "load_checkpoint",
+    "save_checkpoint",
+    "train",
+    "train_epoch",
+]
 
 CHECKPOINT_FORMAT = "strata-checkpoint-v1"
+_HISTORY = ("losses", "train_acc", "val_accs", "epoch_s")  # per-epoch lists of a TrainState
+_CACHE_TIERS = (Tier.GPU.label, Tier.CPU.label)  # rows counted as cache hits
 
 
 class Tracker(Protocol):
@@ -40,6 +60,18 @@ class Tracker(Protocol):
     def log_params(self, params: dict[str, Any]) -> None: ...
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+
+
+class TrainSamples(Samples, Protocol):
+    """What ``train`` reads of a sample set (``storage_kernels.sampleset.SampleSet``)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def epochs(self) -> int: ...
+
+    def batch_ids(self, split: str, epoch: int | None = None) -> list[int]: ...
 
 
 @dataclass
@@ -61,7 +93,136 @@ class TrainResult:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def eval_batch_ids(samples: Any, split: str) -> list[int]:
+@dataclass
+class EpochStats:
+    """What one pass over the train batches measured (:func:`train_epoch`)."""
+
+    loss: float  # mean train loss over the batches
+    train_acc: float  # accuracy over the labelled seeds, dropout on
+    epoch_s: float  # wall time of the pass, up to the last step's completion
+    bytes_read: int  # feature bytes the source read during the pass
+    rows: dict[str, int]  # rows served per tier label during the pass
+    timers: dict[str, float]  # the loader's stage timers (seconds)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Fraction of the pass's rows served from the GPU/CPU caches (0.0 without rows)."""
+        total = sum(self.rows.values())
+        return sum(self.rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """Flat per-epoch metrics for the tracker (validation accuracy is added by the caller)."""
+        return {"loss": self.loss, "train_acc": self.train_acc, "epoch_s": self.epoch_s,
+                "bytes_read": float(self.bytes_read), "cache_hit_rate": self.cache_hit_rate, **self.timers}
+
+
+def _cpu_copy(model: GraphModel) -> dict[str, torch.Tensor]:
+    # device -> host copy of the weights: a CPU-GPU sync point (callers do it only when validation improves)
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+@dataclass
+class TrainState:
+    """Everything that changes while training and must survive a restart (the checkpoint's content).
+
+    ``epoch`` is the last finished epoch (-1 before the first); ``best`` holds ``val_acc``, ``test_acc`` and
+    ``epoch`` of the best validation so far and ``best_state`` its CPU weights; ``counters`` the training
+    batches' ``bytes_read`` and ``rows`` per tier label; ``rng_state`` / ``cuda_rng_state`` the generators
+    at the last checkpoint (dropout continues where it stopped).
+    """
+
+    model: GraphModel
+    optimizer: torch.optim.Optimizer
+    model_args: dict[str, Any]
+    config: dict[str, Any]
+    device: torch.device
+    epoch: int = -1
+    history: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in _HISTORY})
+    best: dict[str, Any] = field(default_factory=lambda: {"val_acc": -1.0, "test_acc": float("nan"), "epoch": -1})
+    best_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    counters: dict[str, Any] = field(default_factory=lambda: {
+        "bytes_read": 0, "rows": {t.label: 0 for t in Tier.readable()}})
+    rng_state: torch.Tensor | None = None
+    cuda_rng_state: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not self.best_state:  # before any evaluation the best weights are the initial ones
+            self.best_state = _cpu_copy(self.model)
+
+    # ---------------------------------------------------------------------------------------- updates
+    def record_epoch(self, epoch: int, stats: EpochStats, val_acc: float) -> None:
+        """Append one epoch to the history and the I/O counters; ``epoch`` becomes the last finished one."""
+        for key, value in zip(_HISTORY, (stats.loss, stats.train_acc, val_acc, stats.epoch_s), strict=True):
+            self.history[key].append(value)
+        self.counters["bytes_read"] += stats.bytes_read
+        for k, v in stats.rows.items():
+            self.counters["rows"][k] = self.counters["rows"].get(k, 0) + v
+        self.epoch = epoch
+
+    def record_best(self, val_acc: float, test_acc: float, epoch: int) -> None:
+        """A new best validation accuracy: remember it and copy the weights to the host."""
+        self.best = {"val_acc": val_acc, "test_acc": test_acc, "epoch": epoch}
+        self.best_state = _cpu_copy(self.model)
+
+    # ---------------------------------------------------------------------------------------- checkpoint
+    def to_checkpoint(self) -> dict[str, Any]:
+        """The checkpoint dict (``CHECKPOINT_FORMAT``); captures the random generators now."""
+        self.rng_state = torch.get_rng_state()
+        ckpt: dict[str, Any] = {
+            "format": CHECKPOINT_FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "model_args": self.model_args, "config": self.config, "epoch": self.epoch, "history": self.history,
+            "best": self.best, "best_state_dict": self.best_state, "counters": self.counters,
+            "rng_state": self.rng_state,
+        }
+        if self.device.type == "cuda":
+            self.cuda_rng_state = torch.cuda.get_rng_state(self.device)
+            ckpt["cuda_rng_state"] = self.cuda_rng_state
+        return ckpt
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any], model: GraphModel, optimizer: torch.optim.Optimizer,
+                        config: dict[str, Any], device: torch.device) -> TrainState:
+        """The state a checkpoint saved, loaded into ``model`` and ``optimizer`` (built like the saved ones;
+        the caller checks ``model_args``). The generators are not touched: see :meth:`restore_rng`."""
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        return cls(
+            model=model, optimizer=optimizer, model_args=_model_args_of(ckpt), config=config, device=device,
+            epoch=int(ckpt["epoch"]),
+            history={k: list(v) for k, v in ckpt["history"].items()},
+            best=dict(ckpt["best"]),
+            best_state={k: v.cpu() for k, v in ckpt["best_state_dict"].items()},
+            counters={"bytes_read": int(ckpt["counters"]["bytes_read"]), "rows": dict(ckpt["counters"]["rows"])},
+            rng_state=ckpt["rng_state"].cpu(),
+            cuda_rng_state=ckpt["cuda_rng_state"].cpu() if "cuda_rng_state" in ckpt else None,
+        )
+
+    def restore_rng(self) -> None:
+        """Set the process's generators to the saved ones (no-op for a state that never checkpointed)."""
+        if self.rng_state is not None:
+            torch.set_rng_state(self.rng_state)
+        if self.device.type == "cuda" and self.cuda_rng_state is not None:
+            torch.cuda.set_rng_state(self.cuda_rng_state, self.device)
+
+    def result(self, timers: dict[str, float]) -> TrainResult:
+        """The run's :class:`TrainResult`."""
+        rows = self.counters["rows"]
+        total = sum(rows.values())
+        return TrainResult(
+            losses=self.history["losses"], train_acc=self.history["train_acc"], val_accs=self.history["val_accs"],
+            val_acc=self.best["val_acc"], test_acc=self.best["test_acc"], best_epoch=self.best["epoch"],
+            epoch_s=self.history["epoch_s"], bytes_read=self.counters["bytes_read"],
+            cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
+            best_state_dict=self.best_state, timers=timers, model_args=self.model_args, config=self.config,
+        )
+
+
+def _model_args_of(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``model_args`` with the model name (v1 checkpoints from before the registry: graphsage)."""
+    return {"model": "graphsage", **ckpt["model_args"]}
+
+
+def eval_batch_ids(samples: TrainSamples, split: str) -> list[int]:
     """Evaluation batches of ``split``: those of sample epoch 0, or all of them if epoch 0 has none."""
     return samples.batch_ids(split, 0) or samples.batch_ids(split)
 
@@ -78,7 +239,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return ckpt
 
 
-def _save_checkpoint(path: str | Path, ckpt: dict[str, Any]) -> None:
+def save_checkpoint(path: str | Path, ckpt: dict[str, Any]) -> None:
+    """Write a checkpoint dict atomically (a temporary file renamed into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -104,22 +266,87 @@ def _torch_modes(deterministic: bool, num_threads: int) -> Iterator[None]:
         torch.set_num_threads(before[2])
 
 
-def _rate(rows_before: dict[str, int], rows_after: dict[str, int]) -> float:
-    delta = {k: rows_after[k] - rows_before.get(k, 0) for k in rows_after}
-    total = sum(delta.values())
-    return (delta.get("gpu", 0) + delta.get("cpu", 0)) / total if total else 0.0
+# ---------------------------------------------------------------------------------------------- phases
+def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource) -> EpochStats:
+    """One pass over ``loader``'s batches: forward, backward, update. ``source`` is the loader's feature
+    source (its counters give the pass's I/O)."""
+    model, optimizer, device = state.model, state.optimizer, state.device
+    bytes_before, rows_before = source.bytes_read, dict(source.rows_by_tier)
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    seen = torch.zeros((), dtype=torch.int64, device=device)
+    model.train()
+    t0 = time.perf_counter()
+    for lb in loader:
+        # forward backward update
+        logits = model(lb.x, lb.blocks)  # (num_seeds, C)
+        loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        # running sums stay on the device: no host sync inside the step loop
+        loss_sum += loss.detach()
+        labelled = lb.y >= 0
+        correct += (logits.detach().argmax(dim=1) == lb.y)[labelled].sum()
+        seen += labelled.sum()
+    loss_mean = loss_sum.item() / len(loader)  # note: CPU-GPU sync point, waits for the last step
+    epoch_s = time.perf_counter() - t0
+    train_acc = correct.item() / max(seen.item(), 1)  # already synced above: no extra wait
+    rows = {k: v - rows_before.get(k, 0) for k, v in source.rows_by_tier.items()}
+    return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=epoch_s,
+                      bytes_read=source.bytes_read - bytes_before, rows=rows, timers=dict(loader.timers))
+
+
+@torch.no_grad()
+def evaluate(model: GraphModel, loader: BatchLoader, device: torch.device) -> float:
+    """Accuracy over the labelled seeds of ``loader``'s batches, dropout off (train mode restored after);
+    nan when no seed is labelled."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    total = torch.zeros((), dtype=torch.int64, device=device)
+    for lb in loader:
+        pred = model(lb.x, lb.blocks).argmax(dim=1)  # (num_seeds,)
+        labelled = lb.y >= 0
+        correct += (pred == lb.y)[labelled].sum()
+        total += labelled.sum()
+    model.train()
+    num_correct, num_total = correct.item(), total.item()  # note: CPU-GPU sync point, once per evaluation
+    return num_correct / num_total if num_total else float("nan")
+
+
+def _check_inputs(cfg: TrainConfig, samples: TrainSamples, labels: np.ndarray) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.dtype != np.int64:
+        raise ValueError(f"'labels' expected a 1-D int64 array (got {labels.dtype} {labels.shape})")
+    if cfg.num_layers and cfg.num_layers != samples.num_layers:
+        raise ValueError(f"'TrainConfig.num_layers' expected {samples.num_layers} (the sampled hops) "
+                         f"(got {cfg.num_layers})")
+    if samples.epochs < 1:
+        raise ValueError(f"'samples' expected at least one sampled train epoch (got {samples.epochs})")
+    return labels
+
+
+def _resume(path: str, model: GraphModel, optimizer: torch.optim.Optimizer, model_args: dict[str, Any],
+            config: dict[str, Any], device: torch.device) -> TrainState:
+    ckpt = load_checkpoint(path, map_location=device)
+    if _model_args_of(ckpt) != model_args:
+        raise ValueError(f"'{path}' expected model_args {model_args} (got {_model_args_of(ckpt)})")
+    state = TrainState.from_checkpoint(ckpt, model, optimizer, config, device)
+    state.restore_rng()  # dropout continues where it stopped
+    return state
 
 
 def train(
     cfg: TrainConfig,
-    samples: Any,
-    source: Any,
+    samples: TrainSamples,
+    source: FeatureSource,
     labels: np.ndarray,
-    eval_source: Any = None,
+    eval_source: FeatureSource | None = None,
     tracker: Tracker | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
 ) -> TrainResult:
-    """Train for ``cfg.epochs`` epochs and return losses, accuracies, timings and the best weights.
+    """Train ``cfg.model`` for ``cfg.epochs`` epochs and return losses, accuracies, timings and the best
+    weights.
 
     ``samples`` is a ``SampleSet``; ``source`` a feature source (``trainer.features``) for the train
     batches and ``eval_source`` (default ``source``) for the val/test batches; ``labels`` int64 (N,).
@@ -129,128 +356,57 @@ def train(
     # ------------------------------------------------------------------ setup
     device = torch.device(resolve_device(cfg.device))
     eval_source = source if eval_source is None else eval_source
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.dtype != np.int64:
-        raise ValueError(f"'labels' expected a 1-D int64 array (got {labels.dtype} {labels.shape})")
-    num_layers = int(samples.num_layers)
-    if cfg.num_layers and cfg.num_layers != num_layers:
-        raise ValueError(f"'TrainConfig.num_layers' expected {num_layers} (the sampled hops) "
-                         f"(got {cfg.num_layers})")
-    if samples.epochs < 1:
-        raise ValueError(f"'samples' expected at least one sampled train epoch (got {samples.epochs})")
+    labels = _check_inputs(cfg, samples, labels)
     num_classes = cfg.num_classes or int(labels.max()) + 1
     eval_ids = {split: eval_batch_ids(samples, split) for split in ("val", "test")}
     torch.manual_seed(cfg.seed)
 
     # ------------------------------------------------------------------ model init (scratch or resume)
     model_args = {"model": cfg.model, "in_dim": int(source.feature_dim), "hidden_dim": cfg.hidden_dim,
-                  "out_dim": num_classes, "num_layers": num_layers, "dropout": cfg.dropout}
-    ckpt: dict[str, Any] | None = None
-    if cfg.resume:
-        ckpt = load_checkpoint(cfg.resume, map_location=device)
-        saved = {"model": "graphsage", **ckpt["model_args"]}  # v1 checkpoints before the registry: graphsage
-        if saved != model_args:
-            raise ValueError(f"'{cfg.resume}' expected model_args {model_args} (got {saved})")
+                  "out_dim": num_classes, "num_layers": samples.num_layers, "dropout": cfg.dropout}
     model = build_model(**model_args).to(device)
 
     # ------------------------------------------------------------------ optimizer
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-    history: dict[str, list[float]] = {"losses": [], "train_acc": [], "val_accs": [], "epoch_s": []}
-    best = {"val_acc": -1.0, "test_acc": float("nan"), "epoch": -1}
-    best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    counters = {"bytes_read": 0, "rows": dict.fromkeys(("gpu", "cpu", "packed", "file"), 0)}
-    start_epoch = 0
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        history = {k: list(v) for k, v in ckpt["history"].items()}
-        best = dict(ckpt["best"])
-        best_state = {k: v.cpu() for k, v in ckpt["best_state_dict"].items()}
-        counters = {"bytes_read": int(ckpt["counters"]["bytes_read"]), "rows": dict(ckpt["counters"]["rows"])}
-        start_epoch = int(ckpt["epoch"]) + 1
-        torch.set_rng_state(ckpt["rng_state"].cpu())  # dropout continues where it stopped
-        if device.type == "cuda" and "cuda_rng_state" in ckpt:
-            torch.cuda.set_rng_state(ckpt["cuda_rng_state"].cpu(), device)
+    if cfg.resume:
+        state = _resume(cfg.resume, model, optimizer, model_args, cfg.to_dict(), device)
+    else:
+        state = TrainState(model, optimizer, model_args, cfg.to_dict(), device)
     if tracker is not None:
         tracker.log_params(cfg.to_dict())
 
     # ------------------------------------------------------------------ evaluation helper
-    @torch.no_grad()
-    def evaluate(split: str) -> float:
-        """Accuracy over the labelled seeds of the split's evaluation batches (dropout off)."""
-        model.eval()
-        correct = torch.zeros((), dtype=torch.int64, device=device)
-        total = torch.zeros((), dtype=torch.int64, device=device)
-        for lb in BatchLoader(samples, eval_source, eval_ids[split], labels, cfg.prefetch, device,
-                              cfg.sequential):
-            pred = model(lb.x, lb.blocks).argmax(dim=1)  # (num_seeds,)
-            labelled = lb.y >= 0
-            correct += (pred == lb.y)[labelled].sum()
-            total += labelled.sum()
-        model.train()
-        num_correct, num_total = correct.item(), total.item()  # note: CPU-GPU sync point, once per evaluation
-        return num_correct / num_total if num_total else float("nan")
+    def evaluate_split(split: str) -> float:
+        loader = BatchLoader(samples, eval_source, eval_ids[split], labels, cfg.prefetch, device, cfg.sequential)
+        return evaluate(model, loader, device)
 
-    # ------------------------------------------------------------------ loop
+    # ------------------------------------------------------------------ epoch loop
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0}
     with _torch_modes(cfg.deterministic, cfg.num_threads):
-        for epoch in range(start_epoch, cfg.epochs):
+        for epoch in range(state.epoch + 1, cfg.epochs):
+            # forward backward update
             train_ids = samples.batch_ids("train", epoch % samples.epochs)
             if not train_ids:
                 raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} "
                                  "(got none)")
             loader = BatchLoader(samples, source, train_ids, labels, cfg.prefetch, device, cfg.sequential)
-            bytes_before, rows_before = source.bytes_read, dict(source.rows_by_tier)
-            loss_sum = torch.zeros((), device=device)
-            correct = torch.zeros((), dtype=torch.int64, device=device)
-            seen = torch.zeros((), dtype=torch.int64, device=device)
-            model.train()
-            t0 = time.perf_counter()
-            for lb in loader:
-                # forward backward update
-                logits = model(lb.x, lb.blocks)  # (num_seeds, C)
-                loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                # running sums stay on the device: no host sync inside the step loop
-                loss_sum += loss.detach()
-                labelled = lb.y >= 0
-                correct += (logits.detach().argmax(dim=1) == lb.y)[labelled].sum()
-                seen += labelled.sum()
-
-            # timing and logging
-            epoch_loss = loss_sum.item() / len(train_ids)  # note: CPU-GPU sync point, waits for the last step
-            epoch_s = time.perf_counter() - t0
-            train_acc = correct.item() / max(seen.item(), 1)  # already synced above: no extra wait
-            for k, v in loader.timers.items():
-                timers[k] = timers.get(k, 0.0) + v
-            timers["train_s"] += epoch_s
-            epoch_bytes = source.bytes_read - bytes_before
-            epoch_rows = dict(source.rows_by_tier)
-            counters["bytes_read"] += epoch_bytes
-            for k, v in epoch_rows.items():
-                counters["rows"][k] = counters["rows"].get(k, 0) + v - rows_before.get(k, 0)
+            stats = train_epoch(state, loader, source)
 
             # evaluate
             val_acc = float("nan")
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                t1 = time.perf_counter()
-                val_acc = evaluate("val")
-                if val_acc > best["val_acc"]:
-                    best = {"val_acc": val_acc, "test_acc": evaluate("test"), "epoch": epoch}
-                    # device -> host copy of the weights (a sync point, only when validation improves)
-                    best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-                timers["eval_s"] += time.perf_counter() - t1
+                t0 = time.perf_counter()
+                val_acc = evaluate_split("val")
+                if val_acc > state.best["val_acc"]:
+                    state.record_best(val_acc, evaluate_split("test"), epoch)
+                timers["eval_s"] += time.perf_counter() - t0
 
-            history["losses"].append(epoch_loss)
-            history["train_acc"].append(train_acc)
-            history["val_accs"].append(val_acc)
-            history["epoch_s"].append(epoch_s)
-            metrics = {"loss": epoch_loss, "train_acc": train_acc, "epoch_s": epoch_s,
-                       "bytes_read": float(epoch_bytes), "cache_hit_rate": _rate(rows_before, epoch_rows),
-                       **{k: v for k, v in loader.timers.items()}}
+            # timing and logging
+            state.record_epoch(epoch, stats, val_acc)
+            for k, v in stats.timers.items():
+                timers[k] = timers.get(k, 0.0) + v
+            timers["train_s"] += stats.epoch_s
+            metrics = stats.metrics()
             if not math.isnan(val_acc):
                 metrics["val_acc"] = val_acc
             if tracker is not None:
@@ -260,22 +416,7 @@ def train(
 
             # checkpoint
             if cfg.checkpoint_path:
-                ckpt_out: dict[str, Any] = {
-                    "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "model_args": model_args, "config": cfg.to_dict(), "epoch": epoch, "history": history,
-                    "best": best, "best_state_dict": best_state, "counters": counters,
-                    "rng_state": torch.get_rng_state(),
-                }
-                if device.type == "cuda":
-                    ckpt_out["cuda_rng_state"] = torch.cuda.get_rng_state(device)
-                _save_checkpoint(cfg.checkpoint_path, ckpt_out)
+                save_checkpoint(cfg.checkpoint_path, state.to_checkpoint())
 
     # ------------------------------------------------------------------ termination
-    total_rows = sum(counters["rows"].values())
-    return TrainResult(
-        losses=history["losses"], train_acc=history["train_acc"], val_accs=history["val_accs"],
-        val_acc=best["val_acc"], test_acc=best["test_acc"], best_epoch=best["epoch"],
-        epoch_s=history["epoch_s"], bytes_read=counters["bytes_read"],
-        cache_hit_rate=(counters["rows"]["gpu"] + counters["rows"]["cpu"]) / total_rows if total_rows else 0.0,
-        best_state_dict=best_state, timers=timers, model_args=model_args, config=cfg.to_dict(),
-    )
+    return state.result(timers)

@@ -18,6 +18,8 @@ from trainer.loader import BatchLoader, BatchLoaderError
 class FlakySource:
     """Serves rows from an array; raises OSError on one batch; records what it loaded and from which thread."""
 
+    read_s = assemble_s = 0.0  # the loader reads the source's stage timers
+
     def __init__(self, features: np.ndarray, fail_on: int | None = None, delay_s: float = 0.0) -> None:
         self.features, self.fail_on, self.delay_s = features, fail_on, delay_s
         self.feature_dim = features.shape[1]
