@@ -22,16 +22,21 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import PipelineConfig
+from pipelines.orders import REORDER_STRATEGIES as _ORDERS
+from pipelines.partitioners import PARTITIONERS
+from pipelines.runner import StageRunner
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, peak_rss_mb
 
 __all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "PARTITION_VARIANTS", "add_ratios", "run_locality_bench",
            "redundancy_ratio"]
 
-REORDER_STRATEGIES = ("random", "identity", "degree", "bfs", "rcm", "community", "partition")
-PARTITION_METHODS = ("range", "metis", "fennel", "grem")
-# Ablation rows (``--methods``): the streaming methods without the multilevel scheme (partition.multilevel=false).
-PARTITION_VARIANTS = (*PARTITION_METHODS, "fennel-single", "grem-single")
+#: Every registered order, ``random`` (the baseline of ``pages_vs_random``) first.
+REORDER_STRATEGIES = ("random", *(n for n in _ORDERS.names() if n != "random"))
+#: Every registered partitioner.
+PARTITION_METHODS = PARTITIONERS.names()
+# Ablation rows (``--methods``): the multilevel methods without the scheme (partition.multilevel=false).
+PARTITION_VARIANTS = (*PARTITION_METHODS, *(f"{n}-single" for n, p in PARTITIONERS.items() if p.multilevel))
 RR_TRAIN_PER_PART = 128
 
 
@@ -83,18 +88,18 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
 
     A partition worker partitions the ordering named by ``cfg.reorder.strategy`` (the suite's
     ``partition_order``): every method sees the same input, and streaming methods stream it in that order."""
-    from pipelines.stages import ingest, partition, reorder
     from pipelines.stages.graphio import load_graph
     from pipelines.stages.locality import average_edge_gap, pages_per_batch
 
     cfg = PipelineConfig.model_validate(json.loads(cfg_json))
     store = StrataPaths.at(root).store()
-    graph = ingest.run(store, cfg).artifact
     start = time.perf_counter()
     if kind == "reorder":
         cfg = cfg.model_copy(update={"reorder": cfg.reorder.model_copy(update={"strategy": name})})
+        runner = StageRunner(cfg, store)
+        runner.artifact("ingest")
         baseline = _reset_peak_rss()
-        art = reorder.run(store, cfg, graph=graph).artifact
+        art = runner.artifact("reorder")
         memory = _memory(baseline)
         arrays = load_graph(art)
         return {
@@ -106,10 +111,11 @@ def _worker(kind: str, name: str, cfg_json: str, root: str) -> dict[str, Any]:
     method, _, variant = name.partition("-")
     cfg = cfg.model_copy(update={"partition": cfg.partition.model_copy(
         update={"method": method, "multilevel": cfg.partition.multilevel and variant != "single"})})
-    ordering = reorder.run(store, cfg, graph=graph).artifact
+    runner = StageRunner(cfg, store)
+    runner.artifact("reorder")
     start = time.perf_counter()
     baseline = _reset_peak_rss()
-    art = partition.run(store, cfg, ordering=ordering).artifact
+    art = runner.artifact("partition")
     row = {
         "time_s": round(art.stats.get("time_s", time.perf_counter() - start), 3),
         **_memory(baseline),
@@ -146,12 +152,11 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
     default ``community``, the order Strata's pipeline gives them when ``reorder.strategy=community``;
     ``identity`` streams the ingested ids. METIS does not depend on it; streaming methods do, a lot."""
     from pipelines.bench import write_report
-    from pipelines.stages import ingest, partition, reorder
     from pipelines.stages.graphio import load_graph
     from pipelines.stages.sample import train_batches
 
     store = paths.store()
-    graph_art = ingest.run(store, cfg, progress=progress).artifact
+    graph_art = StageRunner(cfg, store).result("ingest", progress).artifact
     report: dict[str, Any] = {
         "dataset": cfg.dataset,
         "graph": {"nodes": int(graph_art.stats["num_nodes"]), "edges": int(graph_art.stats["num_edges"])},
@@ -181,8 +186,9 @@ def run_locality_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | 
     rr_cfg = part_cfg.model_copy(update={
         "partition": cfg.partition.model_copy(update={"method": rr_method, "num_parts": rr_parts}),
     })
-    ordering = reorder.run(store, rr_cfg, graph=graph_art).artifact
-    parts = np.asarray(partition.run(store, rr_cfg, ordering=ordering).artifact.array("parts.npy"))
+    rr_runner = StageRunner(rr_cfg, store)
+    ordering = rr_runner.artifact("reorder")
+    parts = np.asarray(rr_runner.artifact("partition").array("parts.npy"))
     graph = load_graph(ordering)
     train = np.asarray(graph.train_idx)
     sc = cfg.sample

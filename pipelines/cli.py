@@ -47,6 +47,8 @@ app = typer.Typer(
 )
 catalog_app = typer.Typer(help="Inspect the DuckDB artifact catalog.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+config_app = typer.Typer(help="Show the configuration a run would use.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -54,7 +56,6 @@ err = Console(stderr=True, soft_wrap=True)
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _WORKSPACE = _REPO_ROOT / "workspace.yaml"
 _DAGSTER_YAML = "telemetry:\n  enabled: false\n"
-_HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate")  # = assets.model's
 _QUIET_LOGGERS = ("mlflow", "alembic", "urllib3", "git")
 _UI_SHUTDOWN_S = 30
 
@@ -127,13 +128,13 @@ def _quiet_libraries(verbose: bool) -> Iterator[None]:
 
 
 def _stage_names() -> list[str]:
-    from pipelines.assets.common import STAGE_SPECS
+    from pipelines.graph import STAGE_NAMES
 
-    return list(STAGE_SPECS)
+    return list(STAGE_NAMES)
 
 
 def _human_bytes(n: Any) -> str:
-    from pipelines.assets.common import format_bytes
+    from pipelines.formatting import format_bytes
 
     return format_bytes(n) if isinstance(n, (int, float)) else ""
 
@@ -283,7 +284,7 @@ class _ProgressCallback:
 
 def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
     """The failing stage (or check) and the real exception text, not Dagster's wrapper."""
-    from pipelines.assets.common import STAGE_SPECS
+    from pipelines.graph import STAGE_NAMES, get_stage
 
     lines: list[str] = []
     for evaluation in result.get_asset_check_evaluations():
@@ -295,7 +296,7 @@ def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
         if error is None or error.cls_name == "DagsterAssetCheckFailedError":
             continue  # reported above from the evaluation itself
         step = event.step_key or "?"
-        where = f"stage '{step}' ({STAGE_SPECS[step].function})" if step in STAGE_SPECS else f"step '{step}'"
+        where = f"stage '{step}' ({get_stage(step).function})" if step in STAGE_NAMES else f"step '{step}'"
         cause = error.cause or error
         lines.append(f"{where} failed: {cause.message.strip()}")
         inner = cause.cause or cause.context
@@ -311,7 +312,9 @@ def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
 
 
 def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: StrataPaths) -> dict[str, Any]:
-    """The run's artifacts (from Dagster's materializations) and the headline numbers of model and export."""
+    """The run's artifacts (from Dagster's materializations) and the headline numbers of train and export."""
+    from pipelines.stages.train import HEADLINE_METRICS
+
     materialized: dict[str, dict[str, Any]] = {}
     for event in result.get_asset_materialization_events():
         mat = event.materialization
@@ -325,11 +328,11 @@ def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: Stra
     ]
     store = paths.store()
     stats: dict[str, dict[str, Any]] = {}
-    for stage in ("model", "export"):
+    for stage in ("train", "export"):
         if stage in materialized:
             stats[stage] = store.open(cfg.dataset_name, stage, materialized[stage]["version"]).stats
-    model, export = stats.get("model", {}), stats.get("export", {})
-    metrics = {k: model.get(k) for k in _HEADLINE_METRICS}
+    model, export = stats.get("train", {}), stats.get("export", {})
+    metrics = {k: model.get(k) for k in HEADLINE_METRICS} if model else {}
     metrics.update({k: v for k, v in model.items()
                     if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool)})
     if "onnx_max_abs_diff" in export:
@@ -381,50 +384,42 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
     )
 
 
-@app.command()
-def run(
-    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Built-in name or source spec (see "
-                                       "`strata datasets`); default: the config file's."),
-    root: str | None = RootOption,
-    config: Path | None = ConfigOption,
-    overrides: list[str] | None = SetOption,
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (only) on stdout."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Dagster logs and full tracebacks."),
-) -> None:
-    """Materialize every asset (graph .. export) for one dataset through Dagster, in process.
-
-    Unchanged stages are reused; blocking checks gate each stage; the run shows in `strata ui`.
-    """
+def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, overrides: list[str] | None,
+                  json_out: bool, verbose: bool, until: str | None) -> None:
+    """Materialize the stages up to ``until`` (default: all) through Dagster, in process, and print a summary."""
     if dataset is None and config is None:
         _fail("'--dataset' expected a built-in name or source spec (got none; see `strata datasets`)", code=2)
     cfg = _load_config(dataset, config, overrides)
+    from pipelines.graph import STAGE_NAMES
+    from pipelines.graph import until as stages_until
+
+    if until is not None and until not in STAGE_NAMES:
+        _fail(f"'--until' expected one of {', '.join(STAGE_NAMES)} (got {until!r})", code=2)
+    selected = [s.name for s in stages_until(until)] if until else list(STAGE_NAMES)
     paths = _paths(root)
 
+    import dagster as dg
     from dagster import DagsterInstance
 
     from pipelines.definitions import STRATA_JOB, make_definitions
-    from pipelines.resources import build_resources
+    from pipelines.resources import RESOURCE_KEY, build_resources
 
     use_live = not json_out and err.is_terminal
-    reporter: _RichReporter | _LineReporter = _RichReporter(err, _stage_names()) if use_live else _LineReporter(err)
-    resources = build_resources(
-        root=str(paths.root),
-        config_file=str(config.resolve()) if config else None,
-        overrides=overrides or [],
-        dataset=dataset,
-        reporter=reporter,
-    )
-    job = make_definitions(resources).resolve_job_def(STRATA_JOB)
+    reporter: _RichReporter | _LineReporter = _RichReporter(err, selected) if use_live else _LineReporter(err)
+    job = make_definitions(build_resources(str(paths.root), cfg, reporter)).resolve_job_def(STRATA_JOB)
     log_level = "INFO" if verbose else "CRITICAL"  # failures are reported below, without the stack dump
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}},
+                  "resources": {RESOURCE_KEY: {"config": {"settings": cfg.to_dict()}}}}  # typed, shown in the UI
     if not json_out:
-        err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}", highlight=False)
+        err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}"
+                  + (f" (until {until})" if until else ""), highlight=False)
     start = time.perf_counter()
     with _dagster_home(paths), _quiet_libraries(verbose), DagsterInstance.get() as instance, reporter:
         result = job.execute_in_process(
             instance=instance,
             run_config=run_config,
             raise_on_error=False,
+            asset_selection=[dg.AssetKey(name) for name in selected] if until else None,
             tags={"strata/dataset": cfg.dataset_name, "strata/launched_by": "cli"},
         )
     if not result.success:
@@ -437,6 +432,88 @@ def run(
         sys.stdout.flush()
     else:
         _print_summary(summary)
+
+
+DatasetOption = typer.Option(None, "--dataset", "-d", help="Built-in name or source spec (see `strata datasets`); "
+                             "default: the config file's.")
+JsonOption = typer.Option(False, "--json", help="Print one JSON object (only) on stdout.")
+VerboseOption = typer.Option(False, "--verbose", "-v", help="Dagster logs and full tracebacks.")
+
+
+@app.command()
+def run(
+    dataset: str | None = DatasetOption,
+    root: str | None = RootOption,
+    config: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    until: str | None = typer.Option(None, "--until", "-u", help="Stop after this stage (it and its upstream "
+                                     "stages run); default: every stage, ingest to export."),
+) -> None:
+    """Materialize the stages (ingest .. export) for one dataset through Dagster, in process.
+
+    Unchanged stages are reused; blocking checks gate each stage; the run shows in `strata ui`.
+    """
+    _run_pipeline(dataset, root, config, overrides, json_out, verbose, until)
+
+
+def _stage_command(name: str, description: str) -> None:
+    """Register ``strata <name>``: ``strata run --until <name>`` under the stage's own name."""
+
+    def command(
+        dataset: str | None = DatasetOption,
+        root: str | None = RootOption,
+        config: Path | None = ConfigOption,
+        overrides: list[str] | None = SetOption,
+        json_out: bool = JsonOption,
+        verbose: bool = VerboseOption,
+    ) -> None:
+        _run_pipeline(dataset, root, config, overrides, json_out, verbose, name)
+
+    first = description.split(". ")[0].rstrip(".")
+    command.__doc__ = f"Bring stage '{name}' (and its upstream stages) up to date: {first}."
+    app.command(name, rich_help_panel="Stages (each is `run --until STAGE`)")(command)
+
+
+def _register_stage_commands() -> None:
+    from pipelines.graph import STAGES
+
+    for stage in STAGES:
+        _stage_command(stage.name, stage.description)
+
+
+_register_stage_commands()
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+@config_app.command("show")
+def config_show(
+    dataset: str | None = DatasetOption,
+    config: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+    json_out: bool = typer.Option(False, "--json", help="Print the effective configuration as JSON."),
+) -> None:
+    """Print the effective configuration (file, then --set, then --dataset) with every default."""
+    from pipelines.config import describe_settings
+
+    cfg = _load_config(dataset, config, overrides)
+    if json_out:
+        sys.stdout.write(json.dumps(cfg.to_dict()) + "\n")
+        return
+    table = Table(title=f"Effective configuration ({cfg.dataset_name})", title_justify="left")
+    for column in ("setting", "value", "default", "artifact", "description"):
+        table.add_column(column, overflow="fold")
+    for row in describe_settings(cfg):
+        changed = row["value"] != row["default"]
+        value = f"[bold]{escape(json.dumps(row['value']))}[/]" if changed else escape(json.dumps(row["value"]))
+        effect = {True: "yes", False: "no", "selected": "if used"}[row["artifact"]]
+        table.add_row(row["key"], value, escape(json.dumps(row["default"])), effect, escape(row["description"]))
+    out.print(table)
+    out.print("artifact: whether the setting changes its stage's artifact version ('if used': only for the method "
+              "that reads it). Bold: differs from the default.", highlight=False)
 
 
 # ----------------------------------------------------------------------------------------------- ui

@@ -1,7 +1,19 @@
-"""Typed configuration of every stage, with ``--set key=value`` overrides and file loading.
+"""One typed configuration for a whole run: a section per stage, named like the stage.
 
-One :class:`PipelineConfig` describes a whole run. The stage functions take their own section; the Dagster
-resource and the CLI build it once (file, then overrides) so the UI, the CLI and schedules agree.
+:class:`PipelineConfig` holds the dataset, the cache/batching ``policy`` and one section per stage of the
+stage graph (``ingest``, ``reorder``, ``partition``, ``sample``, ``plan``, ``pack``, ``train``, ``export``).
+The CLI parses it once (file, then ``--set section.key=value`` overrides, then keywords) and hands the typed
+object on; Dagster runs carry the same fields as typed run config (:mod:`pipelines.resources`).
+
+Every field is declared with :func:`trainer.config.setting`, which says whether it changes the artifact of
+its stage. :func:`artifact_params` turns those declarations into the parameters an artifact version is hashed
+from -- the only place that decision is made. Fields declared ``artifact="selected"`` belong to one method
+(a reorder strategy's seed, a partitioner's knobs) and count only when the method the section selects says
+it reads them (the registry entry's ``reads``).
+
+Names that pick a method (``reorder.strategy``, ``partition.method``, ``sample.sampler``, ``train.model``,
+``policy``) are checked against their registries, so a toy method registered by a test or a plugin is valid
+configuration without touching this file.
 """
 
 from __future__ import annotations
@@ -9,152 +21,237 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+
+from storage_kernels.registry import Registry
+from trainer.config import TrainConfig, artifact_effect, setting
 
 __all__ = [
-    "IngestConfig",
-    "ReorderConfig",
-    "PartitionConfig",
-    "SampleConfig",
-    "PlanConfig",
-    "PackConfig",
-    "TrainStageConfig",
     "ExportConfig",
+    "IngestConfig",
+    "PackConfig",
+    "PartitionConfig",
     "PipelineConfig",
-    "STAGES",
+    "PlanConfig",
+    "ReorderConfig",
+    "SampleConfig",
+    "TrainConfig",
+    "artifact_params",
     "dataset_slug",
+    "describe_settings",
+    "section_fields",
 ]
 
-STAGES = ("graph", "ordering", "partitioning", "samples", "plan", "packed", "model", "export")
+
+def _known(registry: Registry[Any], name: str) -> str:
+    registry.get(name)  # ValueError listing the registered names
+    return name
 
 
 class _Section(BaseModel):
+    """A frozen config section; ``SELECTOR`` names the field that picks a registered method, if any."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+    SELECTOR: ClassVar[str | None] = None
+
+    def selected_reads(self) -> frozenset[str]:
+        """What the selected method reads: its ``artifact="selected"`` fields and any other sections."""
+        return frozenset()
 
 
 class IngestConfig(_Section):
-    options: dict[str, str] = Field(
+    options: dict[str, str] = setting(
         default_factory=dict,
         description="Source options, e.g. features=PATH.npy, labels=PATH.npy for edgelist sources.",
     )
-    chunk_edges: int = Field(4_000_000, gt=0, description="Edges per chunk while building the CSR.")
+    chunk_edges: int = setting(4_000_000, "Edges per chunk while building the CSR.", artifact=False, gt=0)
 
 
 class ReorderConfig(_Section):
-    strategy: Literal["identity", "random", "degree", "bfs", "rcm", "community", "partition"] = Field(
+    SELECTOR: ClassVar[str | None] = "strategy"
+
+    strategy: str = setting(
         "degree",
-        description="Vertex order: identity, random (baseline), degree (hot first), bfs (from the top hub), "
-        "rcm (reverse Cuthill-McKee), community (Rabbit Order: hierarchical communities, hubs first) or "
+        "Vertex order (pipelines.orders): identity, random (baseline), degree (hot first), bfs (from the top "
+        "hub), rcm (reverse Cuthill-McKee), community (Rabbit Order: hierarchical communities, hubs first) or "
         "partition (nodes of each partition contiguous).",
     )
-    seed: int = Field(0, description="Seed of the random order and of community detection tie-breaks.")
-    chunk_rows: int = Field(65_536, gt=0, description="Rows per chunk when rewriting features.")
-    memory_mb: int = Field(1024, gt=0, description="Memory budget of the external permutation (bucket size).")
-    community_method: Literal["rabbit", "label_propagation"] = Field(
+    seed: int = setting(0, "Seed of the random order and of community detection tie-breaks.", artifact="selected")
+    chunk_rows: int = setting(65_536, "Rows per chunk when rewriting features.", artifact=False, gt=0)
+    memory_mb: int = setting(1024, "Memory budget of the external permutation (bucket size).", artifact=False,
+                             gt=0)
+    community_method: Literal["rabbit", "label_propagation"] = setting(
         "rabbit",
-        description="Communities of `community`: rabbit (incremental aggregation, dendrogram walked depth first) "
-        "or label_propagation (flat communities by size, hubs first inside).",
+        "Communities of `community`: rabbit (incremental aggregation, dendrogram walked depth first) or "
+        "label_propagation (flat communities by size, hubs first inside).",
+        artifact="selected",
     )
-    community_iterations: int = Field(10, gt=0, description="Label-propagation rounds (label_propagation only).")
-    hub_fraction: float = Field(
-        0.01, ge=0, le=1,
-        description="`community`: this fraction of nodes, highest degree first, form one contiguous hot prefix.",
+    community_iterations: int = setting(10, "Label-propagation rounds (label_propagation only).",
+                                        artifact="selected", gt=0)
+    hub_fraction: float = setting(
+        0.01, "`community`: this fraction of nodes, highest degree first, form one contiguous hot prefix.",
+        artifact="selected", ge=0, le=1,
     )
-    partition_method: Literal["range", "metis", "fennel", "grem"] = Field(
-        "fennel", description="Partitioner used by the `partition` strategy."
-    )
-    partition_parts: int = Field(64, gt=0, description="Number of parts used by the `partition` strategy.")
+    partition_method: str = setting("fennel", "Partitioner used by the `partition` strategy.", artifact="selected")
+    partition_parts: int = setting(64, "Number of parts used by the `partition` strategy.", artifact="selected",
+                                   gt=0)
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, value: str) -> str:
+        from pipelines.orders import REORDER_STRATEGIES
+
+        return _known(REORDER_STRATEGIES, value)
+
+    @field_validator("partition_method")
+    @classmethod
+    def _partition_method(cls, value: str) -> str:
+        from pipelines.partitioners import PARTITIONERS
+
+        return _known(PARTITIONERS, value)
+
+    def selected_reads(self) -> frozenset[str]:
+        from pipelines.orders import REORDER_STRATEGIES
+
+        return frozenset(REORDER_STRATEGIES.get(self.strategy).reads)
 
 
 class PartitionConfig(_Section):
-    method: Literal["range", "metis", "fennel", "grem"] = Field(
+    SELECTOR: ClassVar[str | None] = "method"
+
+    method: str = setting(
         "range",
-        description="Partitioner: range (contiguous ids), metis (pymetis, in memory), fennel (streaming, "
-        "OUTRE's variant) or grem (streaming recursive bisection).",
+        "Partitioner (pipelines.partitioners): range (contiguous ids), metis (pymetis, in memory), fennel "
+        "(streaming, OUTRE's variant) or grem (streaming recursive bisection).",
     )
-    num_parts: int = Field(16, gt=0, description="Number of partitions.")
-    imbalance: float = Field(0.05, ge=0, description="Allowed imbalance: every part holds <= (1+imbalance)*N/p nodes.")
-    seed: int = Field(0, description="Seed for stream order and tie-breaks.")
-    chunk_nodes: int = Field(1_000_000, gt=0, description="Nodes per streamed chunk (fennel, grem).")
-    train_penalty: float = Field(1.0, ge=0, description="OUTRE: weight of the training-node balance penalty.")
-    bloom_bits: int = Field(1 << 20, gt=0, description="FENNEL: bits per part-neighbourhood Bloom filter.")
-    two_level_threshold: int = Field(
-        128, gt=1, description="FENNEL: above this many parts, partition in two levels (sqrt(p) x sqrt(p))."
+    num_parts: int = setting(16, "Number of partitions.", gt=0)
+    imbalance: float = setting(0.05, "Allowed imbalance: every part holds <= (1+imbalance)*N/p nodes.", ge=0)
+    seed: int = setting(0, "Seed for stream order and tie-breaks.")
+    chunk_nodes: int = setting(1_000_000, "Nodes per streamed chunk (fennel, grem).", artifact="selected", gt=0)
+    train_penalty: float = setting(1.0, "OUTRE: weight of the training-node balance penalty (fennel).",
+                                   artifact="selected", ge=0)
+    bloom_bits: int = setting(1 << 20, "FENNEL: bits per part-neighbourhood Bloom filter.", artifact="selected",
+                              gt=0)
+    two_level_threshold: int = setting(
+        128, "FENNEL: above this many parts, partition in two levels (sqrt(p) x sqrt(p)).", artifact="selected",
+        gt=1,
     )
-    grem_chunk_fraction: float = Field(0.1, gt=0, le=1, description="GREM: chunk size as a fraction of nodes.")
-    multilevel: bool = Field(
+    grem_chunk_fraction: float = setting(0.1, "GREM: chunk size as a fraction of nodes.", artifact="selected",
+                                         gt=0, le=1)
+    multilevel: bool = setting(
         True,
-        description="fennel, grem: coarsen the graph by size-constrained label propagation (the finest level "
-        "streamed from disk), run the method on the coarsest graph and refine while projecting back (false: "
-        "the single-level streaming algorithm).",
+        "fennel, grem: coarsen the graph by size-constrained label propagation (the finest level streamed from "
+        "disk), run the method on the coarsest graph and refine while projecting back (false: the single-level "
+        "streaming algorithm).",
+        artifact="selected",
     )
-    memory_mb: int = Field(4096, gt=0, description="Memory budget; metis refuses graphs whose CSR exceeds it.")
+    memory_mb: int = setting(4096, "Memory budget; metis refuses graphs whose CSR exceeds it.", gt=0)
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        from pipelines.partitioners import PARTITIONERS
+
+        return _known(PARTITIONERS, value)
+
+    def selected_reads(self) -> frozenset[str]:
+        from pipelines.partitioners import PARTITIONERS
+
+        return frozenset(PARTITIONERS.get(self.method).reads)
 
 
 class SampleConfig(_Section):
-    fanouts: list[int] = Field(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
-    batch_size: int = Field(1024, gt=0, description="Seed nodes per mini-batch.")
-    epochs: int = Field(3, gt=0, description="Training epochs sampled offline (reused cyclically).")
-    eval_batch_size: int = Field(
-        16384, gt=0, description="Seeds per validation/test batch (large, because eval neighbourhoods overlap)."
+    sampler: str = setting("uniform", "Neighbour sampler (pipelines.samplers): uniform (per-layer, without "
+                           "replacement).")
+    fanouts: list[int] = setting(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
+    batch_size: int = setting(1024, "Seed nodes per mini-batch.", gt=0)
+    epochs: int = setting(3, "Training epochs sampled offline (reused cyclically).", gt=0)
+    eval_batch_size: int = setting(
+        16384, "Seeds per validation/test batch (large, because eval neighbourhoods overlap).", gt=0
     )
-    seed: int = Field(0, description="Sampling seed.")
-    num_threads: int = Field(0, ge=0, description="Sampler threads (0 = all cores); output does not depend on it.")
-    batching: Literal["random", "partition"] = Field(
+    seed: int = setting(0, "Sampling seed.")
+    num_threads: int = setting(0, "Sampler threads (0 = all cores); output does not depend on it.",
+                               artifact=False, ge=0)
+    batching: Literal["random", "partition"] = setting(
         "random",
-        description="Training batches: random shuffles, or OUTRE's partition-based macro batches (random groups "
-        "of partitions whose training nodes are shuffled and cut into batches).",
+        "Training batches: random shuffles, or OUTRE's partition-based macro batches (random groups of "
+        "partitions whose training nodes are shuffled and cut into batches).",
     )
-    macro_parts: int = Field(20, gt=0, description="Partitions per macro batch when batching=partition.")
+    macro_parts: int = setting(20, "Partitions per macro batch when batching=partition.", gt=0)
+
+    @field_validator("sampler")
+    @classmethod
+    def _sampler(cls, value: str) -> str:
+        from pipelines.samplers import SAMPLERS
+
+        return _known(SAMPLERS, value)
 
 
 class PlanConfig(_Section):
-    gpu_cache_fraction: float = Field(0.0, ge=0, le=1, description="GPU cache size as a fraction of feature bytes.")
-    cpu_cache_fraction: float = Field(0.1, ge=0, le=1, description="CPU cache size as a fraction of feature bytes.")
-    gpu_cache_bytes: int | None = Field(None, ge=0, description="Absolute GPU cache budget (overrides fraction).")
-    cpu_cache_bytes: int | None = Field(None, ge=0, description="Absolute CPU cache budget (overrides fraction).")
+    gpu_cache_fraction: float = setting(0.0, "GPU cache size as a fraction of feature bytes.", ge=0, le=1)
+    cpu_cache_fraction: float = setting(0.1, "CPU cache size as a fraction of feature bytes.", ge=0, le=1)
+    gpu_cache_bytes: int | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
+    cpu_cache_bytes: int | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
+
+    def budgets(self, feature_bytes: int) -> dict[str, int]:
+        """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""
+        return {
+            "gpu": self.gpu_cache_bytes if self.gpu_cache_bytes is not None else int(self.gpu_cache_fraction
+                                                                                     * feature_bytes),
+            "cpu": self.cpu_cache_bytes if self.cpu_cache_bytes is not None else int(self.cpu_cache_fraction
+                                                                                     * feature_bytes),
+        }
 
 
 class PackConfig(_Section):
-    memory_mb: int = Field(256, gt=0, description="Memory budget for one feature partition while packing.")
-    num_threads: int = Field(0, ge=0, description="Packing threads (0 = all cores).")
-
-
-class TrainStageConfig(_Section):
-    hidden_dim: int = Field(128, gt=0, description="Hidden width.")
-    dropout: float = Field(0.5, ge=0, lt=1, description="Dropout between layers.")
-    lr: float = Field(0.01, gt=0, description="Adam learning rate.")
-    weight_decay: float = Field(5e-4, ge=0, description="Adam weight decay.")
-    epochs: int = Field(5, gt=0, description="Training epochs (sampled epochs are reused cyclically).")
-    seed: int = Field(0, description="Model initialisation seed.")
-    device: str = Field("auto", description="cpu, cuda or auto.")
-    prefetch: int = Field(2, gt=0, description="Loader queue depth (batches read ahead).")
-    feature_path: Literal["packed", "in_memory", "naive"] = Field(
-        "packed", description="Where features come from: the packed store, RAM, or per-row direct reads."
-    )
+    memory_mb: int = setting(256, "Memory budget for one feature partition while packing.", artifact=False, gt=0)
+    num_threads: int = setting(0, "Packing threads (0 = all cores).", artifact=False, ge=0)
 
 
 class ExportConfig(_Section):
-    opset: int = Field(18, ge=18, description="ONNX opset (>= 18 for scatter_reduce max/min).")
-    model_name: str | None = Field(None, description="Registered model name (default strata-<dataset>).")
-    quantize: Literal["int8", "fp32"] = Field("int8", description="Weight format of the WASM bundle.")
+    opset: int = setting(18, "ONNX opset (>= 18 for scatter_reduce max/min).", ge=18)
+    model_name: str | None = setting(None, "Registered model name (default strata-<dataset>).")
+    quantize: Literal["int8", "fp32"] = setting("int8", "Weight format of the WASM bundle.")
 
 
 class PipelineConfig(_Section):
-    """The whole run: which dataset, and every stage's settings."""
+    """The whole run: which dataset, which policy, and every stage's settings."""
 
-    dataset: str = Field("tiny", description="Built-in dataset name or a source spec (see `strata datasets`).")
+    dataset: str = setting("tiny", "Built-in dataset name or a source spec (see `strata datasets`).")
+    policy: str = setting(
+        "diskgnn",
+        "Cache/batching policy (pipelines.policies): diskgnn (GPU/CPU caches chosen from the sampled trace, "
+        "each batch's other rows packed in one aligned chunk), in_memory (every row in RAM), naive (one aligned "
+        "direct read per row, no cache).",
+    )
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     reorder: ReorderConfig = Field(default_factory=ReorderConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     plan: PlanConfig = Field(default_factory=PlanConfig)
     pack: PackConfig = Field(default_factory=PackConfig)
-    train: TrainStageConfig = Field(default_factory=TrainStageConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        from pipelines.policies import POLICIES
+
+        return _known(POLICIES, value)
+
+    @field_validator("train")
+    @classmethod
+    def _model(cls, value: TrainConfig) -> TrainConfig:
+        from trainer.models import MODELS
+
+        _known(MODELS, value.model)
+        return value
 
     @property
     def dataset_name(self) -> str:
@@ -162,8 +259,12 @@ class PipelineConfig(_Section):
         return dataset_slug(self.dataset)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None, **top: Any) -> PipelineConfig:
-        """Build a config from an optional YAML/JSON file, then ``key=value`` overrides, then keywords."""
+    def load(cls, path: str | Path | None = None, overrides: Iterable[str] | None = None,
+             **top: Any) -> PipelineConfig:
+        """Build a config from an optional YAML/JSON file, then ``key=value`` overrides, then keywords.
+
+        Every problem is one ``ValueError`` naming the setting: ``'sample.batch_size' expected ... (got -1)``.
+        """
         data: dict[str, Any] = {}
         if path is not None:
             data = _read_config_file(Path(path))
@@ -172,13 +273,74 @@ class PipelineConfig(_Section):
         for key, value in top.items():
             if value is not None:
                 data[key] = value
+        return cls.validated(data)
+
+    @classmethod
+    def validated(cls, data: Mapping[str, Any]) -> PipelineConfig:
+        """``model_validate`` with pydantic's errors turned into one readable ``ValueError``."""
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(dict(data))
         except ValidationError as e:
-            raise ValueError(f"invalid Strata config: {e}") from e
+            raise ValueError("invalid Strata config: " + "; ".join(_explain(err) for err in e.errors())) from e
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def section_fields(section: Any) -> dict[str, FieldInfo]:
+    """The declared fields of a config section (a pydantic model or a pydantic dataclass)."""
+    fields = getattr(type(section), "model_fields", None)
+    return dict(fields if fields is not None else type(section).__pydantic_fields__)
+
+
+def _plain(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _section_params(section: Any, selected: Collection[str] | None) -> dict[str, Any]:
+    """Fields of ``section`` that change the artifact; ``selected=None`` keeps every selected field too."""
+    out = {}
+    for name, info in section_fields(section).items():
+        effect = artifact_effect(info)
+        if effect is True or (effect == "selected" and (selected is None or name in selected)):
+            out[name] = _plain(getattr(section, name))
+    return out
+
+
+def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -> dict[str, Any]:
+    """The configuration an artifact of ``stage`` depends on, from the fields' declarations.
+
+    ``stage``'s own section contributes its ``artifact=True`` fields and the ``artifact="selected"`` fields its
+    selected method reads; a name the method reads that is not one of the section's fields is another section
+    (or top-level field), included whole. ``also`` names further sections or top-level fields the stage reads
+    (``policy`` for plan, pack and train), included whole.
+    """
+    section = getattr(cfg, stage)
+    reads = section.selected_reads() if isinstance(section, _Section) else frozenset()
+    params = _section_params(section, reads)
+    own = section_fields(section)
+    for name in [*sorted(r for r in reads if r not in own), *also]:
+        value = getattr(cfg, name)
+        params[name] = _section_params(value, None) if hasattr(value, "__pydantic_fields__") else value
+    return params
+
+
+def describe_settings(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """One row per setting: ``key`` (dotted), ``value``, ``default``, ``artifact`` effect, ``description``."""
+    rows = []
+    defaults = PipelineConfig()
+
+    def walk(prefix: str, section: Any, default: Any) -> None:
+        for name, info in section_fields(section).items():
+            value, base = getattr(section, name), getattr(default, name)
+            if hasattr(value, "__pydantic_fields__"):
+                walk(f"{prefix}{name}.", value, base)
+                continue
+            rows.append({"key": prefix + name, "value": _plain(value), "default": _plain(base),
+                         "artifact": artifact_effect(info), "description": info.description or ""})
+
+    walk("", cfg, defaults)
+    return rows
 
 
 def dataset_slug(spec: str) -> str:
@@ -189,6 +351,19 @@ def dataset_slug(spec: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9]+", "-", Path(rest).name if kind != "synthetic" else rest).strip("-")[:24]
     digest = hashlib.sha256(spec.encode()).hexdigest()[:8]
     return "-".join(p for p in (re.sub(r"[^A-Za-z0-9]+", "", kind), stem, digest) if p)
+
+
+def _explain(error: Mapping[str, Any]) -> str:
+    """One pydantic error as ``'section.key' expected ... (got ...)``."""
+    loc = ".".join(str(part) for part in error.get("loc", ()))
+    kind, message = error.get("type", ""), str(error.get("msg", ""))
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return f"'{loc}' expected a known setting (got an unknown key; `strata config show` lists them)"
+    if kind == "value_error":
+        text = message.removeprefix("Value error, ")
+        return text if text.startswith("'") else f"'{loc}' expected {text}"
+    got = error.get("input")
+    return f"'{loc}' expected {message[:1].lower() + message[1:]} (got {got!r})"
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -229,7 +404,5 @@ def _apply_override(data: dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ValueError(f"'--set {key}' expected {part} to be a section (got a value)")
-    if parts[:2] == ["ingest", "options"] or (len(parts) == 3 and parts[0] == "ingest" and parts[1] == "options"):
-        node[parts[-1]] = raw  # source options stay strings (paths)
-    else:
-        node[parts[-1]] = _parse_value(raw)
+    # source options stay strings (paths); everything else is typed by the section
+    node[parts[-1]] = raw if parts[:2] == ["ingest", "options"] else _parse_value(raw)

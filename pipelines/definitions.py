@@ -1,11 +1,12 @@
 """Dagster definitions: wiring only (assets, checks, jobs, schedule, resources, executor).
 
-``dagster dev -w workspace.yaml`` (or ``strata ui``) loads :data:`defs`, whose resources take their
-defaults from ``STRATA_HOME``, ``STRATA_DATASET`` and ``STRATA_CONFIG``. ``strata run`` builds the same
-definitions with its own flags through :func:`make_definitions`.
+``dagster dev -w workspace.yaml`` (or ``strata ui``) loads :data:`defs`, whose resources take their defaults
+from ``STRATA_HOME``, ``STRATA_DATASET`` and ``STRATA_CONFIG``. ``strata run`` builds the same definitions with
+the configuration it parsed, through :func:`make_definitions`.
 
-The executor is in-process: the stages form a chain, each streams its own large files, and one process lets
-the assets and checks of a run share the resolved artifacts (see :mod:`pipelines.assets.common`).
+The executor runs in process unless a run's config picks ``execution: config: multiprocess``: the stages form a
+chain that streams its own large files, and one process avoids re-importing torch per step. Steps share
+nothing in memory (:mod:`pipelines.assets`), so the multiprocess executor runs independent steps in parallel.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.assets import ALL_ASSETS, GROUP_TRAINING
-from pipelines.checks import ALL_CHECKS
+from pipelines.assets import ALL_ASSETS, ALL_CHECKS
+from pipelines.config import PipelineConfig
+from pipelines.graph import GROUP_TRAINING
 from pipelines.resources import build_resources
 
-__all__ = ["STRATA_JOB", "RETRAIN_JOB", "RETRAIN_CRON", "make_definitions", "defs"]
+__all__ = ["RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "defs", "make_definitions"]
 
 STRATA_JOB = "strata_job"
 RETRAIN_JOB = "retrain_job"
@@ -29,12 +31,12 @@ RETRAIN_CRON = "0 3 * * 1"
 strata_job = dg.define_asset_job(
     STRATA_JOB,
     selection=dg.AssetSelection.all(),
-    description="Every stage of one dataset, graph to export, with the blocking checks.",
+    description="Every stage of one dataset, ingest to export, with the blocking checks.",
 )
 retrain_job = dg.define_asset_job(
     RETRAIN_JOB,
     selection=dg.AssetSelection.groups(GROUP_TRAINING),
-    description="Retrain and re-export (model, export) on the current preprocessing artifacts.",
+    description="Retrain and re-export (train, export) on the current preprocessing artifacts.",
 )
 weekly_retrain = dg.ScheduleDefinition(
     name="weekly_retrain",
@@ -43,6 +45,8 @@ weekly_retrain = dg.ScheduleDefinition(
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Weekly retrain + export; the registry's 'champion' alias moves only if validation improves.",
 )
+# in process by default; `execution: config: multiprocess: {}` in a run's config runs steps in parallel
+_executor = dg.multi_or_in_process_executor.configured({"in_process": {}})
 
 
 def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
@@ -53,14 +57,14 @@ def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
         jobs=[strata_job, retrain_job],
         schedules=[weekly_retrain],
         resources=dict(resources),
-        executor=dg.in_process_executor,
+        executor=_executor,
     )
 
 
-defs = make_definitions(
-    build_resources(
-        root=os.environ.get("STRATA_HOME") or None,
-        dataset=os.environ.get("STRATA_DATASET") or None,
-        config_file=os.environ.get("STRATA_CONFIG") or None,
-    )
-)
+def _environment_config() -> PipelineConfig:
+    """``STRATA_CONFIG`` (a file) with ``STRATA_DATASET`` on top: what UI-launched runs default to."""
+    return PipelineConfig.load(os.environ.get("STRATA_CONFIG") or None,
+                               dataset=os.environ.get("STRATA_DATASET") or None)
+
+
+defs = make_definitions(build_resources(root=os.environ.get("STRATA_HOME") or None, config=_environment_config()))

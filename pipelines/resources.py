@@ -1,27 +1,34 @@
-"""Dagster resources: which data root and which configuration a run uses, and who watches its progress.
+"""Dagster resources: which data root and which typed configuration a run uses, and who watches its progress.
+
+The run's :class:`~pipelines.config.PipelineConfig` travels as typed Dagster config: :func:`settings_type`
+mirrors every section and field of ``PipelineConfig`` (same names, types and descriptions) as ``dg.Config``
+classes whose defaults are a base configuration, so the launchpad shows the effective values and a partial
+run config (``resources: strata: config: settings: train: epochs: 3``) overrides just those fields. The names
+that pick a method (``policy``, ``reorder.strategy``, ...) are plain strings here and are checked against
+their registries when the step builds its ``PipelineConfig``.
 
 Resources are chosen in one place, :func:`build_resources`: ``pipelines.definitions`` calls it with the
-environment's defaults (``STRATA_HOME``, ``STRATA_DATASET``, ``STRATA_CONFIG``) and the CLI calls it with its
-flags, so the UI, a schedule and ``strata run`` resolve the same :class:`~pipelines.config.PipelineConfig`.
-
-``pipelines.settings`` (and through it ``storage_kernels``) is imported lazily so that loading the Dagster
-definitions never depends on the storage layer being importable.
+environment's defaults (``STRATA_HOME``, ``STRATA_DATASET``, ``STRATA_CONFIG``) and the CLI with the
+configuration it parsed, so the UI, a schedule and ``strata run`` resolve the same configuration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import functools
+import types
+import typing
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import dagster as dg
-from pydantic import Field
+from pydantic import BaseModel, Field, create_model
 
-from pipelines.config import PipelineConfig
+from pipelines.config import PipelineConfig, section_fields
 
 if TYPE_CHECKING:
+    from pipelines.runner import StageRunner
     from pipelines.settings import StrataPaths
 
-__all__ = ["RESOURCE_KEY", "REPORTER_KEY", "RunReporter", "StrataResource", "build_resources"]
+__all__ = ["REPORTER_KEY", "RESOURCE_KEY", "RunReporter", "StrataResource", "build_resources", "settings_type"]
 
 #: Resource key of :class:`StrataResource` (assets and checks take a parameter of this name).
 RESOURCE_KEY = "strata"
@@ -29,29 +36,74 @@ RESOURCE_KEY = "strata"
 REPORTER_KEY = "reporter"
 
 
-class StrataResource(dg.ConfigurableResource):
-    """The data root and the run's configuration (file, then ``key=value`` overrides, then dataset)."""
+def _dagster_type(annotation: Any) -> Any:
+    """A Dagster-config type for a config field's annotation (``Literal`` -> ``str``; the rest as is)."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return type(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _dagster_type(args[0]) | None if len(args) == 1 else annotation
+    return annotation
 
-    root: str | None = Field(
-        default=None, description="Data root; None means $STRATA_HOME, else ./strata_data."
-    )
-    config_file: str | None = Field(default=None, description="YAML or JSON PipelineConfig file.")
-    overrides: list[str] = Field(
-        default_factory=list, description="'section.key=value' overrides, applied after the file."
-    )
-    dataset: str | None = Field(
-        default=None, description="Built-in dataset name or source spec; wins over the file's 'dataset'."
-    )
+
+def _section_type(name: str, section: Any) -> type[dg.Config]:
+    fields: dict[str, Any] = {}
+    for field_name, info in section_fields(section).items():
+        value = getattr(section, field_name)
+        if hasattr(value, "__pydantic_fields__"):  # a nested section
+            nested = _section_type(f"{name}_{field_name}", value)
+            fields[field_name] = (nested, Field(default_factory=nested, description=f"The {field_name} section."))
+            continue
+        default = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        fields[field_name] = (_dagster_type(info.annotation), Field(default=default, description=info.description))
+    return create_model(f"{name.title().replace('_', '')}Settings", __base__=dg.Config, **fields)
+
+
+@functools.lru_cache(maxsize=16)
+def _settings_type_cached(base_json: str) -> type[dg.Config]:
+    return _section_type("strata", PipelineConfig.model_validate_json(base_json))
+
+
+def settings_type(base: PipelineConfig) -> type[dg.Config]:
+    """``dg.Config`` classes mirroring ``PipelineConfig``, with ``base``'s values as their defaults."""
+    return _settings_type_cached(base.model_dump_json())
+
+
+class StrataResource(dg.ConfigurableResource):
+    """The data root and the run's typed configuration (``settings``: every section of ``PipelineConfig``)."""
+
+    root: str | None = Field(default=None, description="Data root; None means $STRATA_HOME, else ./strata_data.")
+    settings: dg.Config = Field(default_factory=lambda: settings_type(PipelineConfig())(),
+                                description="The run's configuration (see `strata config show`).")
 
     def pipeline_config(self) -> PipelineConfig:
-        """The validated configuration of this run (ValueError naming the bad key otherwise)."""
-        return PipelineConfig.load(self.config_file, list(self.overrides), dataset=self.dataset)
+        """The validated configuration of this run (``ValueError`` naming the bad setting otherwise)."""
+        return PipelineConfig.validated(self.settings.model_dump())
 
     def paths(self) -> StrataPaths:
         """Every location under the data root (created if missing)."""
         from pipelines.settings import StrataPaths
 
         return StrataPaths.at(self.root)
+
+    def runner(self, log: Any = None) -> StageRunner:
+        """A fresh :class:`~pipelines.runner.StageRunner` for this run's configuration (one per step)."""
+        from pipelines.runner import StageRunner
+
+        def warn(stage: str, result: Any) -> None:
+            if log is not None:
+                log.warning(f"upstream '{stage}' had no artifact for this configuration: built {result.version} "
+                            f"outside its asset (materialize '{stage}' to record it in Dagster)")
+
+        return StageRunner(self.pipeline_config(), self.paths().store(), on_upstream_built=warn)
+
+
+def _resource_for(base: PipelineConfig, root: str | None) -> StrataResource:
+    settings = settings_type(base)
+    cls = create_model("StrataResource", __base__=StrataResource,
+                       settings=(settings, Field(default_factory=settings, description="The run's configuration.")))
+    return cls(root=root)
 
 
 class RunReporter:
@@ -77,17 +129,10 @@ class RunReporter:
         """An asset check of ``stage`` finished."""
 
 
-def build_resources(
-    root: str | None = None,
-    config_file: str | None = None,
-    overrides: Sequence[str] = (),
-    dataset: str | None = None,
-    reporter: RunReporter | None = None,
-) -> dict[str, object]:
+def build_resources(root: str | None = None, config: PipelineConfig | None = None,
+                    reporter: RunReporter | None = None) -> dict[str, object]:
     """The resource dict every Strata job runs with (the only place resources are chosen)."""
     return {
-        RESOURCE_KEY: StrataResource(
-            root=root, config_file=config_file, overrides=list(overrides), dataset=dataset
-        ),
+        RESOURCE_KEY: _resource_for(config if config is not None else PipelineConfig(), root),
         REPORTER_KEY: reporter if reporter is not None else RunReporter(),
     }

@@ -1,15 +1,18 @@
 """Graph sources for the ingest stage: synthetic, Planetoid, OGB raw directories and edge lists.
 
 Every reader returns a :class:`GraphSource` (streaming edge and feature chunks, labels, splits); ingest calls
-:func:`validate_source` on it and writes the ``graph`` artifact. :func:`parse_source_spec` turns a dataset
-spec (``tiny``, ``demo``, ``synthetic:...``, ``planetoid:DIR/NAME``, ``ogb:DIR``, ``edgelist:FILE``) into one.
+:func:`validate_source` on it and writes the graph. :func:`parse_source_spec` turns a dataset spec (``tiny``,
+``demo``, or ``KIND:...`` for a kind registered in :data:`SOURCE_KINDS`) into one. Each reader module
+registers its kind; the import below is the registration (a new kind is one module plus one name here).
 """
 
+from pipelines.sources import edgelist, ogb, planetoid, synthetic  # noqa: F401  (registration)
 from pipelines.sources.base import GraphSource, dedupe_csr_rows
 from pipelines.sources.edgelist import edgelist_source
+from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
 from pipelines.sources.ogb import ogb_source
 from pipelines.sources.planetoid import RestrictedUnpickler, planetoid_source
-from pipelines.sources.spec import BUILTIN_DATASETS, SOURCE_KINDS, BuiltinDataset, parse_source_spec
+from pipelines.sources.spec import BUILTIN_DATASETS, BuiltinDataset, parse_source_spec
 from pipelines.sources.synthetic import SyntheticGraph, SyntheticParams, synthetic_source
 from pipelines.sources.validate import validate_source
 
@@ -19,6 +22,7 @@ __all__ = [
     "BuiltinDataset",
     "GraphSource",
     "RestrictedUnpickler",
+    "SourceKind",
     "SyntheticGraph",
     "SyntheticParams",
     "dedupe_csr_rows",

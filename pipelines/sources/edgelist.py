@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipelines.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
+from pipelines.sources.options import parse_bool, parse_int, parse_str
 from pipelines.sources.validate import check_edge_chunk, check_feature_chunk
 
 __all__ = ["PARQUET_SUFFIXES", "RANDOM_SPLIT", "edgelist_source", "load_npy", "random_split"]
@@ -277,3 +280,24 @@ def edgelist_source(
         deduplicated=False,
         files=files,
     )
+
+
+def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
+    for required in ("features", "labels"):
+        if required not in options:
+            raise ValueError(
+                f"'option {required}' expected for edgelist sources, e.g. --set {required}=PATH.npy (got none)"
+            )
+    return edgelist_source(Path(rest).expanduser(), **options)
+
+
+SOURCE_KINDS.register("edgelist", SourceKind(
+    "edgelist",
+    "edgelist:FILE (.csv/.tsv/.txt[.gz] two integer columns, or .parquet with src,dst)",
+    {"features": parse_str, "labels": parse_str, "train_idx": parse_str, "val_idx": parse_str, "test_idx": parse_str,
+     "num_nodes": parse_int, "num_classes": parse_int, "undirected": parse_bool, "seed": parse_int,
+     "chunk_rows": parse_int},
+    "Edge list plus features=PATH.npy and labels=PATH.npy (required); "
+    "train_idx/val_idx/test_idx .npy files or a seeded 60/20/20 split.",
+    _open,
+))

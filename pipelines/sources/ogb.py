@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from pipelines.sources.base import EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
+from pipelines.sources.options import parse_bool, parse_int, parse_str
 from pipelines.sources.validate import check_edge_chunk, check_feature_chunk
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "find_csv", "ogb_source", "read_csv_column"]
@@ -218,3 +221,16 @@ def ogb_source(
             **{f"{key}_idx": str(path) for key, path in split_paths.items()},
         },
     )
+
+
+def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
+    return ogb_source(Path(rest).expanduser(), **options)
+
+
+SOURCE_KINDS.register("ogb", SourceKind(
+    "ogb",
+    "ogb:DIR (DIR/raw/*.csv[.gz], DIR/split/<name>/{train,valid,test}.csv[.gz])",
+    {"split": parse_str, "undirected": parse_bool, "num_classes": parse_int, "block_bytes": parse_int},
+    "OGB node-property-prediction raw directory, streamed.",
+    _open,
+))

@@ -23,6 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipelines.sources.base import GraphSource, array_edge_chunks, dataset_name
+from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
+from pipelines.sources.options import parse_bool, parse_int
 from pipelines.sources.validate import check_edge_chunk
 
 __all__ = ["PLANETOID_KEYS", "RestrictedUnpickler", "load_pickle", "planetoid_source"]
@@ -247,3 +249,19 @@ def planetoid_source(
             "test_idx": str(test_path),
         },
     )
+
+
+def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
+    path = Path(rest).expanduser()
+    if path.name in ("", ".", "..") or path.parent == path:
+        raise ValueError(f"'{spec}' expected {SOURCE_KINDS.get('planetoid').syntax} (got no NAME)")
+    return planetoid_source(path.parent, path.name, **options)
+
+
+SOURCE_KINDS.register("planetoid", SourceKind(
+    "planetoid",
+    "planetoid:DIR/NAME (NAME = cora | citeseer | pubmed; files DIR/ind.NAME.*)",
+    {"normalize_features": parse_bool, "chunk_rows": parse_int},
+    "Planetoid citation graph with the standard split (features row-normalised unless normalize_features=false).",
+    _open,
+))

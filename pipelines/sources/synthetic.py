@@ -27,10 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from pipelines.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
+from pipelines.sources.options import OptionParser, parse_float, parse_int
 
 __all__ = [
     "BLOCK_NODES",
@@ -382,3 +385,50 @@ def synthetic_source(
         window=int(window),
     )
     return SyntheticGraph(params, name=name).source(chunk_nodes)
+
+
+#: Keys of a ``synthetic:`` spec -> value parser (the :class:`SyntheticParams` fields).
+SYNTHETIC_KEYS: dict[str, OptionParser] = {
+    "nodes": parse_int,
+    "degree": parse_float,
+    "dim": parse_int,
+    "classes": parse_int,
+    "seed": parse_int,
+    "homophily": parse_float,
+    "max_degree": parse_int,
+    "locality": parse_float,
+    "window": parse_int,
+}
+
+
+def synthetic_params(text: str, spec: str) -> dict[str, Any]:
+    """Parse ``nodes=N,degree=D,...`` (the text after ``synthetic:``) into :class:`SyntheticParams` keywords."""
+    params: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"'{spec}' expected key=value items separated by commas (got {item!r})")
+        if key not in SYNTHETIC_KEYS:
+            raise ValueError(
+                f"'synthetic.{key}' expected one of {list(SYNTHETIC_KEYS)} (got {key!r} in '{spec}')"
+            )
+        if key in params:
+            raise ValueError(f"'synthetic.{key}' expected once (got it twice in '{spec}')")
+        params[key] = SYNTHETIC_KEYS[key](f"synthetic.{key}", value)
+    if "nodes" not in params:
+        raise ValueError(f"'synthetic.nodes' expected in the spec (got only {sorted(params)} in '{spec}')")
+    return params
+
+
+def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
+    return SyntheticGraph(SyntheticParams(**synthetic_params(rest, spec))).source(**options)
+
+
+SOURCE_KINDS.register("synthetic", SourceKind(
+    "synthetic",
+    "synthetic:nodes=N,degree=D,dim=F,classes=C,seed=S[,homophily=P,max_degree=M]",
+    {"chunk_nodes": parse_int},
+    "Seeded power-law graph with planted communities (labels) and class-centroid features.",
+    _open,
+))

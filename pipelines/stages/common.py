@@ -5,13 +5,16 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["StageResult", "materialize", "peak_rss_mb", "Progress"]
+if TYPE_CHECKING:
+    from pipelines.config import PipelineConfig
+
+__all__ = ["Progress", "StageResult", "materialize", "peak_rss_mb"]
 
 # A progress callback: (description, completed, total). The CLI renders it with rich; tests pass None.
 Progress = Callable[[str, int, int], None]
@@ -49,27 +52,34 @@ def peak_rss_mb() -> float:
 
 def materialize(
     store: ArtifactStore,
-    dataset: str,
+    cfg: PipelineConfig,
     stage: str,
     format_version: int,
-    params: Mapping[str, Any],
     upstream: Mapping[str, Artifact],
     build: Callable[[ArtifactBuilder], None],
+    *,
+    also: Iterable[str] = (),
+    derived: Mapping[str, Any] | None = None,
 ) -> StageResult:
-    """Return the artifact for these inputs, building and publishing it only if it does not exist yet.
+    """Return ``stage``'s artifact for these inputs, building and publishing it only if it does not exist yet.
 
-    ``build`` fills the builder (files, ``stats``); timing and peak RSS are recorded here. The version is
-    derived from the stage, its format version, its parameters and the upstream versions, so an unchanged
-    stage is a no-op.
+    The version hashes the stage name, its format version, the upstream versions and its parameters: the
+    settings of ``cfg`` that change this artifact (:func:`pipelines.config.artifact_params`, from the fields'
+    declarations; ``also`` names other sections it reads) plus ``derived`` values the stage computes from
+    its inputs (a resolved device, a source's file fingerprints). ``build`` fills the builder (files,
+    ``stats``); timing and peak RSS are recorded here.
     """
+    from pipelines.config import artifact_params
+
+    params = {**artifact_params(cfg, stage, also), **(derived or {})}
     upstream_versions = {name: art.version for name, art in upstream.items()}
-    version = store.version_for(stage, format_version, dict(params), upstream_versions)
+    dataset = cfg.dataset_name
+    version = store.version_for(stage, format_version, params, upstream_versions)
     existing = store.find(dataset, stage, version)
     if existing is not None:
         return StageResult(existing, reused=True, metadata=_metadata(existing))
     start = time.perf_counter()
-    with store.builder(dataset, stage, version, dict(params), upstream_versions,
-                       format_version=format_version) as builder:
+    with store.builder(dataset, stage, version, params, upstream_versions, format_version=format_version) as builder:
         build(builder)
         builder.timings["total_s"] = round(time.perf_counter() - start, 4)
         builder.stats.setdefault("peak_rss_mb", round(peak_rss_mb(), 1))

@@ -10,14 +10,16 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pipelines.config import PipelineConfig
+from pipelines.formatting import markdown_table
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.train import load_model
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "ONNX_TOLERANCE", "model_name_for", "run"]
+__all__ = ["FORMAT_VERSION", "ONNX_TOLERANCE", "model_name_for", "run", "summary"]
 
 FORMAT_VERSION = 1
 ONNX_TOLERANCE = 1e-4  # max |onnxruntime - torch| on a random subgraph before the export is refused
@@ -27,16 +29,16 @@ def model_name_for(cfg: PipelineConfig) -> str:
     return cfg.export.model_name or f"strata-{cfg.dataset_name}"
 
 
-def run(store: ArtifactStore, cfg: PipelineConfig, *, model: Artifact, paths: StrataPaths,
-        progress: Progress | None = None) -> StageResult:
+def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress: Progress | None = None
+        ) -> StageResult:
     """Export the trained model, verify it, and register it."""
     from trainer.export import export_bundle, export_onnx, random_subgraph, verify_onnx
     from trainer.tracking import MlflowTracker
 
-    params = {**cfg.export.model_dump(mode="json"), "model_name": model_name_for(cfg)}
+    paths = StrataPaths(store.root)
 
     def build(builder: ArtifactBuilder) -> None:
-        net = load_model(model)
+        net = load_model(train)
         onnx_path = builder.add_file("model.onnx")
         export_onnx(net, onnx_path, opset=cfg.export.opset)
         example = random_subgraph(net.in_dim, net.num_layers, num_seeds=16, fanout=5, seed=7)
@@ -56,14 +58,14 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, model: Artifact, paths: St
 
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
-        run_id = model.stats["mlflow_run_id"]
+        run_id = train.stats["mlflow_run_id"]
         with tracker.attach(run_id):  # the finished training run also gets the export files
             tracker.log_artifact(onnx_path, "model")
             for name in ("model.json", "weights.bin"):
                 if (builder.dir / name).exists():
                     tracker.log_artifact(builder.dir / name, "model/bundle")
         name = model_name_for(cfg)
-        version, champion = tracker.register(run_id, name, "model", float(model.stats["val_acc"]))
+        version, champion = tracker.register(run_id, name, "model", float(train.stats["val_acc"]))
         if progress:
             progress("export: registered", 3, 3)
         builder.stats.update(
@@ -76,8 +78,18 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, model: Artifact, paths: St
                 "onnx_bytes": onnx_path.stat().st_size,
                 "bundle_bytes": sum(p.stat().st_size for p in builder.dir.iterdir() if p.name != "model.onnx"),
                 "mlflow_run_id": run_id,
-                "val_acc": float(model.stats["val_acc"]),
+                "val_acc": float(train.stats["val_acc"]),
             }
         )
 
-    return materialize(store, cfg.dataset_name, "export", FORMAT_VERSION, params, {"model": model}, build)
+    return materialize(store, cfg, "export", FORMAT_VERSION, {"train": train}, build,
+                       derived={"model_name": model_name_for(cfg)})
+
+
+_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc")
+
+
+def summary(artifact: Artifact) -> dict[str, Any]:
+    """Registry outcome and ONNX verification (asset metadata)."""
+    s = artifact.stats
+    return {"registry": markdown_table({k: s[k] for k in _REGISTRY_STATS if k in s})}

@@ -1,4 +1,4 @@
-"""Ingest stage: read a source, validate it, and write the ``graph`` artifact with bounded memory.
+"""Ingest stage: read a source, validate it, and write the graph (the ``ingest`` artifact) with bounded memory.
 
 The CSR is built in two passes over the source's edge chunks (count, then place with the C kernels), so
 only O(N) counters and one chunk are in memory; the indices go straight into a memory-mapped file. Sources
@@ -15,15 +15,16 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import PipelineConfig
+from pipelines.formatting import markdown_table
 from pipelines.sources.base import GraphSource, dedupe_csr_rows
 from pipelines.sources.spec import parse_source_spec
 from pipelines.sources.validate import validate_source
 from pipelines.stages.common import Progress, StageResult, materialize
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, row_ranges
-from storage_kernels.store import ArtifactBuilder, ArtifactStore
+from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "open_source", "run"]
+__all__ = ["FORMAT_VERSION", "open_source", "run", "summary"]
 
 FORMAT_VERSION = 1
 _DEDUPE_BLOCK_EDGES = 8_000_000
@@ -108,10 +109,9 @@ def _place(source: GraphSource, indptr: np.ndarray, indices: np.ndarray, num_edg
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None = None) -> StageResult:
-    """Write the ``graph`` artifact for ``cfg.dataset``."""
+    """Write the ``ingest`` artifact (the graph) for ``cfg.dataset``."""
     source = open_source(cfg)
-    params = {"source": cfg.dataset, "options": dict(cfg.ingest.options), "description": source.description,
-              "files": _fingerprint(source)}
+    derived = {"source": cfg.dataset, "description": source.description, "files": _fingerprint(source)}
 
     def build(builder: ArtifactBuilder) -> None:
         num_edges, duplicates = _build_csr(builder, source, progress)
@@ -145,5 +145,14 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
             }
         )
 
-    return materialize(store, cfg.dataset_name, "graph", FORMAT_VERSION, params, {}, build)
+    return materialize(store, cfg, "ingest", FORMAT_VERSION, {}, build, derived=derived)
+
+
+_SUMMARY_STATS = ("num_nodes", "num_edges", "feature_dim", "num_classes", "max_degree", "mean_degree")
+
+
+def summary(artifact: Artifact) -> dict[str, Any]:
+    """Degree and size statistics (asset metadata)."""
+    stats = artifact.stats
+    return {"summary": markdown_table({k: stats[k] for k in _SUMMARY_STATS if k in stats})}
 

@@ -2,20 +2,8 @@
 
 Locality on disk follows the id order: nodes that are sampled together should sit on the same pages.
 
-Strategies (``reorder.strategy``):
-
-- ``identity``; ``random`` (seeded permutation, the baseline);
-- ``degree`` (hubs first, so the hot set is one contiguous prefix);
-- ``bfs`` (scipy's C BFS from the highest-degree vertex; unreached nodes follow in degree order);
-- ``rcm`` (reverse Cuthill-McKee, scipy's C implementation; in memory: an int32 copy of ``indices`` plus an
-  int8 data array, about 5 bytes per edge, plus O(N));
-- ``community`` (``community_method``): ``rabbit`` -- Rabbit Order (:func:`storage_kernels.kernels.rabbit_order`:
-  incremental modularity aggregation, dendrogram walked depth first, so communities and their sub-communities
-  are contiguous) -- or ``label_propagation`` (flat communities by synchronous label propagation in C, by size
-  descending, hubs first inside). Either way the ``hub_fraction`` highest-degree nodes come first, as one
-  contiguous hot set (the hyperbatch note's hotset; they are sampled from everywhere, so no community owns them);
-- ``partition`` (labels from ``pipelines.stages.partition.partition_graph``, parts contiguous in label order,
-  previous relative order kept inside a part).
+The order is ``reorder.strategy``, an entry of :data:`pipelines.orders.REORDER_STRATEGIES` (``identity``,
+``random``, ``degree``, ``bfs``, ``rcm``, ``community``, ``partition``; each documented in its module).
 
 Applying the order is an external permutation with bounded memory and sequential I/O
 (:func:`external_permute_rows`, :func:`external_permute_csr`): a distribution pass streams the old file
@@ -35,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.config import PartitionConfig, PipelineConfig, ReorderConfig
+from pipelines.config import PipelineConfig, ReorderConfig
+from pipelines.formatting import markdown_table
+from pipelines.orders import compute_order
 from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
 from pipelines.stages.graphio import GraphArrays, load_graph
 from pipelines.stages.locality import average_edge_gap, pages_per_batch
@@ -45,18 +35,15 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = [
     "FORMAT_VERSION",
-    "STRATEGIES",
-    "community_order",
     "compute_order",
     "external_permute_csr",
     "external_permute_rows",
-    "hubs_first",
     "inverse_of",
     "run",
+    "summary",
 ]
 
 FORMAT_VERSION = 2
-STRATEGIES = ("identity", "random", "degree", "bfs", "rcm", "community", "partition")
 
 # Bytes of working memory per feature row / per edge in the external permutation (see _bucket_sizes).
 _ROW_OVERHEAD_BYTES = 16
@@ -65,119 +52,7 @@ _EDGE_BYTES = 40
 Write = Callable[[np.ndarray], None]
 
 
-# ---- orders -----------------------------------------------------------------------------------------------
-
-
-def compute_order(graph: GraphArrays, strategy: str, reorder_cfg: ReorderConfig | None = None,
-                  partition_cfg: PartitionConfig | None = None, info: dict[str, Any] | None = None) -> np.ndarray:
-    """Return ``perm`` (new id -> old id, int64) for ``strategy``; ``info`` (if given) receives extra stats."""
-    rc = reorder_cfg if reorder_cfg is not None else ReorderConfig()
-    info = info if info is not None else {}
-    n = graph.num_nodes
-    if strategy == "identity":
-        return np.arange(n, dtype=np.int64)
-    if strategy == "random":
-        return np.random.default_rng(rc.seed).permutation(n).astype(np.int64)
-    degrees = np.asarray(graph.degrees())
-    by_degree = np.argsort(-degrees, kind="stable").astype(np.int64)
-    if strategy == "degree":
-        return by_degree
-    if strategy == "bfs":
-        return _bfs_order(graph, by_degree)
-    if strategy == "rcm":
-        return _rcm_order(graph)
-    if strategy == "community":
-        if rc.community_method == "rabbit":
-            perm, num_communities = kernels.rabbit_order(graph.indptr, graph.indices)
-        else:
-            labels, rounds = kernels.label_propagation(graph.indptr, graph.indices, rc.community_iterations,
-                                                       rc.seed)
-            perm, num_communities = community_order(labels, degrees)
-            info["lp_rounds"] = rounds
-        hubs = int(round(rc.hub_fraction * n))
-        info.update({"community_method": rc.community_method, "num_communities": num_communities,
-                     "hub_nodes": hubs})
-        return hubs_first(perm, by_degree[:hubs])
-    if strategy == "partition":
-        parts = _partition_labels(graph, rc, partition_cfg if partition_cfg is not None else PartitionConfig())
-        info["num_parts"] = int(parts.max()) + 1 if parts.size else 0
-        return np.argsort(parts, kind="stable").astype(np.int64)
-    raise ValueError(f"'reorder.strategy' expected one of {', '.join(STRATEGIES)} (got {strategy!r})")
-
-
-def hubs_first(perm: np.ndarray, hubs: np.ndarray) -> np.ndarray:
-    """``hubs`` (in their given order) first, then the other nodes in ``perm``'s order."""
-    if len(hubs) == 0:
-        return perm
-    is_hub = np.zeros(len(perm), dtype=bool)
-    is_hub[hubs] = True
-    return np.concatenate([np.asarray(hubs, dtype=np.int64), perm[~is_hub[perm]]])
-
-
-def community_order(labels: np.ndarray, degrees: np.ndarray) -> tuple[np.ndarray, int]:
-    """Order nodes by community (size descending, ties by smallest member), hubs first inside a community.
-
-    Returns ``(perm, num_communities)``.
-    """
-    n = len(labels)
-    if n == 0:
-        return np.arange(0, dtype=np.int64), 0
-    _, first, comm, sizes = np.unique(labels, return_index=True, return_inverse=True, return_counts=True)
-    # Rank communities: larger first; equal sizes by their smallest member (= first index, ids ascend).
-    rank_of = np.empty(len(sizes), dtype=np.int64)
-    rank_of[np.lexsort((first, -sizes))] = np.arange(len(sizes), dtype=np.int64)
-    perm = np.lexsort((np.arange(n), -np.asarray(degrees), rank_of[comm.reshape(-1)])).astype(np.int64)
-    return perm, len(sizes)
-
-
-def _bfs_order(graph: GraphArrays, by_degree: np.ndarray) -> np.ndarray:
-    """BFS from the top hub (scipy's C BFS); unreached nodes follow in degree order."""
-    from scipy.sparse.csgraph import breadth_first_order
-
-    n = graph.num_nodes
-    if n == 0:
-        return np.arange(0, dtype=np.int64)
-    reached = breadth_first_order(_adjacency(graph), int(by_degree[0]), directed=True, return_predecessors=False)
-    seen = np.zeros(n, dtype=bool)
-    seen[reached] = True
-    rest = by_degree[~seen[by_degree]]
-    return np.concatenate([reached.astype(np.int64), rest])
-
-
-def _rcm_order(graph: GraphArrays) -> np.ndarray:
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-
-    if graph.num_nodes == 0:
-        return np.arange(0, dtype=np.int64)
-    return reverse_cuthill_mckee(_adjacency(graph), symmetric_mode=True).astype(np.int64)
-
-
-def _adjacency(graph: GraphArrays):
-    from scipy.sparse import csr_matrix
-
-    n = graph.num_nodes
-    data = np.ones(graph.num_edges, dtype=np.int8)
-    return csr_matrix((data, np.asarray(graph.indices), np.asarray(graph.indptr)), shape=(n, n))
-
-
-def _partition_labels(graph: GraphArrays, rc: ReorderConfig, partition_cfg: PartitionConfig) -> np.ndarray:
-    """Part labels from the partition stage's ``partition_graph`` (``range_parts`` for ``range`` until it exists)."""
-    from pipelines.stages import partition
-
-    num_parts = min(rc.partition_parts, max(graph.num_nodes, 1))
-    partition_graph = getattr(partition, "partition_graph", None)
-    if partition_graph is not None:
-        parts = np.asarray(partition_graph(graph, rc.partition_method, num_parts, partition_cfg))
-    elif rc.partition_method == "range":
-        parts = partition.range_parts(graph.num_nodes, num_parts)
-    else:
-        raise ValueError(
-            "'reorder.partition_method' expected 'range' while pipelines.stages.partition.partition_graph is "
-            f"unavailable (got {rc.partition_method!r})"
-        )
-    if parts.shape != (graph.num_nodes,):
-        raise ValueError(f"'partition labels' expected shape ({graph.num_nodes},) (got {parts.shape})")
-    return parts
+# ---- applying an order -------------------------------------------------------------------------------
 
 
 def inverse_of(perm: np.ndarray) -> np.ndarray:
@@ -193,9 +68,6 @@ def inverse_of(perm: np.ndarray) -> np.ndarray:
     inverse = np.empty(n, dtype=np.int64)
     inverse[perm] = np.arange(n, dtype=np.int64)
     return inverse
-
-
-# ---- external permutation ---------------------------------------------------------------------------------
 
 
 def _append(path: Path, arr: np.ndarray) -> None:
@@ -347,28 +219,13 @@ def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.nda
             "bucket_edges": bucket_edges}
 
 
-def _params(cfg: PipelineConfig) -> dict[str, Any]:
-    rc = cfg.reorder
-    params: dict[str, Any] = {"strategy": rc.strategy}
-    if rc.strategy in ("random", "community"):
-        params["seed"] = rc.seed
-    if rc.strategy == "community":
-        params.update({"community_method": rc.community_method, "hub_fraction": rc.hub_fraction})
-        if rc.community_method == "label_propagation":
-            params["community_iterations"] = rc.community_iterations
-    if rc.strategy == "partition":
-        params.update({"partition_method": rc.partition_method, "partition_parts": rc.partition_parts,
-                       "partition": cfg.partition.model_dump(exclude={"method", "num_parts"})})
-    return params
-
-
-def run(store: ArtifactStore, cfg: PipelineConfig, *, graph: Artifact, progress: Progress | None = None
+def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress: Progress | None = None
         ) -> StageResult:
-    """Write the ``ordering`` artifact: ``perm``/``inverse``, the relabelled graph and locality statistics."""
+    """Write the ``reorder`` artifact: ``perm``/``inverse``, the relabelled graph and locality statistics."""
     rc = cfg.reorder
 
     def build(builder: ArtifactBuilder) -> None:
-        arrays = load_graph(graph)
+        arrays = load_graph(ingest)
         info: dict[str, Any] = {}
         t0 = time.perf_counter()
         perm = compute_order(arrays, rc.strategy, rc, cfg.partition, info)
@@ -399,7 +256,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, graph: Artifact, progress:
             }
         )
 
-    return materialize(store, cfg.dataset_name, "ordering", FORMAT_VERSION, _params(cfg), {"graph": graph}, build)
+    return materialize(store, cfg, "reorder", FORMAT_VERSION, {"ingest": ingest}, build)
 
 
 def _locality(graph: GraphArrays, suffix: str) -> dict[str, float]:
@@ -414,3 +271,9 @@ def load_graph_from_builder(builder: ArtifactBuilder) -> GraphArrays:
     """The relabelled graph just written (memory-mapped from the builder's directory)."""
     names = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
     return GraphArrays(*(np.load(builder.dir / f"{name}.npy", mmap_mode="r") for name in names))
+
+
+def summary(artifact: Artifact) -> dict[str, Any]:
+    """The strategy and its locality statistics (asset metadata)."""
+    stats = {k: v for k, v in artifact.stats.items() if isinstance(v, (int, float, str))}
+    return {"summary": markdown_table(stats)}

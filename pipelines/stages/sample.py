@@ -2,24 +2,27 @@
 
 Training seeds are shuffled per epoch and cut into batches (``batching=random``), or grouped by partition
 into OUTRE's macro batches (``batching=partition``) so a batch's seeds share neighbourhoods; validation and
-test seeds are cut in order.
-Each batch is sampled by the C sampler (``sample_blocks``) with a seed derived from (seed, split, epoch,
-step), so the artifact is a pure function of its parameters whatever the thread count. The batches' node
-lists are the access trace the planner counts.
+test seeds are cut in order. Each batch is sampled by the configured sampler (``sample.sampler``, an entry of
+:data:`pipelines.samplers.SAMPLERS`) with a seed derived from (seed, split, epoch, step), so the artifact is a
+pure function of its parameters whatever the thread count. The batches' node lists are the access trace the
+planner counts.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pipelines.config import PipelineConfig
+from pipelines.formatting import markdown_table
+from pipelines.samplers import SAMPLERS
 from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.graphio import load_graph
-from storage_kernels import kernels
-from storage_kernels.sampleset import SampleSetWriter
+from storage_kernels.sampleset import SPLITS, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "batch_seed", "plan_batches", "train_batches", "run"]
+__all__ = ["FORMAT_VERSION", "batch_seed", "plan_batches", "run", "summary", "train_batches"]
 
 FORMAT_VERSION = 1
 _SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
@@ -74,34 +77,26 @@ def plan_batches(train_idx: np.ndarray, val_idx: np.ndarray, test_idx: np.ndarra
     return batches
 
 
-def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, partitioning: Artifact,
+def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partition: Artifact,
         progress: Progress | None = None) -> StageResult:
-    """Write the ``samples`` artifact (see ``storage_kernels.sampleset`` for the layout)."""
+    """Write the ``sample`` artifact (see ``storage_kernels.sampleset`` for the layout)."""
     sc = cfg.sample
-    params = {
-        "fanouts": list(sc.fanouts),
-        "batch_size": sc.batch_size,
-        "eval_batch_size": sc.eval_batch_size,
-        "epochs": sc.epochs,
-        "seed": sc.seed,
-    }
-    if sc.batching == "partition":  # random batching keeps the parameters (and versions) it always had
-        params.update({"batching": sc.batching, "macro_parts": sc.macro_parts})
+    sampler = SAMPLERS.get(sc.sampler)
 
     def build(builder: ArtifactBuilder) -> None:
-        graph = load_graph(ordering)
+        graph = load_graph(reorder)
         if len(graph.train_idx) == 0:
-            raise ValueError(f"'{ordering.path}/train_idx.npy' expected training nodes (got none)")
+            raise ValueError(f"'{reorder.path}/train_idx.npy' expected training nodes (got none)")
         fanouts = np.asarray(sc.fanouts, dtype=np.int64)
-        parts = np.asarray(partitioning.array("parts.npy")) if sc.batching == "partition" else None
+        parts = np.asarray(partition.array("parts.npy")) if sc.batching == "partition" else None
         plan = plan_batches(graph.train_idx, graph.val_idx, graph.test_idx, sc.batch_size,
                             sc.eval_batch_size, sc.epochs, sc.seed, parts, sc.macro_parts)
         writer = SampleSetWriter(builder)
         train_seeds = train_inputs = 0
         for i, (split, epoch, step, seeds) in enumerate(plan):
-            nodes, hop_counts, indptrs, cols = kernels.sample_blocks(
-                graph.indptr, graph.indices, np.ascontiguousarray(seeds, dtype=np.int64), fanouts,
-                batch_seed(sc.seed, split, epoch, step), num_threads=sc.num_threads,
+            nodes, hop_counts, indptrs, cols = sampler.sample(
+                graph, np.ascontiguousarray(seeds, dtype=np.int64), fanouts, batch_seed(sc.seed, split, epoch, step),
+                sc.num_threads,
             )
             writer.add(split, epoch, step, nodes, hop_counts, indptrs, cols)
             if split == "train":
@@ -125,5 +120,19 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ordering: Artifact, partit
             }
         )
 
-    return materialize(store, cfg.dataset_name, "samples", FORMAT_VERSION, params,
-                       {"ordering": ordering, "partitioning": partitioning}, build)
+    return materialize(store, cfg, "sample", FORMAT_VERSION, {"reorder": reorder, "partition": partition}, build)
+
+
+def summary(artifact: Artifact) -> dict[str, Any]:
+    """Batches, seeds and sampled input nodes per split (asset metadata)."""
+    table = artifact.parquet("batches.parquet")
+    split = np.asarray(table.column("split").to_pylist(), dtype=object)
+    seeds = table.column("num_seeds").to_numpy()
+    inputs = np.asarray([h[-1] for h in table.column("hop_counts").to_pylist()], dtype=np.int64)
+    rows = []
+    for name in SPLITS:
+        mask = split == name
+        count = int(mask.sum())
+        rows.append({"split": name, "batches": count, "seeds": int(seeds[mask].sum()),
+                     "input nodes / batch": float(inputs[mask].mean()) if count else 0.0})
+    return {"batches_by_split": markdown_table(rows)}

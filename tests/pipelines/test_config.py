@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import PipelineConfig, dataset_slug
-from pipelines.resources import StrataResource
+from pipelines.resources import build_resources
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_defaults() -> None:
     cfg = PipelineConfig.load()
     assert cfg.dataset == "tiny"
     assert cfg.sample.fanouts == [10, 10]
-    assert cfg.train.feature_path == "packed"
+    assert cfg.policy == "diskgnn"
 
 
 def test_yaml_file(yaml_file: Path) -> None:
@@ -118,8 +118,8 @@ def test_dataset_slug() -> None:
 
 
 def test_resource_builds_the_same_config(yaml_file: Path, tmp_path: Path) -> None:
-    resource = StrataResource(root=str(tmp_path / "root"), config_file=str(yaml_file),
-                              overrides=["sample.batch_size=64"], dataset="tiny")
+    loaded = PipelineConfig.load(yaml_file, ["sample.batch_size=64"], dataset="tiny")
+    resource = build_resources(root=str(tmp_path / "root"), config=loaded)["strata"]
     cfg = resource.pipeline_config()
     assert cfg == PipelineConfig.load(yaml_file, ["sample.batch_size=64"], dataset="tiny")
     assert cfg.dataset == "tiny" and cfg.sample.batch_size == 64 and cfg.train.epochs == 2

@@ -10,12 +10,13 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from pipelines.assets import ALL_ASSETS, GROUP_PREPROCESS, GROUP_TRAINING, STAGE_SPECS
-from pipelines.checks import ALL_CHECKS
+from pipelines.assets import ALL_ASSETS, ALL_CHECKS
+from pipelines.config import PipelineConfig
 from pipelines.definitions import RETRAIN_JOB, STRATA_JOB, defs, make_definitions
+from pipelines.graph import GROUP_PREPROCESS, GROUP_TRAINING, STAGE_NAMES, STAGES
 from pipelines.resources import RunReporter, StrataResource, build_resources
 
-PREPROCESS = ["graph", "ordering", "partitioning", "samples", "plan", "packed"]
+PREPROCESS = ["ingest", "reorder", "partition", "sample", "plan", "pack"]
 
 
 def test_every_job_resolves() -> None:
@@ -25,20 +26,20 @@ def test_every_job_resolves() -> None:
 
 def test_jobs_select_the_right_assets() -> None:
     full = defs.resolve_job_def(STRATA_JOB)
-    assert {k.to_user_string() for k in full.asset_layer.executable_asset_keys} == set(STAGE_SPECS)
+    assert {k.to_user_string() for k in full.asset_layer.executable_asset_keys} == set(STAGE_NAMES)
     retrain = defs.resolve_job_def(RETRAIN_JOB)
-    assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == {"model", "export"}
+    assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == {"train", "export"}
 
 
 def test_assets_follow_the_stage_table() -> None:
     graph = defs.resolve_asset_graph()
-    assert [a.key.to_user_string() for a in ALL_ASSETS] == list(STAGE_SPECS)
-    for spec in STAGE_SPECS.values():
-        node = graph.get(dg.AssetKey(spec.asset))
-        assert {k.to_user_string() for k in node.parent_keys} == set(spec.upstream), spec.asset
-        assert node.code_version, f"{spec.asset} needs a code_version"
-        assert node.description, f"{spec.asset} needs a description"
-        expected_group = GROUP_TRAINING if spec.asset in ("model", "export") else GROUP_PREPROCESS
+    assert [a.key.to_user_string() for a in ALL_ASSETS] == list(STAGE_NAMES)
+    for spec in STAGES:
+        node = graph.get(dg.AssetKey(spec.name))
+        assert {k.to_user_string() for k in node.parent_keys} == set(spec.upstream), spec.name
+        assert node.code_version, f"{spec.name} needs a code_version"
+        assert node.description, f"{spec.name} needs a description"
+        expected_group = GROUP_TRAINING if spec.name in ("train", "export") else GROUP_PREPROCESS
         assert node.group_name == expected_group
 
 
@@ -67,7 +68,7 @@ def test_resource_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyP
         reloaded = importlib.reload(module)
         resource = reloaded.defs.resources["strata"]
         assert isinstance(resource, StrataResource)
-        assert resource.root == str(tmp_path) and resource.dataset == "demo" and resource.config_file is None
+        assert resource.root == str(tmp_path)
         assert resource.pipeline_config().dataset == "demo"
         assert resource.paths().root == tmp_path.resolve()
     finally:
@@ -77,9 +78,6 @@ def test_resource_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyP
 
 def _stages_available() -> str | None:
     """Why the preprocessing stages cannot run here (None when they can)."""
-    for spec in STAGE_SPECS.values():
-        if spec.asset in PREPROCESS and importlib.util.find_spec(f"pipelines.stages.{spec.module}") is None:
-            return f"pipelines.stages.{spec.module} is not written yet"
     if importlib.util.find_spec("storage_kernels._native") is None:
         return "the storage_kernels._native extension is not built"
     return None
@@ -98,7 +96,8 @@ class _Recorder(RunReporter):
 
 
 def _materialize(root: Path, reporter: RunReporter, assets: list[str] = PREPROCESS) -> dg.ExecuteInProcessResult:
-    resources = build_resources(root=str(root), dataset="tiny", overrides=["sample.epochs=1"], reporter=reporter)
+    config = PipelineConfig.load(overrides=["sample.epochs=1"], dataset="tiny")
+    resources = build_resources(root=str(root), config=config, reporter=reporter)
     job = make_definitions(resources).resolve_job_def(STRATA_JOB)
     selection = [dg.AssetKey(name) for name in assets]
     return job.execute_in_process(asset_selection=selection, raise_on_error=False,
@@ -131,10 +130,10 @@ def test_preprocessing_materializes_with_checks_then_reuses(tmp_path: Path) -> N
 @pytest.mark.skipif(_stages_available() is not None, reason=str(_stages_available()))
 def test_failing_blocking_check_stops_downstream(tmp_path: Path) -> None:
     first = _Recorder()
-    upto_partitioning = ["graph", "ordering", "partitioning"]
+    upto_partitioning = ["ingest", "reorder", "partition"]
     assert _materialize(tmp_path, first, upto_partitioning).success
-    version, _ = first.finished["graph"]
-    indices = np.load(tmp_path / "tiny" / "graph" / version / "indices.npy", mmap_mode="r+")
+    version, _ = first.finished["ingest"]
+    indices = np.load(tmp_path / "tiny" / "ingest" / version / "indices.npy", mmap_mode="r+")
     indices[0] = 10**9  # corrupt the published CSR in place
     indices.flush()
     del indices
@@ -142,7 +141,7 @@ def test_failing_blocking_check_stops_downstream(tmp_path: Path) -> None:
     result = _materialize(tmp_path, _Recorder(), upto_partitioning)
     assert not result.success
     failed = [e for e in result.get_asset_check_evaluations() if not e.passed]
-    assert [(e.asset_key.to_user_string(), e.check_name) for e in failed] == [("graph", "csr_valid")]
+    assert [(e.asset_key.to_user_string(), e.check_name) for e in failed] == [("ingest", "csr_valid")]
     assert "'indices[0]' expected a value in [0, 2500)" in (failed[0].description or "")
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"graph"}  # ordering and everything after it did not run
+    assert materialized == {"ingest"}  # reorder and everything after it did not run

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import pipelines.partitioners as partition
 from pipelines.config import PartitionConfig
-from pipelines.stages import multilevel, partition
+from pipelines.partitioners import metis, multilevel
+from pipelines.partitioners.partgraph import PartGraph, capacity
 from pipelines.stages.graphio import GraphArrays
-from pipelines.stages.partgraph import PartGraph, capacity
 from tests.pipelines.stage_fixtures import random_symmetric_csr
 
 
@@ -140,7 +141,7 @@ def test_refine_drains_an_overloaded_part():
 def test_multilevel_beats_single_level_on_local_structure(chains, method):
     p = 8
     single = partition.partition_graph(chains, method, p, PartitionConfig(multilevel=False, chunk_nodes=5000))
-    multi, info = partition._partition(chains, method, p, PartitionConfig(chunk_nodes=5000), None)
+    multi, info = partition.partition_graph_info(chains, method, p, PartitionConfig(chunk_nodes=5000), None)
     for labels in (single, multi):
         assert np.bincount(labels, minlength=p).max() <= capacity(chains.num_nodes, p, 0.05, [1] * p)[0]
     assert info["multilevel"] == "on" and info["ml_levels"] >= 1
@@ -152,7 +153,7 @@ def test_multilevel_beats_single_level_on_local_structure(chains, method):
     assert purity > 0.8, purity
 
 
-@pytest.mark.skipif(partition._pymetis is None, reason="pymetis not installed")
+@pytest.mark.skipif(not metis.available(), reason="pymetis not installed")
 @pytest.mark.parametrize("method", ["fennel", "grem"])
 def test_multilevel_comes_close_to_metis(chains, method):
     metis = cut_fraction(chains, partition.partition_graph(chains, "metis", 8, PartitionConfig()))
@@ -175,16 +176,16 @@ def test_multilevel_fennel_keeps_training_nodes_balanced(chains):
 
 def test_multilevel_steps_aside_when_memory_is_short(chains, monkeypatch):
     monkeypatch.setattr(multilevel, "STATE_BYTES_PER_NODE", 100)  # 24k nodes: labels fit 1 MiB / 2, state does not
-    labels, info = partition._partition(chains, "grem", 4, PartitionConfig(memory_mb=1), None)
+    labels, info = partition.partition_graph_info(chains, "grem", 4, PartitionConfig(memory_mb=1), None)
     assert info["multilevel"].startswith("skipped:") and "bytes per node" in info["multilevel"]
     assert np.bincount(labels, minlength=4).max() <= capacity(chains.num_nodes, 4, 0.05, [1] * 4)[0]
-    _, info = partition._partition(chains, "fennel", 4, PartitionConfig(), None, counting="bloom")
+    _, info = partition.partition_graph_info(chains, "fennel", 4, PartitionConfig(), None, counting="bloom")
     assert info["multilevel"].startswith("skipped: bloom")
 
 
 def test_multilevel_stops_coarsening_when_the_first_coarse_graph_is_too_big(chains, monkeypatch):
     monkeypatch.setattr(multilevel, "COARSE_BYTES_PER_ENTRY", 10**9)
-    labels, info = partition._partition(chains, "grem", 4, PartitionConfig(chunk_nodes=5000), None)
+    labels, info = partition.partition_graph_info(chains, "grem", 4, PartitionConfig(chunk_nodes=5000), None)
     assert info["ml_levels"] == 0 and "over half of partition.memory_mb" in info["ml_stopped"]
     assert np.bincount(labels, minlength=4).max() <= capacity(chains.num_nodes, 4, 0.05, [1] * 4)[0]
 
@@ -193,7 +194,7 @@ def test_many_parts_raise_the_cluster_bound_to_reach_the_coarsening_target(chain
     assert multilevel.cluster_max_weight(1_000_000, 16) == 977  # 64 clusters per part
     assert multilevel.cluster_max_weight(10_000_000, 7824) == 80  # else >= 500k coarse nodes: 16 per part
     p = 300
-    labels, info = partition._partition(chains, "fennel", p, PartitionConfig(chunk_nodes=5000), None)
+    labels, info = partition.partition_graph_info(chains, "fennel", p, PartitionConfig(chunk_nodes=5000), None)
     assert info["ml_cluster_max_weight"] == multilevel.cluster_max_weight(chains.num_nodes, p)
     assert info["ml_coarse_nodes"] < chains.num_nodes / 3
     assert len(np.unique(labels)) == p

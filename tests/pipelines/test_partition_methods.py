@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import pipelines.partitioners as partitioners
 from pipelines.config import PartitionConfig, PipelineConfig
+from pipelines.partitioners import metis
 from pipelines.stages import partition
 from pipelines.stages.graphio import GraphArrays, load_graph
 from storage_kernels.store import ArtifactStore
 from tests.pipelines.stage_fixtures import random_symmetric_csr
 
-needs_metis = pytest.mark.skipif(partition._pymetis is None, reason="pymetis not installed")
+needs_metis = pytest.mark.skipif(not metis.available(), reason="pymetis not installed")
 
 
 def planted_graph(n: int = 1200, k: int = 4, deg_in: int = 12, deg_out: float = 0.6, seed: int = 0) -> GraphArrays:
@@ -62,7 +64,7 @@ def planted() -> GraphArrays:
 @pytest.mark.parametrize("p", [1, 3, 4, 8])
 def test_every_method_gives_a_valid_balanced_labelling(planted, method, p, multilevel):
     cfg = PartitionConfig(imbalance=0.05, chunk_nodes=300, grem_chunk_fraction=0.2, multilevel=multilevel)
-    labels = partition.partition_graph(planted, method, p, cfg)
+    labels = partitioners.partition_graph(planted, method, p, cfg)
     check_valid(labels, planted.num_nodes, p, 0.05)
 
 
@@ -70,19 +72,19 @@ def test_every_method_gives_a_valid_balanced_labelling(planted, method, p, multi
 @pytest.mark.parametrize("method", [pytest.param("metis", marks=needs_metis), "fennel", "grem"])
 def test_min_cut_methods_beat_range_and_random_on_planted_partitions(planted, method, multilevel):
     cfg = PartitionConfig(imbalance=0.05, chunk_nodes=500, grem_chunk_fraction=0.1, multilevel=multilevel)
-    labels = partition.partition_graph(planted, method, 4, cfg)
+    labels = partitioners.partition_graph(planted, method, 4, cfg)
     rng_labels = np.random.default_rng(0).integers(0, 4, planted.num_nodes).astype(np.int32)
-    base = min(cut_fraction(planted, partition.range_parts(planted.num_nodes, 4)), cut_fraction(planted, rng_labels))
+    base = min(cut_fraction(planted, partitioners.range_parts(planted.num_nodes, 4)), cut_fraction(planted, rng_labels))
     got = cut_fraction(planted, labels)
     assert got < 0.4 * base, (got, base)
 
 
 def test_fennel_bloom_path_is_valid_and_cuts_well(planted):
     cfg = PartitionConfig(imbalance=0.1, chunk_nodes=256, bloom_bits=1 << 14)
-    labels = partition.partition_graph(planted, "fennel", 4, cfg, counting="bloom")
+    labels = partitioners.partition_graph(planted, "fennel", 4, cfg, counting="bloom")
     check_valid(labels, planted.num_nodes, 4, 0.1)
     # single pass (a Bloom filter cannot forget a member, so no restreaming): weaker than exact, still a cut
-    assert cut_fraction(planted, labels) < 0.6 * cut_fraction(planted, partition.range_parts(planted.num_nodes, 4))
+    assert cut_fraction(planted, labels) < 0.6 * cut_fraction(planted, partitioners.range_parts(planted.num_nodes, 4))
 
 
 @pytest.mark.parametrize("multilevel", [False, True])
@@ -90,19 +92,19 @@ def test_fennel_bloom_path_is_valid_and_cuts_well(planted):
 def test_fennel_does_not_depend_on_thread_count_or_chunking(counting, multilevel):
     g = planted_graph(n=6000, k=6, seed=3)
     base = PartitionConfig(num_parts=6, chunk_nodes=1000, bloom_bits=1 << 12, multilevel=multilevel)
-    one = partition.partition_graph(g, "fennel", 6, base, num_threads=1, counting=counting)
-    many = partition.partition_graph(g, "fennel", 6, base, num_threads=4, counting=counting)
+    one = partitioners.partition_graph(g, "fennel", 6, base, num_threads=1, counting=counting)
+    many = partitioners.partition_graph(g, "fennel", 6, base, num_threads=4, counting=counting)
     assert np.array_equal(one, many)
     if counting == "exact" and not multilevel:  # the sequential algorithm: chunking does not matter either
         # (multilevel coarsening visits each chunk's nodes by degree, so there the chunk size is a parameter)
-        other = partition.partition_graph(g, "fennel", 6, base.model_copy(update={"chunk_nodes": 777}),
+        other = partitioners.partition_graph(g, "fennel", 6, base.model_copy(update={"chunk_nodes": 777}),
                                           counting=counting)
         assert np.array_equal(one, other)
 
 
 def test_fennel_two_level(planted):
     cfg = PartitionConfig(two_level_threshold=4, chunk_nodes=400)
-    labels = partition.partition_graph(planted, "fennel", 10, cfg)  # 4 top parts with 3, 3, 2, 2 final parts
+    labels = partitioners.partition_graph(planted, "fennel", 10, cfg)  # 4 top parts with 3, 3, 2, 2 final parts
     check_valid(labels, planted.num_nodes, 10, cfg.imbalance)
     assert len(np.unique(labels)) == 10
 
@@ -111,22 +113,22 @@ def test_fennel_training_penalty_balances_training_nodes(planted):
     counts = []
     for penalty in (0.0, 50.0):
         cfg = PartitionConfig(train_penalty=penalty, imbalance=0.3)
-        labels = partition.partition_graph(planted, "fennel", 4, cfg)
+        labels = partitioners.partition_graph(planted, "fennel", 4, cfg)
         counts.append(np.bincount(labels[planted.train_idx], minlength=4).max())
     assert counts[1] <= counts[0]
 
 
 def test_grem_without_pymetis_uses_bfs_halving(planted, monkeypatch):
-    monkeypatch.setattr(partition, "_pymetis", None)
-    labels = partition.partition_graph(planted, "grem", 4, PartitionConfig(grem_chunk_fraction=0.2))
+    monkeypatch.setattr(metis, "_pymetis", None)
+    labels = partitioners.partition_graph(planted, "grem", 4, PartitionConfig(grem_chunk_fraction=0.2))
     check_valid(labels, planted.num_nodes, 4, 0.05)
-    assert cut_fraction(planted, labels) < 0.5 * cut_fraction(planted, partition.range_parts(planted.num_nodes, 4))
+    assert cut_fraction(planted, labels) < 0.5 * cut_fraction(planted, partitioners.range_parts(planted.num_nodes, 4))
 
 
 def test_grem_is_deterministic(planted):
     cfg = PartitionConfig(grem_chunk_fraction=0.15)
-    assert np.array_equal(partition.partition_graph(planted, "grem", 6, cfg),
-                          partition.partition_graph(planted, "grem", 6, cfg))
+    assert np.array_equal(partitioners.partition_graph(planted, "grem", 6, cfg),
+                          partitioners.partition_graph(planted, "grem", 6, cfg))
 
 
 @needs_metis
@@ -135,17 +137,17 @@ def test_metis_refuses_a_graph_over_the_memory_budget():
     n = len(indptr) - 1
     g = GraphArrays(indptr, indices, np.zeros((n, 1), np.float32), np.zeros(n, np.int64), np.arange(10),
                     np.arange(10, 20), np.arange(20, 30))
-    need_mb = partition.metis_peak_bytes(g) / 2**20
-    assert partition.metis_csr_bytes(g) > 1 << 20 and need_mb > 16
+    need_mb = partitioners.metis_peak_bytes(g) / 2**20
+    assert partitioners.metis_csr_bytes(g) > 1 << 20 and need_mb > 16
     with pytest.raises(ValueError, match=r"partition.memory_mb' expected >= \d+ MiB.*got a budget of 16 MiB"):
-        partition.partition_graph(g, "metis", 4, PartitionConfig(memory_mb=16))
-    labels = partition.partition_graph(g, "metis", 4, PartitionConfig(memory_mb=int(need_mb) + 1))
+        partitioners.partition_graph(g, "metis", 4, PartitionConfig(memory_mb=16))
+    labels = partitioners.partition_graph(g, "metis", 4, PartitionConfig(memory_mb=int(need_mb) + 1))
     check_valid(labels, n, 4, 0.05)
 
 
 def test_unknown_method_is_refused(planted):
     with pytest.raises(ValueError, match="'partition.method' expected one of"):
-        partition.partition_graph(planted, "spectral", 4, PartitionConfig())
+        partitioners.partition_graph(planted, "spectral", 4, PartitionConfig())
 
 
 # ---- the stage --------------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ def test_stage_writes_consistent_outputs(tmp_path, planted, method):
     store = ArtifactStore(tmp_path / "root")
     graph_art = publish_graph(store, planted)
     cfg = PipelineConfig.load(overrides=[f"partition.method={method}", "partition.num_parts=4"], dataset="unit")
-    art = partition.run(store, cfg, ordering=graph_art).artifact
+    art = partition.run(store, cfg, reorder=graph_art).artifact
     g = load_graph(graph_art)
     n, p = g.num_nodes, 4
     parts = art.array("parts.npy")
@@ -195,4 +197,4 @@ def test_stage_writes_consistent_outputs(tmp_path, planted, method):
         assert key in stats
     assert stats["method"] == method and stats["num_parts"] == p
     # unchanged inputs: reused
-    assert partition.run(store, cfg, ordering=graph_art).reused
+    assert partition.run(store, cfg, reorder=graph_art).reused

@@ -27,7 +27,7 @@ CORA_SETTINGS = [
     "train.weight_decay=5e-4",
     "train.dropout=0.5",
     "train.epochs=60",
-    "train.feature_path=packed",
+    "policy=diskgnn",
     "train.device=cpu",
 ]
 
@@ -39,13 +39,13 @@ def test_cora_out_of_core_accuracy(tmp_path):
     store = paths.store()
     graph = ingest.run(store, cfg).artifact
     assert graph.stats["num_nodes"] == 2708 and graph.stats["num_edges"] == 10556
-    ordering = reorder.run(store, cfg, graph=graph).artifact
-    parts = partition.run(store, cfg, ordering=ordering).artifact
-    samples = sample.run(store, cfg, ordering=ordering, partitioning=parts).artifact
-    planned = plan.run(store, cfg, ordering=ordering, samples=samples).artifact
+    ordering = reorder.run(store, cfg, ingest=graph).artifact
+    parts = partition.run(store, cfg, reorder=ordering).artifact
+    samples = sample.run(store, cfg, reorder=ordering, partition=parts).artifact
+    planned = plan.run(store, cfg, reorder=ordering, sample=samples).artifact
     assert planned.stats["cpu_cache_bytes"] <= 0.1 * planned.stats["feature_bytes"]
-    packed = pack.run(store, cfg, ordering=ordering, samples=samples, plan=planned).artifact
-    model = train.run(store, cfg, ordering=ordering, samples=samples, plan=planned, packed=packed, paths=paths)
+    packed = pack.run(store, cfg, reorder=ordering, sample=samples, plan=planned).artifact
+    model = train.run(store, cfg, reorder=ordering, sample=samples, plan=planned, pack=packed)
     stats = model.artifact.stats
     assert stats["bytes_read"] > 0  # features really came from disk
     assert stats["cache_hit_rate"] < 1.0

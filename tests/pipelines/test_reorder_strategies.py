@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import pipelines.partitioners as partition_stage
 from pipelines.config import PipelineConfig
-from pipelines.stages import partition as partition_stage
+from pipelines.orders.community import community_order, hubs_first
 from pipelines.stages import reorder
 from pipelines.stages.graphio import GraphArrays, load_graph
 from pipelines.stages.locality import average_edge_gap, pages_of_rows, pages_per_batch
@@ -65,7 +66,7 @@ def planted_graph(num_communities: int = 400, size: int = 20, out_degree: int = 
 @pytest.mark.parametrize("strategy", ALL)
 def test_every_strategy_rewrites_the_same_graph_consistently(store, strategy):
     graph = make_graph_artifact(store)
-    art = reorder.run(store, _cfg(reorder__strategy=strategy, reorder__partition_parts="8"), graph=graph).artifact
+    art = reorder.run(store, _cfg(reorder__strategy=strategy, reorder__partition_parts="8"), ingest=graph).artifact
     perm, inverse = art.array("perm.npy"), art.array("inverse.npy")
     n = len(perm)
     assert np.array_equal(np.sort(perm), np.arange(n))
@@ -93,7 +94,7 @@ def test_every_strategy_rewrites_the_same_graph_consistently(store, strategy):
 def test_stage_rewrite_with_many_buckets_matches_in_memory(store, monkeypatch):
     monkeypatch.setattr(reorder, "_bucket_sizes", lambda memory_mb, row_bytes: (23, 57))
     graph = make_graph_artifact(store)
-    art = reorder.run(store, _cfg(reorder__strategy="random", reorder__chunk_rows="31"), graph=graph).artifact
+    art = reorder.run(store, _cfg(reorder__strategy="random", reorder__chunk_rows="31"), ingest=graph).artifact
     assert art.stats["feature_buckets"] == -(-600 // 23) and art.stats["csr_buckets"] > 20
     perm = art.array("perm.npy")
     old, new = load_graph(graph), load_graph(art)
@@ -113,16 +114,16 @@ def test_scratch_is_removed_on_error(store, monkeypatch):
     monkeypatch.setattr(reorder, "external_permute_rows", boom)
     graph = make_graph_artifact(store)
     with pytest.raises(OSError, match="disk full"):
-        reorder.run(store, _cfg(reorder__strategy="degree"), graph=graph)
+        reorder.run(store, _cfg(reorder__strategy="degree"), ingest=graph)
     assert not [p for p in store.root.rglob("*.scratch")]
-    assert store.latest("unit", "ordering") is None
+    assert store.latest("unit", "reorder") is None
 
 
 def test_params_select_the_version(store):
     graph = make_graph_artifact(store)
-    a = reorder.run(store, _cfg(reorder__strategy="random", reorder__seed="1"), graph=graph)
-    b = reorder.run(store, _cfg(reorder__strategy="random", reorder__seed="1", reorder__memory_mb="3"), graph=graph)
-    c = reorder.run(store, _cfg(reorder__strategy="random", reorder__seed="2"), graph=graph)
+    a = reorder.run(store, _cfg(reorder__strategy="random", reorder__seed="1"), ingest=graph)
+    b = reorder.run(store, _cfg(reorder__strategy="random", reorder__seed="1", reorder__memory_mb="3"), ingest=graph)
+    c = reorder.run(store, _cfg(reorder__strategy="random", reorder__seed="2"), ingest=graph)
     assert b.reused and a.version == b.version and c.version != a.version
     assert not np.array_equal(a.artifact.array("perm.npy"), c.artifact.array("perm.npy"))
 
@@ -155,13 +156,13 @@ def test_community_order_puts_hubs_first():
     assert np.array_equal(np.sort(perm), np.arange(graph.num_nodes))
     assert np.array_equal(perm[:hubs], np.argsort(-degrees, kind="stable")[:hubs])
     assert degrees[perm[:hubs]].min() >= degrees[perm[hubs:]].max()
-    assert reorder.hubs_first(np.array([3, 1, 0, 2]), np.array([2, 1])).tolist() == [2, 1, 3, 0]
+    assert hubs_first(np.array([3, 1, 0, 2]), np.array([2, 1])).tolist() == [2, 1, 3, 0]
 
 
 def test_community_order_ranks_by_size_then_degree():
     labels = np.array([5, 9, 5, 9, 9, 3])
     degrees = np.array([1, 2, 4, 2, 7, 0])
-    perm, k = reorder.community_order(labels, degrees)
+    perm, k = community_order(labels, degrees)
     assert k == 3
     assert perm.tolist() == [4, 1, 3, 2, 0, 5]
 
@@ -219,7 +220,6 @@ def test_community_and_partition_touch_fewer_pages_than_random(monkeypatch):
     assert partition_pages < 0.7 * random_pages, (partition_pages, random_pages)
 
 
-@pytest.mark.skipif(not hasattr(partition_stage, "partition_graph"), reason="partition_graph not available yet")
 def test_real_partitioner_order_beats_random():
     graph, _ = planted_graph(num_communities=100, size=20)
     rc = _cfg(reorder__partition_parts="100").reorder.model_copy(update={"partition_method": "fennel"})

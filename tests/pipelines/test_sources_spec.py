@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.sources.spec import BUILTIN_DATASETS, SOURCE_KINDS, SYNTHETIC_KEYS, parse_source_spec
-from pipelines.sources.synthetic import synthetic_source
+from pipelines.sources.spec import BUILTIN_DATASETS, SOURCE_KINDS, parse_source_spec
+from pipelines.sources.synthetic import SYNTHETIC_KEYS, synthetic_source
 from tests.pipelines.source_fixtures import PLANETOID_DIR, collect_edges, hand_graph, write_ogb_dir
 
 

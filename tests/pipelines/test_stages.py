@@ -41,7 +41,7 @@ def _edge_set(indptr: np.ndarray, indices: np.ndarray, relabel: np.ndarray | Non
 @pytest.mark.parametrize("strategy", ["identity", "degree", "bfs"])
 def test_reorder_rewrites_the_same_graph(store, strategy):
     graph = make_graph_artifact(store)
-    result = reorder.run(store, _cfg(reorder__strategy=strategy, reorder__chunk_rows=97), graph=graph)
+    result = reorder.run(store, _cfg(reorder__strategy=strategy, reorder__chunk_rows=97), ingest=graph)
     art = result.artifact
     perm, inverse = art.array("perm.npy"), art.array("inverse.npy")
     n = len(perm)
@@ -59,10 +59,10 @@ def test_reorder_rewrites_the_same_graph(store, strategy):
 
 def test_reorder_is_reused_when_unchanged(store):
     graph = make_graph_artifact(store)
-    first = reorder.run(store, _cfg(), graph=graph)
-    second = reorder.run(store, _cfg(), graph=graph)
+    first = reorder.run(store, _cfg(), ingest=graph)
+    second = reorder.run(store, _cfg(), ingest=graph)
     assert not first.reused and second.reused and first.version == second.version
-    third = reorder.run(store, _cfg(reorder__strategy="bfs"), graph=graph)
+    third = reorder.run(store, _cfg(reorder__strategy="bfs"), ingest=graph)
     assert third.version != first.version
 
 
@@ -73,8 +73,8 @@ def test_unknown_reorder_strategy_is_a_clear_error():
 
 def test_range_partition_is_balanced_and_complete(store):
     graph = make_graph_artifact(store)
-    ordering = reorder.run(store, _cfg(), graph=graph).artifact
-    art = partition.run(store, _cfg(), ordering=ordering).artifact
+    ordering = reorder.run(store, _cfg(), ingest=graph).artifact
+    art = partition.run(store, _cfg(), reorder=ordering).artifact
     parts, ptr, nodes = art.array("parts.npy"), art.array("part_ptr.npy"), art.array("part_nodes.npy")
     assert np.array_equal(np.sort(nodes), np.arange(len(parts)))
     for p in range(len(ptr) - 1):
@@ -85,11 +85,11 @@ def test_range_partition_is_balanced_and_complete(store):
 
 def _pipeline(store, cfg):
     graph = make_graph_artifact(store)
-    ordering = reorder.run(store, cfg, graph=graph).artifact
-    parting = partition.run(store, cfg, ordering=ordering).artifact
-    samples = sample.run(store, cfg, ordering=ordering, partitioning=parting).artifact
-    planned = plan.run(store, cfg, ordering=ordering, samples=samples).artifact
-    packed = pack.run(store, cfg, ordering=ordering, samples=samples, plan=planned).artifact
+    ordering = reorder.run(store, cfg, ingest=graph).artifact
+    parting = partition.run(store, cfg, reorder=ordering).artifact
+    samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
+    planned = plan.run(store, cfg, reorder=ordering, sample=samples).artifact
+    packed = pack.run(store, cfg, reorder=ordering, sample=samples, plan=planned).artifact
     return ordering, samples, planned, packed
 
 
@@ -165,9 +165,9 @@ def test_pack_addresses_reconstruct_every_batch_exactly(store):
 def test_partition_batching_covers_each_epoch_and_groups_by_partition(store):
     cfg = _cfg(sample__batching="partition", sample__macro_parts=1, partition__num_parts=8)
     graph = make_graph_artifact(store)
-    ordering = reorder.run(store, cfg, graph=graph).artifact
-    parting = partition.run(store, cfg, ordering=ordering).artifact
-    samples = sample.run(store, cfg, ordering=ordering, partitioning=parting).artifact
+    ordering = reorder.run(store, cfg, ingest=graph).artifact
+    parting = partition.run(store, cfg, reorder=ordering).artifact
+    samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
     s, parts = SampleSet(samples.path), parting.array("parts.npy")
     train = load_graph(ordering).train_idx
     for epoch in range(2):
@@ -177,5 +177,5 @@ def test_partition_batching_covers_each_epoch_and_groups_by_partition(store):
         # one partition per macro batch: every batch's seeds come from a single partition
         assert all(len(np.unique(parts[s.batch(i).seeds])) == 1 for i in ids)
     random_cfg = _cfg(partition__num_parts=8)
-    other = sample.run(store, random_cfg, ordering=ordering, partitioning=parting)
+    other = sample.run(store, random_cfg, reorder=ordering, partition=parting)
     assert other.version != samples.version

@@ -42,8 +42,8 @@ from collections.abc import Callable
 import numpy as np
 
 from pipelines.config import PartitionConfig
+from pipelines.partitioners.partgraph import PartGraph, capacity, enforce_capacity, internal_weight, node_chunks, rows
 from pipelines.stages.common import Progress
-from pipelines.stages.partgraph import PartGraph, capacity, enforce_capacity, internal_weight, node_chunks, rows
 from storage_kernels import kernels
 
 __all__ = ["CLUSTER_PARTS", "cluster", "cluster_max_weight", "contract", "degree_bounds", "partition", "refine",

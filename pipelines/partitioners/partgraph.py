@@ -2,7 +2,7 @@
 
 The finest level is the (memory-mapped) graph of an ``ordering`` artifact, unweighted: every node weighs 1,
 every CSR entry 1, and a node's training weight is 1 when it is a training node. Coarse levels of the
-multilevel scheme (:mod:`pipelines.stages.multilevel`) are small in-memory graphs whose node weight is the
+multilevel scheme (:mod:`pipelines.partitioners.multilevel`) are small in-memory graphs whose node weight is the
 number of fine nodes inside, whose training weight counts the training nodes inside and whose edge weight
 counts the fine CSR entries between two coarse nodes. Streaming partitioners read either one the same way:
 chunks of rows (:func:`rows`), with the weights that apply to them.

@@ -1,0 +1,131 @@
+"""The stage graph, written once: every stage's name, function, upstream stages, checks and description.
+
+One name per node: the stage ``reorder`` is the function ``pipelines.stages.reorder.run``, the config section
+``reorder``, the artifact directory ``<root>/<dataset>/reorder/<version>/``, the Dagster asset ``reorder`` and
+the CLI verb ``strata reorder``. Everything that walks the pipeline derives from :data:`STAGES`: the Dagster
+assets and asset checks (:mod:`pipelines.assets`), the Dagster-free runner (:mod:`pipelines.runner`), the
+benchmarks and the CLI (``strata run --until STAGE``).
+
+A stage function has one shape: ``run(store, cfg, *, <upstream artifacts by stage name>, progress=None) ->
+StageResult``; its ``summary(artifact)`` gives the metadata Dagster shows. No Dagster import here.
+
+Artifacts built before the stages were renamed live under the old directory names (``graph``, ``ordering``,
+``partitioning``, ``samples``, ``packed``, ``model``); they stay listed and readable (``strata catalog ls``) but
+are not reused, because the stage name is part of every version (README, "Upgrading").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.checks import (
+    ADDRESSES_IN_BOUNDS,
+    BLOCKS_IN_RANGE,
+    BUDGETS_RESPECTED,
+    CHUNKS_ALIGNED,
+    CSR_VALID,
+    PARTS_BALANCED,
+    PARTS_COVER_NODES,
+    PERMUTATION_BIJECTIVE,
+    SAME_GRAPH,
+    SAMPLED_NODES_TIERED,
+    SEEDS_MATCH_SPLIT,
+    StageCheck,
+)
+from pipelines.stages import export, ingest, pack, partition, plan, reorder, sample, train
+from pipelines.stages.common import StageResult
+from storage_kernels.store import Artifact
+
+__all__ = ["GROUP_PREPROCESS", "GROUP_TRAINING", "STAGES", "STAGE_NAMES", "Stage", "get_stage", "until"]
+
+#: Asset groups: preprocessing (ingest .. pack) and training (train, export).
+GROUP_PREPROCESS = "preprocess"
+GROUP_TRAINING = "training"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One node of the stage graph."""
+
+    name: str
+    run: Callable[..., StageResult]
+    upstream: tuple[str, ...]
+    group: str
+    description: str
+    kinds: frozenset[str]
+    summary: Callable[[Artifact], dict[str, Any]]
+    checks: tuple[StageCheck, ...] = ()
+
+    @property
+    def function(self) -> str:
+        """The stage function's dotted path (for messages and metadata)."""
+        return f"{self.run.__module__}.{self.run.__name__}"
+
+
+#: Every stage, in topological order.
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest.run, (), GROUP_PREPROCESS,
+          "CSR graph (symmetrised), float32 features, labels and train/val/test splits of the source.",
+          frozenset({"numpy"}), ingest.summary, (CSR_VALID,)),
+    Stage("reorder", reorder.run, ("ingest",), GROUP_PREPROCESS,
+          "Permutation (perm/inverse) plus the CSR, features, labels and splits relabelled in the new order, so "
+          "hot or nearby nodes sit together on disk.",
+          frozenset({"numpy"}), reorder.summary, (PERMUTATION_BIJECTIVE, SAME_GRAPH)),
+    Stage("partition", partition.run, ("reorder",), GROUP_PREPROCESS,
+          "Partition label of every node, per-part node lists, edge buckets, edge cut and balance.",
+          frozenset({"numpy"}), partition.summary, (PARTS_COVER_NODES, PARTS_BALANCED)),
+    Stage("sample", sample.run, ("reorder", "partition"), GROUP_PREPROCESS,
+          "Offline-sampled layered blocks of every training epoch and of the val/test batches, with a Parquet "
+          "batch index; its node lists are the access trace the planner counts.",
+          frozenset({"numpy", "parquet"}), sample.summary, (BLOCKS_IN_RANGE, SEEDS_MATCH_SPLIT)),
+    Stage("plan", plan.run, ("reorder", "sample"), GROUP_PREPROCESS,
+          "The policy's tier of every node (GPU cache, CPU cache, disk, never read) within the cache budgets, with "
+          "predicted hit rates (exact for the sampled trace).",
+          frozenset({"numpy"}), plan.summary, (BUDGETS_RESPECTED, SAMPLED_NODES_TIERED)),
+    Stage("pack", pack.run, ("reorder", "sample", "plan"), GROUP_PREPROCESS,
+          "The policy's on-disk layout: cache blocks, packed.bin with each batch's disk rows in one aligned chunk, "
+          "and per-node address tables aligned with the samples.",
+          frozenset({"numpy"}), pack.summary, (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED)),
+    Stage("train", train.run, ("reorder", "sample", "plan", "pack"), GROUP_TRAINING,
+          "Best-validation model weights (state_dict), architecture and training history; the MLflow run holds "
+          "the same files, parameters and per-epoch metrics.",
+          frozenset({"pytorch", "mlflow"}), train.summary),
+    Stage("export", export.run, ("train",), GROUP_TRAINING,
+          "ONNX model verified against PyTorch in onnxruntime, a quantized WASM-ready bundle, and the registered "
+          "model version (the 'champion' alias moves only when validation improves).",
+          frozenset({"onnx", "mlflow"}), export.summary),
+)
+
+#: Stage names in topological order.
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+_BY_NAME = {s.name: s for s in STAGES}
+
+
+def _check_topological(stages: Iterable[Stage]) -> None:
+    seen: set[str] = set()
+    for s in stages:
+        missing = [u for u in s.upstream if u not in seen]
+        if missing:
+            raise AssertionError(f"stage {s.name!r} expected its upstream {missing} earlier in STAGES")
+        seen.add(s.name)
+
+
+_check_topological(STAGES)
+
+
+def get_stage(name: str) -> Stage:
+    """The stage called ``name`` (``ValueError`` listing the stages otherwise)."""
+    if name not in _BY_NAME:
+        raise ValueError(f"'stage' expected one of {', '.join(STAGE_NAMES)} (got {name!r})")
+    return _BY_NAME[name]
+
+
+def until(name: str) -> list[Stage]:
+    """``name`` and every stage it depends on, in topological order."""
+    wanted = {name}
+    for s in reversed(STAGES[: STAGE_NAMES.index(get_stage(name).name) + 1]):
+        if s.name in wanted:
+            wanted.update(s.upstream)
+    return [s for s in STAGES if s.name in wanted]

@@ -1,0 +1,45 @@
+"""The baselines every policy is measured against: ``in_memory`` and ``naive``.
+
+``in_memory``
+    every feature row in RAM (the upper bound; the artifact's ``features.npy`` loaded whole).
+``naive``
+    every needed row read from the ordered feature file with its own aligned direct read of the 4 KiB
+    block(s) holding it, each time it is needed, no cache (the PyG+ / DGL-OnDisk baseline).
+
+Neither plans a cache nor lays anything out (the :class:`~pipelines.policies.base.Policy` defaults).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pipelines.policies.base import FeatureInputs, Policy, register_policy
+
+if TYPE_CHECKING:
+    from trainer.features import FeatureSource
+
+__all__ = ["InMemory", "Naive"]
+
+
+@register_policy
+class InMemory(Policy):
+    name = "in_memory"
+    description = "Every feature row in RAM (the upper bound)."
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        from trainer.features import InMemoryFeatures
+
+        return InMemoryFeatures(np.load(inputs.reorder.file("features.npy")), device=inputs.device)
+
+
+@register_policy
+class Naive(Policy):
+    name = "naive"
+    description = "One aligned direct read per needed row, every time, no cache (PyG+/DGL-OnDisk)."
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        from trainer.features import NaiveDiskFeatures
+
+        return NaiveDiskFeatures(inputs.reorder.file("features.npy"), device=inputs.device)

@@ -1,0 +1,92 @@
+"""Run the stage graph without Dagster: resolve a stage's artifact for one configuration.
+
+A :class:`StageRunner` answers "the artifact of stage S for this configuration" by calling the stage
+function with the artifacts of S's upstream stages, resolved the same way. Artifacts are content-addressed
+(version = hash of stage, format version, parameters and upstream versions), so for a stage that already ran
+this is a lookup (``reused=True``); a missing one is built. Results are memoized in the runner (one runner,
+one run): nothing is shared between processes, so Dagster's multiprocess executor can resolve independent
+steps in parallel, each in its own process.
+
+The Dagster assets use a runner per step; the benchmarks and ``strata run`` without Dagster can use one
+directly (``run_until``, which also runs each stage's checks and stops at the first failing one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipelines.checks import Finding, StageCheck
+from pipelines.config import PipelineConfig
+from pipelines.graph import STAGES, Stage, get_stage, until
+from pipelines.stages.common import Progress, StageResult
+from storage_kernels.store import Artifact, ArtifactStore
+
+__all__ = ["CheckFailed", "StageRunner"]
+
+
+class CheckFailed(RuntimeError):
+    """A blocking check of ``stage`` failed on its artifact; nothing downstream was built."""
+
+    def __init__(self, stage: str, check: str, artifact: Artifact, problem: str) -> None:
+        super().__init__(f"check '{stage}:{check}' failed on {artifact.path}: {problem}")
+        self.stage, self.check, self.artifact, self.problem = stage, check, artifact, problem
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    stage: str
+    check: StageCheck
+    finding: Finding
+
+
+class StageRunner:
+    """Resolves (reuses or builds) the artifacts of one configuration's stages.
+
+    ``on_upstream_built(stage, result)`` is called when resolving an *upstream* stage had to build it (a
+    Dagster step then warns that the artifact was produced outside its own asset).
+    """
+
+    def __init__(self, cfg: PipelineConfig, store: ArtifactStore,
+                 on_upstream_built: Callable[[str, StageResult], None] | None = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self._results: dict[str, StageResult] = {}
+        self._on_upstream_built = on_upstream_built
+
+    def result(self, name: str, progress: Progress | None = None) -> StageResult:
+        """Run (or look up) stage ``name``: ``stage.run(store, cfg, **upstream artifacts, progress)``."""
+        if name in self._results:
+            return self._results[name]
+        stage = get_stage(name)
+        upstream = {u: self.artifact(u) for u in stage.upstream}
+        result = stage.run(self.store, self.cfg, progress=progress, **upstream)
+        self._results[name] = result
+        return result
+
+    def artifact(self, name: str) -> Artifact:
+        """The artifact of an upstream stage ``name`` for this configuration (built when missing)."""
+        known = name in self._results
+        result = self.result(name)
+        if not known and not result.reused and self._on_upstream_built is not None:
+            self._on_upstream_built(name, result)
+        return result.artifact
+
+    def check(self, name: str) -> list[CheckOutcome]:
+        """Run every check of stage ``name`` on its artifact."""
+        artifact = self.artifact(name)
+        return [CheckOutcome(name, c, c.run(artifact, self.store)) for c in get_stage(name).checks]
+
+    def run_until(self, name: str = STAGES[-1].name, progress: Callable[[Stage], Progress | None] | None = None,
+                  checks: bool = True) -> list[StageResult]:
+        """Every stage up to and including ``name``, in order; with ``checks``, each stage's checks run after it
+        and the first failing one raises :class:`CheckFailed` (nothing downstream is built)."""
+        results = []
+        for stage in until(name):
+            results.append(self.result(stage.name, progress(stage) if progress else None))
+            if checks:
+                for outcome in self.check(stage.name):
+                    if not outcome.finding.passed:
+                        raise CheckFailed(stage.name, outcome.check.name, self._results[stage.name].artifact,
+                                          outcome.finding.problems[0])
+        return results
