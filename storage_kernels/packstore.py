@@ -138,6 +138,24 @@ class BatchAddresses:
         """Positions (in node order) of the nodes addressed to ``tier``."""
         return np.flatnonzero(self.tier == tier)
 
+    @classmethod
+    def single_tier(cls, batch: int, nodes: np.ndarray, tier: Tier) -> BatchAddresses:
+        """Every node of a batch addressed to one ``tier`` by node id (slot = node id, no chunk): the
+        addresses of a reader without a packed store (rows read straight from the feature array or file)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        return cls(batch=int(batch), tier=np.full(len(nodes), int(tier), dtype=np.int8), slot=nodes,
+                   chunk_offset=0, chunk_rows=0, chunk_bytes=0)
+
+    def check_tiers(self) -> None:
+        """``ValueError`` naming the first node whose tier code is not a readable :class:`Tier`."""
+        codes = [int(t) for t in Tier.readable()]  # 0..3, contiguous
+        bad = (self.tier < codes[0]) | (self.tier > codes[-1])
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            allowed = ", ".join(str(c) for c in codes[:-1]) + f" or {codes[-1]}"
+            raise ValueError(f"'addr_tier' of batch {self.batch} expected {allowed} "
+                             f"(got {int(self.tier[i])} at node {i})")
+
 
 class PackedStore:
     """Read side of a packed store directory: validated tables, memory-mapped address arrays, cache blocks.
