@@ -21,6 +21,7 @@ __all__ = [
     "NaiveDiskFeatures",
     "PackedFeatures",
     "TensorBlock",
+    "TieredSource",
     "TrainConfig",
     "TrainResult",
     "TrainState",
@@ -30,6 +31,7 @@ __all__ = [
     "load_bundle",
     "load_trained",
     "resolve_device",
+    "tiered_source",
     "verify_onnx",
 ]
 
@@ -39,6 +41,7 @@ _WHERE = {
     "load_trained": "models",
     "resolve_device": "device",
     "InMemoryFeatures": "features", "NaiveDiskFeatures": "features", "PackedFeatures": "features",
+    "TieredSource": "features", "tiered_source": "features",
     "MlflowTracker": "tracking",
     "TrainConfig": "config",
     "TrainResult": "train", "TrainState": "train",

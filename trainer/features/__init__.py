@@ -1,0 +1,64 @@
+"""Feature sources: given a sampled batch, return its input features ``(len(batch.nodes), F)`` in node order.
+
+A source is a chain of tiers, GraphBolt style: each :class:`FeatureTier` serves the nodes whose address
+(``storage_kernels.packstore``: a :class:`~storage_kernels.packstore.Tier` and a slot per node, precomputed
+by the pack stage) names its tier, and leaves the rest to the tier it wraps (its fallback)::
+
+    GPUCacheTier -> CPUCacheTier -> PackedChunkTier -> FileTier
+    device rows     host rows,      one aligned read    aligned block reads of features.npy
+                    pinned w/ CUDA  of the batch chunk  (merged; per row for the naive baseline)
+
+:class:`TieredSource` turns a chain into a :class:`FeatureSource` (what ``BatchLoader`` and ``train`` call),
+with a read stage (I/O) separate from the assemble stage (gathers in node order, H2D copies).
+:func:`tiered_source` composes one from parts; the three sources Strata trains from are compositions:
+
+``InMemoryFeatures(features)``
+    one :class:`MemoryTier` over the whole matrix (counted as the CPU tier). The reference.
+``PackedFeatures(packed_dir, samples, device=..., features_path=...)``
+    the whole chain over a ``packed`` artifact (DiskGNN's store without its disk-cache level).
+``NaiveDiskFeatures(features_path)``
+    one :class:`FileTier` without merging: each needed row is its own aligned direct read, every time.
+
+Counters (units in the names): ``bytes_read`` (per tier and summed), ``rows_by_tier`` (keys ``gpu``, ``cpu``,
+``packed``, ``file``: ``Tier.label``), ``hit_rate``, ``direct_io`` / ``fallback_reason`` (why ``O_DIRECT`` is
+not used, "" when it is), ``read_s`` / ``assemble_s``. Measured costs of the three sources: ``BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+from storage_kernels.arrays import DATA_ALIGN as BLOCK_BYTES  # O_DIRECT unit of the feature file's reads
+from trainer.features.base import FeatureSource, FeatureTier, NodeBatch, TierRead, check_rows
+from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
+from trainer.features.file import FileRows, FileTier
+from trainer.features.packed import PackedChunkTier
+from trainer.features.source import (
+    BatchRead,
+    InMemoryFeatures,
+    NaiveDiskFeatures,
+    PackedFeatures,
+    TieredSource,
+    compose_tiers,
+    tiered_source,
+)
+
+__all__ = [
+    "BLOCK_BYTES",
+    "BatchRead",
+    "CPUCacheTier",
+    "FeatureSource",
+    "FeatureTier",
+    "FileRows",
+    "FileTier",
+    "GPUCacheTier",
+    "InMemoryFeatures",
+    "MemoryTier",
+    "NaiveDiskFeatures",
+    "NodeBatch",
+    "PackedChunkTier",
+    "PackedFeatures",
+    "TierRead",
+    "TieredSource",
+    "check_rows",
+    "compose_tiers",
+    "tiered_source",
+]

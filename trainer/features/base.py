@@ -1,0 +1,196 @@
+"""The two nouns of the feature store: a :class:`FeatureTier` (one level, wrapping a fallback tier) and a
+:class:`FeatureSource` (what the loader calls: ``load(batch)`` -> the batch's rows in node order).
+
+A tier serves the nodes of a batch whose address (``storage_kernels.packstore.BatchAddresses``) names its
+:class:`~storage_kernels.packstore.Tier`, at their ``slot`` in that tier, and leaves every other node to its
+fallback. Its work is split in two stages, so that a pipelined loader can run them on different threads:
+
+``read`` (I/O)
+    :meth:`FeatureTier.read` picks the tier's positions and does the tier's I/O (a chunk read, file reads)
+    into a :class:`TierRead`, then hands the rest to the fallback.
+``assemble`` (host and device work)
+    :meth:`FeatureTier.gather` copies the tier's rows into a host staging block (host tiers), or
+    :meth:`FeatureTier.gather_device` writes them into the output on the device (device tiers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from storage_kernels.packstore import BatchAddresses, Tier
+
+__all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "check_rows"]
+
+
+class NodeBatch(Protocol):
+    """What a feature source reads of a sampled batch (``storage_kernels.sampleset.SampledBatch``)."""
+
+    @property
+    def batch(self) -> int: ...
+
+    @property
+    def nodes(self) -> np.ndarray: ...
+
+
+@runtime_checkable
+class FeatureSource(Protocol):
+    """What the loader and the trainer need of a feature source.
+
+    ``load(batch)`` returns ``(len(batch.nodes), feature_dim)`` float32 rows in node order on the source's
+    device. Counters: ``bytes_read`` (bytes read from disk), ``rows_by_tier`` (rows served, keyed by
+    ``Tier.label``), ``hit_rate`` (fraction of rows from the GPU/CPU caches), ``direct_io`` and
+    ``fallback_reason`` (why ``O_DIRECT`` is not used, "" when it is), ``read_s`` / ``assemble_s`` (seconds
+    spent in the two stages of ``load``); ``stats()`` flattens them for ``MlflowTracker.log_metrics``.
+    """
+
+    @property
+    def feature_dim(self) -> int: ...
+
+    @property
+    def bytes_read(self) -> int: ...
+
+    @property
+    def rows_by_tier(self) -> dict[str, int]: ...
+
+    @property
+    def hit_rate(self) -> float: ...
+
+    @property
+    def direct_io(self) -> bool: ...
+
+    @property
+    def fallback_reason(self) -> str: ...
+
+    @property
+    def read_s(self) -> float: ...
+
+    @property
+    def assemble_s(self) -> float: ...
+
+    def load(self, batch: NodeBatch) -> torch.Tensor: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class TierRead:
+    """One tier's part of a batch after the read stage.
+
+    ``pos`` are the positions (in node order, ascending) the tier serves and ``slot`` their rows in the
+    tier. An I/O tier leaves what it fetched for the assemble stage: ``rows`` (k, F), the part's rows in
+    ``pos`` order (file reads), or ``buffer`` (R, F), a block to gather ``slot`` from (the packed chunk; a
+    view of the tier's read buffer, valid until the tier's next read).
+    """
+
+    tier: FeatureTier
+    pos: np.ndarray  # (k,) int64
+    slot: np.ndarray  # (k,) int64
+    rows: torch.Tensor | None = None  # (k, F) float32 host rows, pinned when the target is CUDA
+    buffer: np.ndarray | None = field(default=None, repr=False)  # (R, F) float32
+
+
+def check_rows(rows: np.ndarray, what: str) -> np.ndarray:
+    """``rows`` if it is a 2-D C-contiguous float32 array, else ``ValueError`` naming ``what``."""
+    if rows.ndim != 2 or rows.dtype != np.float32:
+        raise ValueError(f"'{what}' expected a 2-D float32 array (got {rows.dtype} {rows.shape})")
+    if not rows.flags.c_contiguous:
+        raise ValueError(f"'{what}' expected C-contiguous rows (got a strided array)")
+    return rows
+
+
+class FeatureTier:
+    """One level of a tiered feature store: serves the nodes addressed to ``tier`` and leaves the rest to
+    ``fallback`` (``None``: the innermost tier).
+
+    Subclasses set ``name`` (for messages), implement :meth:`num_slots` and either :meth:`gather` (host
+    tiers) or, with ``on_device = True``, :meth:`gather_device`; I/O tiers set ``reads_disk = True``,
+    ``direct_io`` and ``fallback_reason`` and override :meth:`fetch`.
+
+    Counters: ``rows_served`` (rows of all batches this tier served) and ``bytes_read`` (bytes it read from
+    disk, whole aligned blocks included).
+    """
+
+    on_device = False  # rows are written on the target device, not staged on the host
+    reads_disk = False  # does I/O (``bytes_read``, ``direct_io`` and ``fallback_reason`` are meaningful)
+
+    def __init__(self, tier: Tier, feature_dim: int, fallback: FeatureTier | None, name: str) -> None:
+        self.tier = Tier(tier)
+        if self.tier not in Tier.readable():
+            raise ValueError(f"'{name}' expected a readable tier (got {self.tier.name})")
+        self.feature_dim = int(feature_dim)
+        self.fallback = fallback
+        self.name = name
+        if fallback is not None and fallback.feature_dim != self.feature_dim:
+            raise ValueError(f"'{fallback.name}' expected {self.feature_dim} columns like {name} "
+                             f"(got {fallback.feature_dim})")
+        self.direct_io = False
+        self.fallback_reason = ""
+        self.rows_served = 0
+        self.bytes_read = 0
+
+    def chain(self) -> list[FeatureTier]:
+        """This tier and its fallbacks, outermost first."""
+        return [self, *(self.fallback.chain() if self.fallback is not None else [])]
+
+    # ------------------------------------------------------------------------------------------ read stage
+    def read(self, addr: BatchAddresses, unserved: np.ndarray) -> list[TierRead]:
+        """The read stage of this tier and its fallbacks, outermost first.
+
+        ``unserved`` (n,) bool marks the nodes no outer tier took; this tier takes those addressed to it
+        (clearing them in place), checks their slots, fetches what it must, and hands the rest on.
+        """
+        mine = unserved & (addr.tier == self.tier)
+        unserved &= ~mine
+        pos = np.flatnonzero(mine)  # (k,) positions in node order
+        part = TierRead(self, pos, addr.slot[pos])
+        if len(pos):
+            limit = self.num_slots(addr)
+            lo, hi = int(part.slot.min()), int(part.slot.max())
+            if lo < 0 or hi >= limit:
+                raise IndexError(f"'addr_slot' of batch {addr.batch} expected slots in [0, {limit}) for tier "
+                                 f"{int(self.tier)} ({self.tier.label}) (got {lo}..{hi})")
+            self.fetch(addr, part)
+            self.rows_served += len(pos)
+        rest = self.fallback.read(addr, unserved) if self.fallback is not None else []
+        return [part, *rest]
+
+    def num_slots(self, addr: BatchAddresses) -> int:  # pragma: no cover - abstract
+        """How many slots this tier has for ``addr``'s batch (slots must be below it)."""
+        raise NotImplementedError
+
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        """The tier's I/O for a non-empty ``part`` (sets ``part.rows`` or ``part.buffer``); none by default."""
+
+    # ------------------------------------------------------------------------------------------ assemble stage
+    def gather(self, part: TierRead, out: np.ndarray) -> None:  # pragma: no cover - abstract
+        """Host tiers: ``out[k] = row part.slot[k]`` (``out`` (k, F) float32, C-contiguous)."""
+        raise NotImplementedError
+
+    def gather_device(self, part: TierRead, x: torch.Tensor) -> None:  # pragma: no cover - abstract
+        """Device tiers: ``x[part.pos[k]] = row part.slot[k]`` (``x`` (n, F) on the target device)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ counters
+    def stats(self) -> dict[str, float]:
+        """``rows_served`` and ``bytes_read`` (and ``direct_io`` for I/O tiers)."""
+        out = {"rows_served": float(self.rows_served), "bytes_read": float(self.bytes_read)}
+        if self.reads_disk:
+            out["direct_io"] = float(self.direct_io)
+        return out
+
+    def reset_counters(self) -> None:
+        """Zero ``rows_served`` and ``bytes_read`` (capabilities and the fallback reason stay)."""
+        self.rows_served = self.bytes_read = 0
+
+    def close(self) -> None:
+        """Release file descriptors (no-op for memory tiers)."""
+
+    def __repr__(self) -> str:
+        inner = f" -> {self.fallback!r}" if self.fallback is not None else ""
+        return f"{type(self).__name__}({self.tier.label}){inner}"

@@ -1,0 +1,159 @@
+"""The innermost tier: rows of a feature file read with aligned (``O_DIRECT`` when allowed) block reads.
+
+:class:`FileRows` is the reader (a ``.npy`` float32 (N, F) file whose data starts at a 4096-aligned offset,
+``docs/CONTRACTS.md``); :class:`FileTier` serves a batch's file-addressed rows through it, block-merged (each
+needed block read once: evaluation batches of the packed store) or per row (the naive baseline).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from storage_kernels import kernels
+from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows, read_header
+from storage_kernels.packstore import BatchAddresses, Tier
+from trainer.features.base import FeatureTier, TierRead
+
+__all__ = ["FileRows", "FileTier"]
+
+
+class FileRows:
+    """Rows of a C-order float32 ``.npy`` feature file read with aligned (``O_DIRECT`` when allowed) block
+    reads into a reusable aligned buffer.
+
+    ``merge=False`` is the per-row baseline: every requested row is its own read of the 4096-byte block(s)
+    holding it, repeats included. ``merge=True`` reads each needed block once, coalescing consecutive blocks
+    into one read (DiskGNN merges same-page requests the same way).
+    """
+
+    def __init__(self, path: str | Path, num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"'features' expected an .npy file at {self.path} (got no such file)")
+        header = read_header(self.path)
+        shape, dtype, self.data_offset = header.shape, header.dtype, header.data_offset
+        if len(shape) != 2 or dtype != np.float32 or header.fortran_order:
+            order = "Fortran" if header.fortran_order else "C"
+            raise ValueError(f"'{self.path}' expected a 2-D C-order float32 array (got {dtype} {shape} {order})")
+        if self.data_offset % 4:
+            raise ValueError(f"'{self.path}' expected its data at a multiple of 4 bytes (got {self.data_offset})")
+        self.num_rows, self.feature_dim = shape
+        self.row_bytes = self.feature_dim * 4
+        self.num_threads = int(num_threads)
+        self.slot_bytes = align_up(DATA_ALIGN - 4 + self.row_bytes)  # whole blocks one row can span
+        self.max_buffer_bytes = max(int(max_buffer_bytes), self.slot_bytes)
+        self.fd, self.direct = kernels.open_direct(str(self.path))
+        self.fallback_reason = "" if self.direct else (
+            f"O_DIRECT refused by the filesystem of {self.path}; rows are read through the page cache")
+        self._buffer = kernels.aligned_empty(self.slot_bytes)
+
+    def _ensure(self, nbytes: int) -> np.ndarray:
+        if self._buffer.nbytes < nbytes:
+            self._buffer = kernels.aligned_empty(nbytes)
+        return self._buffer
+
+    def read(self, ids: np.ndarray, out: np.ndarray, merge: bool) -> int:
+        """``out[k] = features[ids[k]]`` (``out`` (len(ids), F) float32); returns the bytes read."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_rows):
+            bad = int(np.flatnonzero((ids < 0) | (ids >= self.num_rows))[0])
+            raise IndexError(f"'{self.path}' expected row ids < {self.num_rows} (got {int(ids[bad])} at {bad})")
+        step = self.max_buffer_bytes // self.slot_bytes  # rows per round: bounds the buffer either way
+        if not merge:
+            total = 0
+            for lo in range(0, len(ids), step):
+                total += self._read_each(ids[lo : lo + step], out[lo : lo + step])
+            return total
+        # rounds of at most max_buffer_bytes of distinct blocks, visiting rows in file order: a row's blocks
+        # are all in one round, and consecutive rounds share at most one boundary block
+        order = np.argsort(ids, kind="stable")
+        row_off = self.data_offset + ids[order] * self.row_bytes  # (k,) ascending
+        first, last = row_off // DATA_ALIGN, (row_off + self.row_bytes - 1) // DATA_ALIGN  # (k,) ascending
+        budget = self.max_buffer_bytes // DATA_ALIGN  # >= the blocks of one row (slot_bytes)
+        total, lo = 0, 0
+        while lo < len(ids):
+            hi = int(np.searchsorted(last, first[lo] + budget - 1, side="right"))
+            part = order[lo:hi]
+            rows = np.empty((len(part), self.feature_dim), dtype=np.float32)  # (k_round, F)
+            total += self._read_merged(ids[part], rows)
+            out[part] = rows
+            lo = hi
+        return total
+
+    def _read_each(self, ids: np.ndarray, out: np.ndarray) -> int:
+        k = len(ids)
+        row_off = self.data_offset + ids * self.row_bytes  # (k,) byte offset of each row in the file
+        block_off = row_off // DATA_ALIGN * DATA_ALIGN  # (k,)
+        lengths = align_up(row_off + self.row_bytes) - block_off  # (k,) one or more whole blocks
+        out_offsets = np.arange(k, dtype=np.int64) * self.slot_bytes  # (k,) one slot per row
+        buffer = self._ensure(k * self.slot_bytes)
+        nbytes = kernels.pread_ranges(self.fd, block_off, lengths, buffer, out_offsets, self.direct,
+                                      self.num_threads)
+        self._extract(buffer, out_offsets + row_off - block_off, out)
+        return nbytes
+
+    def _read_merged(self, ids: np.ndarray, out: np.ndarray) -> int:
+        row_off = self.data_offset + ids * self.row_bytes  # (k,)
+        first = row_off // DATA_ALIGN  # (k,) first block of each row
+        blocks = blocks_of_rows(ids, self.row_bytes, self.data_offset, DATA_ALIGN)  # (m,) needed, sorted
+        run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
+        run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
+        buffer = self._ensure(len(blocks) * DATA_ALIGN)
+        nbytes = kernels.pread_ranges(self.fd, blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
+                                      run_start * DATA_ALIGN, self.direct, self.num_threads)
+        # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
+        self._extract(buffer, np.searchsorted(blocks, first) * DATA_ALIGN + row_off % DATA_ALIGN, out)
+        return nbytes
+
+    def _extract(self, buffer: np.ndarray, byte_pos: np.ndarray, out: np.ndarray) -> None:
+        floats = buffer.view(np.float32)
+        out[:] = floats[(byte_pos // 4)[:, None] + np.arange(self.feature_dim)]  # (k, F)
+
+    def close(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            kernels.close_fd(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class FileTier(FeatureTier):
+    """Rows of the feature file at ``path`` for the nodes addressed to ``Tier.FILE`` (slot = row = node id).
+
+    ``merge=True`` reads each needed 4096-byte block once per batch, coalescing consecutive blocks (DiskGNN
+    merges same-page requests the same way); ``merge=False`` is the per-row baseline (PyG+ / DGL-OnDisk /
+    GraphBolt's disk feature without a cache): every row is its own aligned read of its block(s), repeats
+    included. Reads go through ``pread_ranges`` in rounds of at most ``max_buffer_bytes``. The read stage
+    fetches the rows into ``part.rows`` (pinned host memory when ``pin_memory``, for async H2D copies).
+
+    >>> tier = FileTier("features.npy", merge=False)                          # the naive baseline
+    >>> tier = FileTier("features.npy", pin_memory=True, num_threads=4)       # under a packed tier, on CUDA
+    """
+
+    reads_disk = True
+
+    def __init__(self, path: str | Path, fallback: FeatureTier | None = None, *, merge: bool = True,
+                 pin_memory: bool = False, num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> None:
+        self.file = FileRows(path, num_threads, max_buffer_bytes)
+        super().__init__(Tier.FILE, self.file.feature_dim, fallback, str(self.file.path))
+        self.merge, self.pin_memory = bool(merge), bool(pin_memory)
+        self.direct_io, self.fallback_reason = self.file.direct, self.file.fallback_reason
+
+    def num_slots(self, addr: BatchAddresses) -> int:
+        return self.file.num_rows
+
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        rows = torch.empty((len(part.slot), self.feature_dim), dtype=torch.float32, pin_memory=self.pin_memory)
+        self.bytes_read += self.file.read(part.slot, rows.numpy(), merge=self.merge)
+        part.rows = rows  # (k, F) in part.pos order
+
+    def gather(self, part: TierRead, out: np.ndarray) -> None:
+        assert part.rows is not None  # fetched by the read stage
+        out[:] = part.rows.numpy()
+
+    def close(self) -> None:
+        self.file.close()

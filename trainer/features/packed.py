@@ -1,0 +1,61 @@
+"""The packed tier: each batch's uncached rows, read as one aligned chunk of ``packed.bin`` (DiskGNN)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from storage_kernels import kernels
+from storage_kernels.packstore import BatchAddresses, PackedStore, Tier
+from trainer.features.base import FeatureTier, TierRead
+
+__all__ = ["PackedChunkTier"]
+
+
+class PackedChunkTier(FeatureTier):
+    """The nodes addressed to ``Tier.PACKED`` (slot = row within the batch's chunk), from one sequential
+    aligned read of the batch's chunk (``O_DIRECT`` when the filesystem allows it) into a reusable aligned
+    buffer; the rest goes to ``fallback`` (the feature file, for unpacked evaluation batches).
+
+    The chunk a read stage leaves in ``TierRead.buffer`` is a view of that buffer: valid until this tier's
+    next read (one batch in flight between the two stages).
+
+    >>> store = PackedStore(packed_dir, samples)
+    >>> tier = PackedChunkTier(store, fallback=FileTier(features_path))
+    """
+
+    reads_disk = True
+
+    def __init__(self, store: PackedStore, fallback: FeatureTier | None = None, *, num_threads: int = 0) -> None:
+        super().__init__(Tier.PACKED, store.feature_dim, fallback, f"packed chunks ({store.packed_path})")
+        self.store = store
+        self.num_threads = int(num_threads)
+        # packed.bin: opened once, O_DIRECT when the filesystem accepts it
+        self.fd, self.direct_io = kernels.open_direct(str(store.packed_path))
+        if not self.direct_io:
+            self.fallback_reason = (f"O_DIRECT refused by the filesystem of {store.packed_path}; "
+                                    "chunks are read through the page cache")
+        self._buffer = kernels.aligned_empty(store.max_chunk_bytes)
+
+    def num_slots(self, addr: BatchAddresses) -> int:
+        return addr.chunk_rows
+
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        # one sequential read of the whole chunk (its length is padded to the alignment) into the buffer
+        self.bytes_read += kernels.pread_ranges(
+            self.fd, np.array([addr.chunk_offset], np.int64), np.array([addr.chunk_bytes], np.int64),
+            self._buffer, np.zeros(1, np.int64), self.direct_io, self.num_threads,
+        )
+        nbytes = addr.chunk_rows * self.store.row_bytes
+        part.buffer = self._buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
+
+    def gather(self, part: TierRead, out: np.ndarray) -> None:
+        assert part.buffer is not None  # fetched by the read stage
+        kernels.gather_rows(part.buffer, part.slot, out, self.num_threads)
+
+    def close(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            kernels.close_fd(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,335 @@
+"""A chain of tiers as one :class:`~trainer.features.base.FeatureSource`, the factory that composes one,
+and the three sources Strata trains from (thin compositions).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from storage_kernels.packstore import BatchAddresses, NodeRanges, PackedStore, Tier
+from trainer.features.base import FeatureTier, NodeBatch, TierRead
+from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
+from trainer.features.file import FileRows, FileTier
+from trainer.features.packed import PackedChunkTier
+
+__all__ = [
+    "BatchRead",
+    "InMemoryFeatures",
+    "NaiveDiskFeatures",
+    "PackedFeatures",
+    "TieredSource",
+    "compose_tiers",
+    "tiered_source",
+]
+
+_CACHE_TIERS = (Tier.GPU, Tier.CPU)  # rows served from them count as cache hits
+
+
+@dataclass
+class BatchRead:
+    """A batch after the read stage: its addresses and every tier's part, outermost tier first."""
+
+    addresses: BatchAddresses
+    parts: list[TierRead]
+
+
+class TieredSource:
+    """A chain of :class:`FeatureTier` (``top`` and its fallbacks) as a feature source.
+
+    Each batch's addresses come from ``store`` (``PackedStore.addresses``); without a store the chain is one
+    tier and every node is addressed to it by node id (``BatchAddresses.single_tier``). ``load(batch)`` is
+    ``assemble(read(batch))`` under a lock (one batch at a time: a tier's read buffer is reused):
+
+    :meth:`read`
+        the I/O stage: checks the addresses, then each tier takes its nodes and reads what it must.
+    :meth:`assemble`
+        host tiers gather their rows into one staging block (pinned with CUDA), copied to the device in
+        one transfer and put in node order; device tiers write their rows on the device.
+
+    Counters are the tiers' (``bytes_read``, ``rows_by_tier`` keyed by ``Tier.label``) plus the seconds of
+    the two stages (``read_s``, ``assemble_s``).
+    """
+
+    def __init__(self, top: FeatureTier, device: torch.device | str = "cpu", store: PackedStore | None = None
+                 ) -> None:
+        self.top = top
+        self.tiers = top.chain()
+        self.store = store
+        self.device = torch.device(device)
+        self.name = type(self).__name__
+        if store is None and len(self.tiers) > 1:
+            raise ValueError(f"'{self.name}' expected a packed store to address {len(self.tiers)} tiers "
+                             f"({', '.join(t.tier.label for t in self.tiers)}) (got store=None)")
+        if store is not None and store.feature_dim != top.feature_dim:
+            raise ValueError(f"'{store.path}' expected {top.feature_dim} columns like {top.name} "
+                             f"(got {store.feature_dim})")
+        self._served = {t.tier for t in self.tiers}
+        self.read_s = 0.0
+        self.assemble_s = 0.0
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------------------------------- counters
+    @property
+    def feature_dim(self) -> int:
+        return self.top.feature_dim
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from disk by every tier (whole aligned blocks)."""
+        return sum(t.bytes_read for t in self.tiers)
+
+    @property
+    def rows_by_tier(self) -> dict[str, int]:
+        """Rows served, keyed by ``Tier.label`` (every readable tier, 0 where none)."""
+        rows = {t.label: 0 for t in Tier.readable()}
+        for t in self.tiers:
+            rows[t.tier.label] += t.rows_served
+        return rows
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of rows served from the GPU or CPU cache (0.0 before any row)."""
+        rows = self.rows_by_tier
+        total = sum(rows.values())
+        return sum(rows[t.label] for t in _CACHE_TIERS) / total if total else 0.0
+
+    @property
+    def direct_io(self) -> bool:
+        """Whether every tier that reads the disk uses ``O_DIRECT`` (False without one)."""
+        io = [t for t in self.tiers if t.reads_disk]
+        return bool(io) and all(t.direct_io for t in io)
+
+    @property
+    def fallback_reason(self) -> str:
+        """The tiers' reasons for not reading directly, joined ("" when none)."""
+        return "; ".join(t.fallback_reason for t in self.tiers if t.fallback_reason)
+
+    def tier(self, tier: Tier) -> FeatureTier:
+        """The outermost tier of the chain serving ``tier``."""
+        for t in self.tiers:
+            if t.tier == tier:
+                return t
+        raise KeyError(f"'{self.name}' has no {Tier(tier).label} tier (got {[t.tier.label for t in self.tiers]})")
+
+    def stats(self) -> dict[str, float]:
+        """Flat counters for ``MlflowTracker.log_metrics`` (``bytes_read_<tier>`` per disk tier)."""
+        out: dict[str, float] = {"bytes_read": float(self.bytes_read), "cache_hit_rate": self.hit_rate,
+                                 "direct_io": float(self.direct_io), "read_s": self.read_s,
+                                 "assemble_s": self.assemble_s}
+        out.update({f"rows_{label}": float(n) for label, n in self.rows_by_tier.items()})
+        for t in self.tiers:
+            if t.reads_disk:
+                key = f"bytes_read_{t.tier.label}"
+                out[key] = out.get(key, 0.0) + t.bytes_read
+        return out
+
+    def reset_counters(self) -> None:
+        """Zero the byte, row and time counters (capabilities and the fallback reasons stay)."""
+        for t in self.tiers:
+            t.reset_counters()
+        self.read_s = self.assemble_s = 0.0
+
+    # ---------------------------------------------------------------------------------------- stages
+    def addresses(self, batch: NodeBatch) -> BatchAddresses:
+        """``batch``'s address table: from the store, or every node to the single tier by node id."""
+        if self.store is not None:
+            return self.store.addresses(int(batch.batch), len(batch.nodes))
+        return BatchAddresses.single_tier(int(batch.batch), batch.nodes, self.top.tier)
+
+    def read(self, batch: NodeBatch) -> BatchRead:
+        """The I/O stage: validate the batch's addresses, let each tier take its nodes and read."""
+        addr = self.addresses(batch)
+        addr.check_tiers()
+        counts = np.bincount(addr.tier.astype(np.intp), minlength=len(Tier.readable()))  # rows per tier code
+        for t in Tier.readable():
+            if counts[t] and t not in self._served:
+                if t == Tier.FILE:
+                    raise ValueError(f"'{self.name}' expected features_path to read the {counts[t]} tier-3 (file) "
+                                     f"rows of batch {addr.batch} (got None)")
+                raise ValueError(f"'{self.name}' expected a {t.label} tier for the {counts[t]} tier-{int(t)} "
+                                 f"({t.label}) rows of batch {addr.batch} (got tiers "
+                                 f"{[s.tier.label for s in self.tiers]})")
+        unserved = np.ones(len(addr.tier), dtype=bool)
+        return BatchRead(addr, self.top.read(addr, unserved))
+
+    def assemble(self, read: BatchRead) -> torch.Tensor:
+        """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device``."""
+        n = len(read.addresses.tier)
+        host = [p for p in read.parts if len(p.pos) and not p.tier.on_device]
+        on_device = [p for p in read.parts if len(p.pos) and p.tier.on_device]
+        host_pos = np.concatenate([p.pos for p in host]) if host else np.empty(0, np.int64)  # (n_host,)
+        if len(host) == 1 and host[0].rows is not None and len(host_pos) == n:
+            # one tier read every row, already in node order: its rows are the staging block
+            return self._to_device(host[0].rows)
+        staging = torch.empty((len(host_pos), self.feature_dim), dtype=torch.float32,
+                              pin_memory=self.device.type == "cuda")  # (n_host, F)
+        staging_np, lo = staging.numpy(), 0
+        for p in host:
+            p.tier.gather(p, staging_np[lo : lo + len(p.pos)])  # (k, F)
+            lo += len(p.pos)
+        if len(host) == 1 and len(host_pos) == n:  # positions are arange(n): already in node order
+            return self._to_device(staging)
+        x = torch.empty((n, self.feature_dim), dtype=torch.float32, device=self.device)  # (n, F)
+        if len(host_pos):
+            # note: possible CPU-GPU sync point: host_pos is pageable (the driver may stage it synchronously)
+            index = torch.from_numpy(host_pos).to(self.device, non_blocking=True)  # (n_host,)
+            x.index_copy_(0, index, self._to_device(staging))
+        for p in on_device:
+            p.tier.gather_device(p, x)
+        return x
+
+    def load(self, batch: NodeBatch) -> torch.Tensor:
+        """Features of ``batch.nodes`` in order, ``(len(batch.nodes), feature_dim)`` float32 on ``device``."""
+        with self._lock:
+            t0 = time.perf_counter()
+            read = self.read(batch)
+            t1 = time.perf_counter()
+            x = self.assemble(read)
+            self.read_s += t1 - t0
+            self.assemble_s += time.perf_counter() - t1
+        return x
+
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        # non_blocking from pinned memory: the copy is queued on the current stream, no host sync
+        return host.to(self.device, non_blocking=True) if self.device.type != "cpu" else host
+
+    def close(self) -> None:
+        """Release every tier's file descriptors."""
+        for t in self.tiers:
+            t.close()
+
+    def __enter__(self) -> TieredSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.top!r}, device={str(self.device)!r})"
+
+
+# ------------------------------------------------------------------------------------------------ factory
+def compose_tiers(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
+                  *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> FeatureTier:
+    """The tier chain :func:`tiered_source` wraps (outermost returned); see there for the arguments."""
+    device = torch.device(device)
+    pin = device.type == "cuda"  # host rows that go to a GPU are page-locked, for async copies
+    if caches is None:  # the store's two caches, outermost first; none without a store
+        caches = (Tier.GPU, Tier.CPU) if store is not None else ()
+    wanted: list[Tier] = []
+    for c in caches:
+        t = Tier.__members__.get(c.upper()) if isinstance(c, str) else c
+        if t not in _CACHE_TIERS or t in wanted:
+            raise ValueError(f"'caches' expected distinct tiers from gpu, cpu (got {list(caches)})")
+        wanted.append(Tier(t))
+    if wanted and store is None:
+        raise ValueError(f"'caches' expected a packed store to address the cache rows (got store=None, "
+                         f"caches={list(caches)})")
+    tier: FeatureTier | None = None
+    if features_path is not None:
+        tier = FileTier(features_path, merge=merge, pin_memory=pin, num_threads=num_threads,
+                        max_buffer_bytes=max_buffer_bytes)
+    if store is not None and packed:
+        tier = PackedChunkTier(store, tier, num_threads=num_threads)
+    for cache in reversed(wanted):  # innermost first, so that caches[0] ends outermost
+        assert store is not None  # checked above
+        rows = store.cache(cache)  # (rows, F) loaded into memory
+        if cache == Tier.GPU:
+            tier = GPUCacheTier(rows, device, tier)
+        else:
+            tier = CPUCacheTier(rows, tier, pin_memory=pin, num_threads=num_threads)
+    if tier is None:
+        raise ValueError(f"'tiered_source' expected at least one tier (got store={store!r}, packed={packed}, "
+                         f"caches={list(caches)}, features_path=None)")
+    return tier
+
+
+def tiered_source(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
+                  *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> TieredSource:
+    """Compose a feature source from parts, innermost first:
+
+    1. ``features_path`` (optional): the feature file (``Tier.FILE``, slot = node id), read with aligned
+       direct reads, block-merged (``merge=False``: one read per row, the naive baseline);
+    2. ``store`` with ``packed``: each batch's chunk of ``packed.bin`` (``Tier.PACKED``);
+    3. ``caches`` (``"gpu"``, ``"cpu"`` or :class:`Tier`, outermost first; default both with a store, none
+       without): the store's cache blocks, the CPU one pinned with CUDA and the GPU one in ``device`` memory.
+
+    Addresses come from ``store``; without a store the source is the feature file alone (every node read
+    from it). Raises ``ValueError`` for caches without a store or neither a store nor a file.
+
+    >>> store = PackedStore(pack_dir, samples)
+    >>> source = tiered_source(store, features_path, "cuda")                    # what PackedFeatures is
+    >>> source = tiered_source(store, features_path, "cuda", caches=("cpu",))  # no GPU cache
+    >>> source = tiered_source(None, features_path, merge=False)                # the naive baseline
+    """
+    top = compose_tiers(store, features_path, device, caches=caches, packed=packed, merge=merge,
+                        num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
+    return TieredSource(top, device, store)
+
+
+# ------------------------------------------------------------------------------------------------ the three sources
+class InMemoryFeatures(TieredSource):
+    """Every row from one in-memory (or memory-mapped) ``(N, F)`` float32 array: one :class:`MemoryTier`,
+    counted as the CPU tier (the ``in_memory`` baseline and the reference of every other source)."""
+
+    def __init__(self, features: np.ndarray, device: torch.device | str = "cpu", num_threads: int = 0) -> None:
+        super().__init__(MemoryTier(features, tier=Tier.CPU, num_threads=num_threads), device)
+        self.features = features
+
+
+class NaiveDiskFeatures(TieredSource):
+    """The per-row baseline (PyG+ / DGL-OnDisk / GraphBolt's disk feature without a cache): one
+    :class:`FileTier` with ``merge=False``, every needed row its own aligned read of the 4096-byte block(s)
+    that contain it, every time; counted as the ``file`` tier."""
+
+    def __init__(self, features_path: str | Path, device: torch.device | str = "cpu", num_threads: int = 0,
+                 max_buffer_bytes: int = 64 << 20) -> None:
+        tier = FileTier(features_path, merge=False, pin_memory=torch.device(device).type == "cuda",
+                        num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
+        super().__init__(tier, device)
+        self.file: FileRows = tier.file
+
+
+class PackedFeatures(TieredSource):
+    """A ``packed`` artifact (DiskGNN's store without its disk-cache level): GPU cache -> CPU cache ->
+    the batch's packed chunk -> the feature file at ``features_path`` (evaluation batches are not packed:
+    their uncached rows are file-addressed; without ``features_path`` they raise ``ValueError``).
+
+    ``tiered_source(PackedStore(packed_dir, samples), features_path, device)`` with the attributes of the
+    caches (``gpu_cache``, ``cpu_cache`` tensors).
+    """
+
+    def __init__(self, packed_dir: str | Path, samples: NodeRanges, device: torch.device | str = "cpu",
+                 features_path: str | Path | None = None, num_threads: int = 0) -> None:
+        store = PackedStore(packed_dir, samples)
+        super().__init__(compose_tiers(store, features_path, device, num_threads=num_threads), device, store)
+        self.packed_dir = Path(packed_dir)
+
+    @property
+    def gpu_cache(self) -> torch.Tensor:
+        """``(Ng, F)`` on the device."""
+        tier = self.tier(Tier.GPU)
+        assert isinstance(tier, GPUCacheTier)
+        return tier.rows
+
+    @property
+    def cpu_cache(self) -> torch.Tensor:
+        """``(Nc, F)`` host rows, pinned with CUDA."""
+        tier = self.tier(Tier.CPU)
+        assert isinstance(tier, CPUCacheTier)
+        return tier.tensor
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the two cache blocks."""
+        return (self.gpu_cache.numel() + self.cpu_cache.numel()) * 4
+
