@@ -24,13 +24,16 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 from trainer.models import GraphModel, TensorBlock, build_model
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -165,7 +168,7 @@ def _inline_rank_ifs(path: Path) -> int:
     return total
 
 
-def _inline_rank_ifs_once(proto: Any) -> int:
+def _inline_rank_ifs_once(proto: onnx.ModelProto) -> int:
     import onnx
     from onnx import numpy_helper
 
@@ -188,7 +191,7 @@ def _inline_rank_ifs_once(proto: Any) -> int:
             return None
         return ranks[shape.input[0]] == 0
 
-    nodes: list[Any] = []
+    nodes: list[onnx.NodeProto] = []
     inlined = 0
     for node in graph.node:
         is_zero = static_rank_is_zero(node.input[0]) if node.op_type == "If" else None
@@ -202,7 +205,7 @@ def _inline_rank_ifs_once(proto: Any) -> int:
         inlined += 1
     # drop nodes whose outputs nothing reads (the guards); subgraphs read outer names implicitly
     needed = {o.name for o in graph.output}
-    kept: list[Any] = []
+    kept: list[onnx.NodeProto] = []
     for node in reversed(nodes):
         if any(o in needed for o in node.output):
             kept.append(node)
@@ -213,7 +216,7 @@ def _inline_rank_ifs_once(proto: Any) -> int:
     return inlined
 
 
-def _node_reads(node: Any) -> set[str]:
+def _node_reads(node: onnx.NodeProto) -> set[str]:
     """Names a node reads, including outer-scope names used inside its subgraphs."""
     reads = {i for i in node.input if i}
     for attr in node.attribute:

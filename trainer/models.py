@@ -1,4 +1,5 @@
-"""GraphSAGE (mean aggregation) over layered sampled blocks, in plain PyTorch and exportable to ONNX.
+"""Models over layered sampled blocks -- GraphSAGE (mean aggregation) and the registry of architectures --
+in plain PyTorch and exportable to ONNX.
 
 A sampled batch (``storage_kernels.sampleset.SampledBatch``) has nodes ``nodes[:hop_counts[L]]`` with the
 seeds first, and one CSR block per hop. Layer ``i`` of the model consumes ``blocks()[i]`` (hop ``L-1-i``):
@@ -14,7 +15,7 @@ Architectures are entries of :data:`MODELS` (``TrainConfig.model`` names one). A
 ``(in_dim, hidden_dim, out_dim, num_layers, dropout) -> nn.Module`` whose module follows :class:`GraphModel`:
 ``forward(x, blocks)``, ``forward_dst_pos(x, edges)`` (the ONNX form), ``in_dim``, ``num_layers`` and
 ``model_args`` (its constructor arguments). :func:`build_model` builds one by name; :func:`load_trained`
-rebuilds a trained one from the ``model`` artifact's ``model.json`` and ``state_dict.pt``.
+rebuilds a trained one from the train stage's ``model.json`` and ``state_dict.pt``.
 
 >>> @MODELS.register("my-gnn")
 ... class MyGNN(nn.Module): ...            # (in_dim, hidden_dim, out_dim, num_layers, dropout)
@@ -281,7 +282,7 @@ def build_model(model: str, **model_args: Any) -> GraphModel:
 
 def load_trained(info: Mapping[str, Any], state_path: str | Path, map_location: str | torch.device = "cpu"
                  ) -> GraphModel:
-    """Rebuild a trained model in eval mode from a ``model`` artifact's ``model.json`` (``info``: the
+    """Rebuild a trained model in eval mode from the train stage's ``model.json`` (``info``: the
     registry name under ``model`` and the :data:`MODEL_ARGS`) and its ``state_dict.pt`` (read with
     ``weights_only=True``: nothing is unpickled).
 

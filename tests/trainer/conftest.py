@@ -32,8 +32,8 @@ def packed_source(dataset: Dataset, packed_dir):
 
 @pytest.fixture(scope="package", autouse=True)
 def one_torch_thread():
-    """Tiny models on a shared 2-core runner: intra-op threading only adds synchronisation (10-40x slower
-    small ops under load), so these tests run torch single-threaded and restore the setting after."""
+    """Tiny models on a shared 2-core runner: intra-op threading only adds synchronisation (small ops get many
+    times slower under load), so these tests run torch single-threaded and restore the setting after."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
