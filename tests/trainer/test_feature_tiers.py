@@ -198,3 +198,18 @@ def test_factory_rejects_impossible_compositions(dataset, packed_dir: Path) -> N
     with pytest.raises(ValueError, match=r"expected a packed store to address 2 tiers \(cpu, file\) "
                                          r"\(got store=None\)"):
         TieredSource(MemoryTier(dataset.features, FileTier(dataset.features_path)))
+
+
+def test_packed_chunk_buffers_rotate_for_reads_ahead(dataset, store_without_caches: Path) -> None:
+    """With two buffers, batch i's chunk survives the read of batch i+1 (a read stage one batch ahead)."""
+    store = PackedStore(store_without_caches, dataset.samples)
+    reference = InMemoryFeatures(dataset.features)
+    train = _batches(dataset.samples, "train")[:3]
+    with TieredSource(PackedChunkTier(store, num_buffers=2), store=store) as source:
+        reads = [source.read(train[0])]
+        for i, batch in enumerate(train):
+            if i + 1 < len(train):
+                reads.append(source.read(train[i + 1]))  # read ahead before assembling batch i
+            assert torch.equal(source.assemble(reads[i]), reference.load(batch)), batch.batch
+    with pytest.raises(ValueError, match=r"'num_buffers' expected >= 1 \(got 0\)"):
+        PackedChunkTier(store, num_buffers=0)

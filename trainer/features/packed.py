@@ -16,8 +16,9 @@ class PackedChunkTier(FeatureTier):
     aligned read of the batch's chunk (``O_DIRECT`` when the filesystem allows it) into a reusable aligned
     buffer; the rest goes to ``fallback`` (the feature file, for unpacked evaluation batches).
 
-    The chunk a read stage leaves in ``TierRead.buffer`` is a view of that buffer: valid until this tier's
-    next read (one batch in flight between the two stages).
+    The chunk a read stage leaves in ``TierRead.buffer`` is a view of one of ``num_buffers`` aligned buffers,
+    used in turn: it stays valid for the next ``num_buffers - 1`` reads (with the default 1, until the next
+    read: one batch between the two stages at a time, as ``TieredSource.load`` does).
 
     >>> store = PackedStore(packed_dir, samples)
     >>> tier = PackedChunkTier(store, fallback=FileTier(features_path))
@@ -25,8 +26,11 @@ class PackedChunkTier(FeatureTier):
 
     reads_disk = True
 
-    def __init__(self, store: PackedStore, fallback: FeatureTier | None = None, *, num_threads: int = 0) -> None:
+    def __init__(self, store: PackedStore, fallback: FeatureTier | None = None, *, num_threads: int = 0,
+                 num_buffers: int = 1) -> None:
         super().__init__(Tier.PACKED, store.feature_dim, fallback, f"packed chunks ({store.packed_path})")
+        if num_buffers < 1:
+            raise ValueError(f"'num_buffers' expected >= 1 (got {num_buffers})")
         self.store = store
         self.num_threads = int(num_threads)
         # packed.bin: opened once, O_DIRECT when the filesystem accepts it
@@ -34,19 +38,22 @@ class PackedChunkTier(FeatureTier):
         if not self.direct_io:
             self.fallback_reason = (f"O_DIRECT refused by the filesystem of {store.packed_path}; "
                                     "chunks are read through the page cache")
-        self._buffer = kernels.aligned_empty(store.max_chunk_bytes)
+        self._buffers = [kernels.aligned_empty(store.max_chunk_bytes) for _ in range(num_buffers)]
+        self._next = 0  # the buffer the next read fills
 
     def num_slots(self, addr: BatchAddresses) -> int:
         return addr.chunk_rows
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        buffer = self._buffers[self._next]
+        self._next = (self._next + 1) % len(self._buffers)
         # one sequential read of the whole chunk (its length is padded to the alignment) into the buffer
         self.bytes_read += kernels.pread_ranges(
             self.fd, np.array([addr.chunk_offset], np.int64), np.array([addr.chunk_bytes], np.int64),
-            self._buffer, np.zeros(1, np.int64), self.direct_io, self.num_threads,
+            buffer, np.zeros(1, np.int64), self.direct_io, self.num_threads,
         )
         nbytes = addr.chunk_rows * self.store.row_bytes
-        part.buffer = self._buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
+        part.buffer = buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
 
     def gather(self, part: TierRead, out: np.ndarray) -> None:
         assert part.buffer is not None  # fetched by the read stage
