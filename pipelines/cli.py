@@ -409,7 +409,8 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     job = make_definitions(build_resources(str(paths.root), cfg, reporter)).resolve_job_def(STRATA_JOB)
     log_level = "INFO" if verbose else "CRITICAL"  # failures are reported below, without the stack dump
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}},
-                  "resources": {RESOURCE_KEY: {"config": {"settings": cfg.to_dict()}}}}  # typed, shown in the UI
+                  # typed, and shown in the UI; a resource's run config replaces all its configured values
+                  "resources": {RESOURCE_KEY: {"config": {"root": str(paths.root), "settings": cfg.to_dict()}}}}
     if not json_out:
         err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}"
                   + (f" (until {until})" if until else ""), highlight=False)
@@ -504,8 +505,9 @@ def config_show(
         sys.stdout.write(json.dumps(cfg.to_dict()) + "\n")
         return
     table = Table(title=f"Effective configuration ({cfg.dataset_name})", title_justify="left")
-    for column in ("setting", "value", "default", "artifact", "description"):
-        table.add_column(column, overflow="fold")
+    for column in ("setting", "value", "default", "artifact"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", overflow="fold", ratio=1)
     for row in describe_settings(cfg):
         changed = row["value"] != row["default"]
         value = f"[bold]{escape(json.dumps(row['value']))}[/]" if changed else escape(json.dumps(row["value"]))

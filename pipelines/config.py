@@ -21,11 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from storage_kernels.registry import Registry
@@ -48,20 +48,63 @@ __all__ = [
 ]
 
 
-def _known(registry: Registry[Any], name: str) -> str:
-    registry.get(name)  # ValueError listing the registered names
-    return name
+# The registries that setting values name, imported when first needed (they import the stages' code).
+def _orders() -> Registry[Any]:
+    from pipelines.orders import REORDER_STRATEGIES
+
+    return REORDER_STRATEGIES
+
+
+def _partitioners() -> Registry[Any]:
+    from pipelines.partitioners import PARTITIONERS
+
+    return PARTITIONERS
+
+
+def _samplers() -> Registry[Any]:
+    from pipelines.samplers import SAMPLERS
+
+    return SAMPLERS
+
+
+def _policies() -> Registry[Any]:
+    from pipelines.policies import POLICIES
+
+    return POLICIES
+
+
+def _models() -> Registry[Any]:
+    from trainer.models import MODELS
+
+    return MODELS
 
 
 class _Section(BaseModel):
-    """A frozen config section; ``SELECTOR`` names the field that picks a registered method, if any."""
+    """A frozen config section.
+
+    ``NAMED`` maps the fields (dotted paths for nested ones) whose values name a registry entry to that
+    registry: they are checked on validation. ``SELECTOR`` is the one among them that picks the section's
+    method, whose entry's ``reads`` decide which ``artifact="selected"`` fields count.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {}
     SELECTOR: ClassVar[str | None] = None
+
+    @model_validator(mode="after")
+    def _registered_names(self) -> _Section:
+        for path, registry in self.NAMED.items():
+            value: Any = self
+            for part in path.split("."):
+                value = getattr(value, part)
+            registry().get(value)  # ValueError: "'<registry kind>' expected one of ... (got ...)"
+        return self
 
     def selected_reads(self) -> frozenset[str]:
         """What the selected method reads: its ``artifact="selected"`` fields and any other sections."""
-        return frozenset()
+        if self.SELECTOR is None:
+            return frozenset()
+        return frozenset(self.NAMED[self.SELECTOR]().get(getattr(self, self.SELECTOR)).reads)
 
 
 class IngestConfig(_Section):
@@ -73,6 +116,7 @@ class IngestConfig(_Section):
 
 
 class ReorderConfig(_Section):
+    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"strategy": _orders, "partition_method": _partitioners}
     SELECTOR: ClassVar[str | None] = "strategy"
 
     strategy: str = setting(
@@ -101,27 +145,9 @@ class ReorderConfig(_Section):
     partition_parts: int = setting(64, "Number of parts used by the `partition` strategy.", artifact="selected",
                                    gt=0)
 
-    @field_validator("strategy")
-    @classmethod
-    def _strategy(cls, value: str) -> str:
-        from pipelines.orders import REORDER_STRATEGIES
-
-        return _known(REORDER_STRATEGIES, value)
-
-    @field_validator("partition_method")
-    @classmethod
-    def _partition_method(cls, value: str) -> str:
-        from pipelines.partitioners import PARTITIONERS
-
-        return _known(PARTITIONERS, value)
-
-    def selected_reads(self) -> frozenset[str]:
-        from pipelines.orders import REORDER_STRATEGIES
-
-        return frozenset(REORDER_STRATEGIES.get(self.strategy).reads)
-
 
 class PartitionConfig(_Section):
+    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"method": _partitioners}
     SELECTOR: ClassVar[str | None] = "method"
 
     method: str = setting(
@@ -152,20 +178,10 @@ class PartitionConfig(_Section):
     )
     memory_mb: int = setting(4096, "Memory budget; metis refuses graphs whose CSR exceeds it.", gt=0)
 
-    @field_validator("method")
-    @classmethod
-    def _method(cls, value: str) -> str:
-        from pipelines.partitioners import PARTITIONERS
-
-        return _known(PARTITIONERS, value)
-
-    def selected_reads(self) -> frozenset[str]:
-        from pipelines.partitioners import PARTITIONERS
-
-        return frozenset(PARTITIONERS.get(self.method).reads)
-
 
 class SampleConfig(_Section):
+    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"sampler": _samplers}
+
     sampler: str = setting("uniform", "Neighbour sampler (pipelines.samplers): uniform (per-layer, without "
                            "replacement).")
     fanouts: list[int] = setting(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
@@ -183,13 +199,6 @@ class SampleConfig(_Section):
         "partitions whose training nodes are shuffled and cut into batches).",
     )
     macro_parts: int = setting(20, "Partitions per macro batch when batching=partition.", gt=0)
-
-    @field_validator("sampler")
-    @classmethod
-    def _sampler(cls, value: str) -> str:
-        from pipelines.samplers import SAMPLERS
-
-        return _known(SAMPLERS, value)
 
 
 class PlanConfig(_Section):
@@ -222,6 +231,8 @@ class ExportConfig(_Section):
 class PipelineConfig(_Section):
     """The whole run: which dataset, which policy, and every stage's settings."""
 
+    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"policy": _policies, "train.model": _models}
+
     dataset: str = setting("tiny", "Built-in dataset name or a source spec (see `strata datasets`).")
     policy: str = setting(
         "diskgnn",
@@ -237,21 +248,6 @@ class PipelineConfig(_Section):
     pack: PackConfig = Field(default_factory=PackConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
-
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, value: str) -> str:
-        from pipelines.policies import POLICIES
-
-        return _known(POLICIES, value)
-
-    @field_validator("train")
-    @classmethod
-    def _model(cls, value: TrainConfig) -> TrainConfig:
-        from trainer.models import MODELS
-
-        _known(MODELS, value.model)
-        return value
 
     @property
     def dataset_name(self) -> str:

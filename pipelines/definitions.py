@@ -28,15 +28,20 @@ RETRAIN_JOB = "retrain_job"
 #: Weekly, Monday 03:00 (the schedule starts STOPPED; switch it on in the UI).
 RETRAIN_CRON = "0 3 * * 1"
 
+# In process unless a run's config says `execution: config: multiprocess: {}` (then independent steps run in
+# parallel processes): one process avoids re-importing torch and the stages per step.
+_IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
 strata_job = dg.define_asset_job(
     STRATA_JOB,
     selection=dg.AssetSelection.all(),
     description="Every stage of one dataset, ingest to export, with the blocking checks.",
+    config=_IN_PROCESS,
 )
 retrain_job = dg.define_asset_job(
     RETRAIN_JOB,
     selection=dg.AssetSelection.groups(GROUP_TRAINING),
     description="Retrain and re-export (train, export) on the current preprocessing artifacts.",
+    config=_IN_PROCESS,
 )
 weekly_retrain = dg.ScheduleDefinition(
     name="weekly_retrain",
@@ -45,8 +50,6 @@ weekly_retrain = dg.ScheduleDefinition(
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Weekly retrain + export; the registry's 'champion' alias moves only if validation improves.",
 )
-# in process by default; `execution: config: multiprocess: {}` in a run's config runs steps in parallel
-_executor = dg.multi_or_in_process_executor.configured({"in_process": {}})
 
 
 def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
@@ -57,7 +60,7 @@ def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
         jobs=[strata_job, retrain_job],
         schedules=[weekly_retrain],
         resources=dict(resources),
-        executor=_executor,
+        executor=dg.multi_or_in_process_executor,
     )
 
 

@@ -143,7 +143,28 @@ def export_onnx(model: GraphModel, path: str | Path, in_dim: int | None = None, 
     finally:
         model.to(device).train(was_training)
     _inline_rank_ifs(path)
+    _declare_every_input(path, names)
     return path
+
+
+def _declare_every_input(path: Path, names: Sequence[str]) -> None:
+    """Keep the input contract whatever the model reads: the exporter drops inputs a model never uses (an
+    MLP ignores the edges), which would make runtimes refuse the standard feed; re-declare them, unused."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    present = {i.name for i in proto.graph.input}
+    missing = [n for n in names if n not in present]
+    if not missing:
+        return
+    for name in missing:  # every non-"x" input is a 1-D int64 vector of dynamic length
+        proto.graph.input.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [f"len_{name}"]))
+    order = {n: i for i, n in enumerate(names)}
+    inputs = sorted(proto.graph.input, key=lambda i: order.get(i.name, len(order)))
+    del proto.graph.input[:]
+    proto.graph.input.extend(inputs)
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(path))
 
 
 def _inline_rank_ifs(path: Path) -> int:

@@ -1,8 +1,8 @@
 """Multilevel partitioning around a streaming partitioner: coarsen, partition the coarsest graph, refine.
 
 Single-pass (and restreamed) FENNEL / GREM decide one node at a time, so on graphs with fine-grained
-structure they settle in local optima made of fragments: on a 1M-node graph whose classes are long local
-chains they cut 4x the edges METIS cuts. Multilevel partitioners (METIS, KaHIP, KaMinPar) move whole
+structure they settle in local optima made of fragments and cut several times the edges METIS cuts
+(BENCHMARKS.md). Multilevel partitioners (METIS, KaHIP, KaMinPar) move whole
 clusters at coarse levels instead. This module gives the streaming methods that machinery while keeping
 the finest level on disk -- the semi-external scheme of Akhremtsev, Sanders & Schulz (ALENEX 2015) with
 size-constrained label propagation (Meyerhenke, Sanders & Schulz 2014):
@@ -53,9 +53,8 @@ CLUSTER_PARTS = 64  # clusters weigh at most W / (p · 64)
 CLUSTER_ROUNDS = 5  # label-propagation rounds per level, at most ...
 CLUSTER_STOP = 1e-3  # ... stopping once a round moves at most this fraction of the level's nodes
 # A round visits nodes by degree ascending (low-degree nodes join their hubs' clusters before the hubs move):
-# one streaming pass per degree bucket, bounded by these quantiles. A single id-ordered pass left 8% of the
-# nodes in clusters of another class on a 1M-node graph (purity 0.92; global degree order 0.997, these
-# buckets 0.994) and the final cut 1.8x higher.
+# one streaming pass per degree bucket, bounded by these quantiles; a single id-ordered pass gives clusters of
+# much lower purity and a higher final cut (BENCHMARKS.md, "Multilevel design measurements").
 DEGREE_QUANTILES = (0.25, 0.5, 0.75, 0.9, 0.99)
 COARSE_NODES = 2000  # coarsening stops at max(COARSE_NODES, COARSE_PER_PART · p) nodes ...
 COARSE_PER_PART = 16

@@ -48,11 +48,14 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                              f"(got max |diff| {diff:.3g})")
         if progress:
             progress("export: onnx verified", 1, 3)
-        with tempfile.TemporaryDirectory(dir=builder.dir.parent) as tmp:
-            export_bundle(net, tmp, quantization=cfg.export.quantize, opset=cfg.export.opset,
-                          onnx_file="model.onnx")
-            for f in sorted(Path(tmp).iterdir()):
-                shutil.copyfile(f, builder.add_file(f.name))
+        if callable(getattr(net, "bundle_descriptor", None)):
+            with tempfile.TemporaryDirectory(dir=builder.dir.parent) as tmp:
+                export_bundle(net, tmp, quantization=cfg.export.quantize, opset=cfg.export.opset,
+                              onnx_file="model.onnx")
+                for f in sorted(Path(tmp).iterdir()):
+                    shutil.copyfile(f, builder.add_file(f.name))
+        else:  # the bundle's runtime only knows the layers it describes; the ONNX model is the export then
+            builder.stats["bundle"] = f"none: model {cfg.train.model!r} has no bundle_descriptor (ONNX only)"
         if progress:
             progress("export: bundle written", 2, 3)
 

@@ -159,3 +159,42 @@ def test_locality_bench_rejects_unknown_names(tmp_path, option, value, expected)
     assert result.exit_code == 2
     assert expected in result.output
     assert not (tmp_path / "r.json").exists()
+
+
+def test_every_stage_is_a_verb_and_run_has_until() -> None:
+    from pipelines.graph import STAGE_NAMES
+
+    top = runner.invoke(app, ["--help"]).stdout
+    assert all(name in top for name in STAGE_NAMES)
+    assert "--until" in runner.invoke(app, ["run", "--help"]).stdout
+    assert "--dataset" in runner.invoke(app, ["sample", "--help"]).stdout
+
+
+def test_stage_verb_runs_up_to_that_stage(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["partition", "--dataset", "tiny", "--root", str(tmp_path), "--json",
+                                 "--set", "partition.num_parts=4"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert [a["stage"] for a in summary["artifacts"]] == ["ingest", "reorder", "partition"]
+    assert summary["metrics"] == {}
+    again = runner.invoke(app, ["run", "--until", "reorder", "--dataset", "tiny", "--root", str(tmp_path), "--json"])
+    assert again.exit_code == 0, again.stderr
+    assert [a["reused"] for a in json.loads(again.stdout)["artifacts"]] == [True, True]
+
+
+def test_run_rejects_an_unknown_until(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path), "--until", "bake"])
+    assert result.exit_code == 2 and "'--until' expected one of ingest, reorder" in result.stderr
+
+
+def test_config_show_prints_the_effective_config(tmp_path: Path) -> None:
+    as_json = runner.invoke(app, ["config", "show", "--json", "--dataset", "demo", "--set", "train.eval_every=3"])
+    assert as_json.exit_code == 0, as_json.output
+    doc = json.loads(as_json.stdout)
+    assert doc["dataset"] == "demo" and doc["train"]["eval_every"] == 3 and doc["policy"] == "diskgnn"
+    table = runner.invoke(app, ["config", "show", "--set", "plan.cpu_cache_fraction=0.2"])
+    assert table.exit_code == 0, table.output
+    for text in ("plan.cpu_cache_fraction", "0.2", "0.1", "train.eval_every", "if used"):
+        assert text in table.stdout
+    bad = runner.invoke(app, ["config", "show", "--set", "policy=nope"])
+    assert bad.exit_code == 2 and "'policy' expected one of" in bad.stderr

@@ -123,3 +123,64 @@ def test_resource_builds_the_same_config(yaml_file: Path, tmp_path: Path) -> Non
     cfg = resource.pipeline_config()
     assert cfg == PipelineConfig.load(yaml_file, ["sample.batch_size=64"], dataset="tiny")
     assert cfg.dataset == "tiny" and cfg.sample.batch_size == 64 and cfg.train.epochs == 2
+
+
+def _params(stage: str, *overrides: str, also: tuple[str, ...] = ()) -> dict:
+    from pipelines.config import artifact_params
+
+    return artifact_params(PipelineConfig.load(overrides=list(overrides)), stage, also)
+
+
+def test_speed_knobs_never_change_an_artifact_version() -> None:
+    for stage, knob in (("ingest", "ingest.chunk_edges=7"), ("reorder", "reorder.memory_mb=3"),
+                        ("reorder", "reorder.chunk_rows=5"), ("sample", "sample.num_threads=1"),
+                        ("pack", "pack.memory_mb=1"), ("train", "train.prefetch=5"), ("train", "train.num_threads=1"),
+                        ("train", "train.sequential=true"), ("train", "train.checkpoint_path=/tmp/c.pt")):
+        assert _params(stage, knob) == _params(stage), knob
+    assert _params("train", "train.lr=0.5") != _params("train")
+    assert _params("pack") == {}
+
+
+def test_method_specific_settings_count_only_for_the_method_that_reads_them() -> None:
+    assert "seed" not in _params("reorder", "reorder.strategy=degree")
+    degree, random = "reorder.strategy=degree", "reorder.strategy=random"
+    assert _params("reorder", degree, "reorder.seed=3") == _params("reorder", degree)
+    assert _params("reorder", random, "reorder.seed=3") != _params("reorder", random)
+    assert "bloom_bits" not in _params("partition", "partition.method=range")
+    assert _params("partition", "partition.method=fennel")["bloom_bits"] == 1 << 20
+    assert "grem_chunk_fraction" in _params("partition", "partition.method=grem")
+    # the partition strategy reads the whole partition section: its settings enter the reorder version
+    by_parts = _params("reorder", "reorder.strategy=partition")
+    assert by_parts["partition"]["imbalance"] == 0.05 and by_parts["partition"]["bloom_bits"] == 1 << 20
+    assert "partition" not in _params("reorder", "reorder.strategy=community")
+
+
+def test_policy_enters_the_layout_and_training_versions() -> None:
+    for stage in ("plan", "pack", "train"):
+        assert _params(stage, "policy=naive", also=("policy",))["policy"] == "naive"
+
+
+def test_errors_name_the_setting() -> None:
+    with pytest.raises(ValueError, match=r"'sample.batch_size' expected input should be greater than 0 \(got -1\)"):
+        PipelineConfig.load(overrides=["sample.batch_size=-1"])
+    with pytest.raises(ValueError, match=r"'train.nope' expected a known setting"):
+        PipelineConfig.load(overrides=["train.nope=1"])
+    with pytest.raises(ValueError, match=r"'policy' expected one of .*diskgnn.* \(got 'ginex-ish'\)"):
+        PipelineConfig.load(overrides=["policy=ginex-ish"])
+
+
+def test_every_trainer_option_is_a_setting() -> None:
+    cfg = PipelineConfig.load(overrides=["train.eval_every=2", "train.deterministic=false", "train.sequential=true",
+                                         "train.num_layers=2", "train.num_classes=6", "train.resume=/x.pt"])
+    assert (cfg.train.eval_every, cfg.train.deterministic, cfg.train.sequential) == (2, False, True)
+    assert (cfg.train.num_layers, cfg.train.num_classes, cfg.train.resume) == (2, 6, "/x.pt")
+
+
+def test_describe_settings_lists_every_field_with_its_default() -> None:
+    from pipelines.config import describe_settings
+
+    rows = {r["key"]: r for r in describe_settings(PipelineConfig.load(overrides=["plan.cpu_cache_fraction=0.2"]))}
+    assert rows["plan.cpu_cache_fraction"]["value"] == 0.2 and rows["plan.cpu_cache_fraction"]["default"] == 0.1
+    assert rows["reorder.seed"]["artifact"] == "selected" and rows["pack.memory_mb"]["artifact"] is False
+    assert {"dataset", "policy", "train.model", "train.eval_every", "export.opset"} <= set(rows)
+    assert all(r["description"] for r in rows.values())

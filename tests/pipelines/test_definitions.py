@@ -145,3 +145,69 @@ def test_failing_blocking_check_stops_downstream(tmp_path: Path) -> None:
     assert "'indices[0]' expected a value in [0, 2500)" in (failed[0].description or "")
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {"ingest"}  # reorder and everything after it did not run
+
+
+def test_run_config_is_typed_and_overrides_single_fields(tmp_path: Path) -> None:
+    """The launchpad's settings mirror PipelineConfig: defaults are the base config; a partial run config
+    changes only the fields it names; a bad value fails with the setting's name."""
+    base = PipelineConfig.load(overrides=["sample.epochs=1", "train.epochs=3"], dataset="tiny")
+    resource = build_resources(root=str(tmp_path), config=base)["strata"]
+    schema = type(resource).model_fields["settings"].annotation
+    train_fields = schema.model_fields["train"].annotation.model_fields
+    assert train_fields["eval_every"].description and train_fields["epochs"].default == 3
+    seen: dict[str, PipelineConfig] = {}
+
+    @dg.asset
+    def probe(strata: StrataResource) -> None:
+        seen["cfg"] = strata.pipeline_config()
+
+    defs_ = dg.Definitions(assets=[probe], resources={"strata": resource})
+    job = defs_.resolve_implicit_global_asset_job_def()
+    settings = {"train": {"lr": 0.5}, "policy": "naive"}
+    assert job.execute_in_process(run_config={"resources": {"strata": {"config": {"settings": settings}}}}).success
+    cfg = seen["cfg"]
+    assert (cfg.train.lr, cfg.policy, cfg.train.epochs, cfg.sample.epochs, cfg.dataset) == (0.5, "naive", 3, 1, "tiny")
+    bad = {"resources": {"strata": {"config": {"settings": {"policy": "nope"}}}}}
+    result = job.execute_in_process(run_config=bad, raise_on_error=False)
+    assert not result.success
+    assert "'policy' expected one of" in result.get_step_failure_events()[0].step_failure_data.error.to_string()
+
+
+def strata_job_for_multiprocess() -> dg.JobDefinition:
+    """The strata job as Dagster's multiprocess executor reconstructs it in each step's process (module level,
+    so a child process can import it; the environment chooses root and config)."""
+    from pipelines.definitions import STRATA_JOB, defs
+
+    return defs.resolve_job_def(STRATA_JOB)
+
+
+@pytest.mark.skipif(_stages_available() is not None, reason=str(_stages_available()))
+def test_multiprocess_executor_runs_independent_steps_in_parallel(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No process-global memo: each step resolves its artifacts in its own process, and the two checks of
+    ``reorder`` (independent steps) run in two processes at the same time."""
+    config = tmp_path / "run.yaml"
+    config.write_text("dataset: tiny\nsample:\n  epochs: 1\n")
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path / "root"))
+    monkeypatch.setenv("STRATA_CONFIG", str(config))
+    monkeypatch.delenv("STRATA_DATASET", raising=False)
+    selection = ["ingest", "reorder"]
+    run_config = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}},
+                  "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        result = dg.execute_job(dg.reconstructable(strata_job_for_multiprocess), instance=instance,
+                                run_config=run_config, asset_selection=[dg.AssetKey(a) for a in selection])
+        assert result.success
+        events = instance.all_logs(result.run_id)
+    starts = {e.step_key: e.timestamp for e in events if e.dagster_event and e.dagster_event.event_type_value ==
+              "STEP_WORKER_STARTING"}
+    ends = {e.step_key: e.timestamp for e in events if e.dagster_event and e.dagster_event.is_step_success}
+    checks = [key for key in ends if key.startswith("reorder_")]
+    assert len(checks) == 2, sorted(ends)
+    a, b = checks
+    assert starts[a] < ends[b] and starts[b] < ends[a]  # the two check steps overlapped in time
+    pids = {e.dagster_event.pid for e in events if e.step_key in checks and e.dagster_event
+            and e.dagster_event.event_type_value == "STEP_START"}
+    assert len(pids) == 2  # in two processes
+    assert (tmp_path / "root" / "tiny" / "reorder").is_dir()
