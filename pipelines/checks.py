@@ -426,7 +426,7 @@ def check_packed_addresses(
     """Every (batch, node) address points inside its tier and agrees with the plan.
 
     Cached nodes (plan tier 0/1) keep their tier; uncached ones (plan tier 2/3) are addressed in the batch's
-    chunk (tier 2: slot < chunk_rows[b]) or in the ordering's feature file (tier 3: slot < N).
+    chunk (tier 2: slot < chunk_rows[b]) or in the reorder artifact's feature file (tier 3: slot < N).
     """
     f = Finding()
     total = len(nodes)

@@ -188,7 +188,20 @@ class _StageBar(BarColumn):
         return super().render(task) if task.started else Text(" " * (self.bar_width or 0))
 
 
-class _RichReporter:
+class _LiveProgress:
+    """A rich ``Progress`` display shown while the ``with`` block runs."""
+
+    progress: Progress
+
+    def __enter__(self) -> _LiveProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+
+class _RichReporter(_LiveProgress):
     """Live per-stage status: waiting, running (with the stage's own progress), built or reused, failed."""
 
     def __init__(self, console: Console, stages: list[str]) -> None:
@@ -207,13 +220,6 @@ class _RichReporter:
         }
         self.checks: dict[str, list[str]] = {s: [] for s in stages}
         self.summary: dict[str, str] = {}
-
-    def __enter__(self) -> _RichReporter:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
 
     def _detail(self, stage: str) -> str:
         checks = self.checks[stage]
@@ -256,7 +262,7 @@ class _RichReporter:
         self.progress.update(self.tasks[stage], **fields)
 
 
-class _ProgressCallback:
+class _ProgressCallback(_LiveProgress):
     """A ``progress(description, done, total)`` callback drawing one rich bar per description."""
 
     def __init__(self, console: Console) -> None:
@@ -265,13 +271,6 @@ class _ProgressCallback:
             TimeElapsedColumn(), console=console,
         )
         self.tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> _ProgressCallback:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
 
     def __call__(self, description: str, done: int, total: int) -> None:
         if description not in self.tasks:

@@ -13,8 +13,8 @@ tier -- so that assembly needs no lookups:
     int64 (num_batches,): where each batch's chunk starts and how many rows it holds (0: not packed).
 ``addr_tier.npy`` (int8) / ``addr_slot.npy`` (int64)
     aligned element for element with the sample set's ``nodes.npy``: the address of every (batch, node).
-    Tier ``FILE`` addresses a row of the ordering's ``features.npy`` (slot = node id): evaluation batches are
-    not packed.
+    Tier ``FILE`` addresses a row of the ``reorder`` artifact's ``features.npy`` (slot = node id): evaluation
+    batches are not packed.
 
 Writers use :func:`batch_addresses` (the rule that turns a plan into a batch's addresses); readers use
 :class:`PackedStore`. Nothing here knows about torch or Dagster.
@@ -69,7 +69,7 @@ class Tier(IntEnum):
     GPU = 0  # GPU cache (device memory)
     CPU = 1  # CPU cache (pinned host memory with CUDA)
     PACKED = 2  # the batch's packed chunk
-    FILE = 3  # the ordering's feature file (evaluation batches)
+    FILE = 3  # the reorder artifact's feature file (evaluation batches)
 
     @property
     def label(self) -> str:

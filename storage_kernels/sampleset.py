@@ -1,6 +1,6 @@
 """On-disk layout of offline samples: every mini-batch's layered blocks, concatenated.
 
-A sample set holds the batches of one ``samples`` artifact (``docs/CONTRACTS.md``, "Samples"):
+A sample set holds the batches of one ``sample`` artifact (``docs/CONTRACTS.md``, "Samples"):
 
 ``nodes.npy``
     int64, every batch's node list back to back. Within one batch the first ``num_seeds`` nodes are the
@@ -90,7 +90,7 @@ class SampledBatch:
 
 
 class SampleSet:
-    """Read-only view of a ``samples`` artifact directory (arrays are memory-mapped)."""
+    """Read-only view of a ``sample`` artifact directory (arrays are memory-mapped)."""
 
     def __init__(self, path: str | Path, fanouts: Sequence[int] | None = None) -> None:
         self.path = Path(path)

@@ -1,6 +1,6 @@
 """The graph as the partitioners see it: a CSR with optional node, edge and training weights.
 
-The finest level is the (memory-mapped) graph of an ``ordering`` artifact, unweighted: every node weighs 1,
+The finest level is the (memory-mapped) graph of a ``reorder`` artifact, unweighted: every node weighs 1,
 every CSR entry 1, and a node's training weight is 1 when it is a training node. Coarse levels of the
 multilevel scheme (:mod:`pipelines.partitioners.multilevel`) are small in-memory graphs whose node weight is the
 number of fine nodes inside, whose training weight counts the training nodes inside and whose edge weight

@@ -1,4 +1,4 @@
-"""Reading a graph-shaped artifact (``graph`` or ``ordering``) as memory-mapped arrays."""
+"""Reading a graph-shaped artifact (``ingest`` or ``reorder``) as memory-mapped arrays."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class GraphArrays:
 
 
 def load_graph(artifact: Artifact) -> GraphArrays:
-    """Open the graph arrays of a ``graph`` or ``ordering`` artifact."""
+    """Open the graph arrays of an ``ingest`` or ``reorder`` artifact."""
     return GraphArrays(
         indptr=artifact.array("indptr.npy"),
         indices=artifact.array("indices.npy"),

@@ -30,7 +30,7 @@ def make_graph_artifact(
     classes: int = 4,
     seed: int = 0,
 ) -> Artifact:
-    """Publish a ``graph`` artifact with learnable labels (features = class centroid + noise)."""
+    """Publish an ``ingest`` artifact (a graph) with learnable labels (features = class centroid + noise)."""
     rng = np.random.default_rng(seed)
     indptr, indices = random_symmetric_csr(n, avg_degree, seed)
     labels = rng.integers(0, classes, n).astype(np.int64)
@@ -42,11 +42,11 @@ def make_graph_artifact(
         np.sort(order[n // 2 : 3 * n // 4]),
         np.sort(order[3 * n // 4 :]),
     )
-    version = store.version_for("graph", 1, {"fixture": seed, "n": n, "dim": dim}, {})
-    existing = store.find(dataset, "graph", version)
+    version = store.version_for("ingest", 1, {"fixture": seed, "n": n, "dim": dim}, {})
+    existing = store.find(dataset, "ingest", version)
     if existing is not None:
         return existing
-    with store.builder(dataset, "graph", version, {"fixture": seed}, {}) as b:
+    with store.builder(dataset, "ingest", version, {"fixture": seed}, {}) as b:
         for name, arr in (
             ("indptr.npy", indptr),
             ("indices.npy", indices),

@@ -154,8 +154,8 @@ def test_unknown_method_is_refused(planted):
 
 
 def publish_graph(store: ArtifactStore, g: GraphArrays):
-    version = store.version_for("graph", 1, {"fixture": "planted"}, {})
-    with store.builder("unit", "graph", version, {"fixture": "planted"}, {}) as b:
+    version = store.version_for("ingest", 1, {"fixture": "planted"}, {})
+    with store.builder("unit", "ingest", version, {"fixture": "planted"}, {}) as b:
         for name in ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx"):
             b.save_array(f"{name}.npy", getattr(g, name))
         return b.publish()

@@ -110,7 +110,7 @@ def make_dataset(root: Path, num_nodes: int = 240, feature_dim: int = 12, num_cl
 
 def write_packed(path: Path, samples: SampleSet, features: np.ndarray, gpu_nodes: np.ndarray,
                  cpu_nodes: np.ndarray) -> Path:
-    """A ``packed`` artifact directory (contract layout) for the given cache choice.
+    """A ``pack`` artifact directory (contract layout) for the given cache choice.
 
     Training batches pack their uncached rows (tier 2, slot = row in the chunk); evaluation batches are not
     packed (``chunk_rows`` 0) and address their uncached rows in the feature file (tier 3, slot = node id).

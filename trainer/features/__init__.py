@@ -15,7 +15,7 @@ with a read stage (I/O) separate from the assemble stage (gathers in node order,
 ``InMemoryFeatures(features)``
     one :class:`MemoryTier` over the whole matrix (counted as the CPU tier). The reference.
 ``PackedFeatures(packed_dir, samples, device=..., features_path=...)``
-    the whole chain over a ``packed`` artifact (DiskGNN's store without its disk-cache level).
+    the whole chain over a ``pack`` artifact (DiskGNN's store without its disk-cache level).
 ``NaiveDiskFeatures(features_path)``
     one :class:`FileTier` without merging: each needed row is its own aligned direct read, every time.
 

@@ -16,11 +16,13 @@ fallback. Its work is split in two stages, so that a pipelined loader can run th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from storage_kernels import kernels
 from storage_kernels.packstore import BatchAddresses, Tier
 
 __all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "check_rows"]
@@ -194,3 +196,27 @@ class FeatureTier:
     def __repr__(self) -> str:
         inner = f" -> {self.fallback!r}" if self.fallback is not None else ""
         return f"{type(self).__name__}({self.tier.label}){inner}"
+
+
+class DirectFile:
+    """A file held open for aligned reads: ``O_DIRECT`` when its filesystem allows it (``direct``), else
+    buffered reads, with ``fallback_reason`` saying so. Closed by :meth:`close` or when collected."""
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        self.path = Path(path)
+        self.fd, self.direct = kernels.open_direct(str(self.path))
+        self.fallback_reason = "" if self.direct else (
+            f"O_DIRECT refused by the filesystem of {self.path}; {what} are read through the page cache")
+
+    def pread(self, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray, out_offsets: np.ndarray,
+              num_threads: int = 0) -> int:
+        """``kernels.pread_ranges`` on this file; returns the bytes read."""
+        return kernels.pread_ranges(self.fd, offsets, lengths, out, out_offsets, self.direct, num_threads)
+
+    def close(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            kernels.close_fd(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()

@@ -15,7 +15,7 @@ import torch
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows, read_header
 from storage_kernels.packstore import BatchAddresses, Tier
-from trainer.features.base import FeatureTier, TierRead
+from trainer.features.base import DirectFile, FeatureTier, TierRead
 
 __all__ = ["FileRows", "FileTier"]
 
@@ -45,9 +45,8 @@ class FileRows:
         self.num_threads = int(num_threads)
         self.slot_bytes = align_up(DATA_ALIGN - 4 + self.row_bytes)  # whole blocks one row can span
         self.max_buffer_bytes = max(int(max_buffer_bytes), self.slot_bytes)
-        self.fd, self.direct = kernels.open_direct(str(self.path))
-        self.fallback_reason = "" if self.direct else (
-            f"O_DIRECT refused by the filesystem of {self.path}; rows are read through the page cache")
+        self._file = DirectFile(self.path, "rows")
+        self.direct, self.fallback_reason = self._file.direct, self._file.fallback_reason
         self._buffer = kernels.aligned_empty(self.slot_bytes)
 
     def _ensure(self, nbytes: int) -> np.ndarray:
@@ -90,8 +89,7 @@ class FileRows:
         lengths = align_up(row_off + self.row_bytes) - block_off  # (k,) one or more whole blocks
         out_offsets = np.arange(k, dtype=np.int64) * self.slot_bytes  # (k,) one slot per row
         buffer = self._ensure(k * self.slot_bytes)
-        nbytes = kernels.pread_ranges(self.fd, block_off, lengths, buffer, out_offsets, self.direct,
-                                      self.num_threads)
+        nbytes = self._file.pread(block_off, lengths, buffer, out_offsets, self.num_threads)
         self._extract(buffer, out_offsets + row_off - block_off, out)
         return nbytes
 
@@ -102,8 +100,8 @@ class FileRows:
         run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
         run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
         buffer = self._ensure(len(blocks) * DATA_ALIGN)
-        nbytes = kernels.pread_ranges(self.fd, blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
-                                      run_start * DATA_ALIGN, self.direct, self.num_threads)
+        nbytes = self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
+                                  run_start * DATA_ALIGN, self.num_threads)
         # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
         self._extract(buffer, np.searchsorted(blocks, first) * DATA_ALIGN + row_off % DATA_ALIGN, out)
         return nbytes
@@ -113,12 +111,7 @@ class FileRows:
         out[:] = floats[(byte_pos // 4)[:, None] + np.arange(self.feature_dim)]  # (k, F)
 
     def close(self) -> None:
-        if getattr(self, "fd", -1) >= 0:
-            kernels.close_fd(self.fd)
-            self.fd = -1
-
-    def __del__(self) -> None:
-        self.close()
+        self._file.close()
 
 
 class FileTier(FeatureTier):

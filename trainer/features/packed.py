@@ -6,7 +6,7 @@ import numpy as np
 
 from storage_kernels import kernels
 from storage_kernels.packstore import BatchAddresses, PackedStore, Tier
-from trainer.features.base import FeatureTier, TierRead
+from trainer.features.base import DirectFile, FeatureTier, TierRead
 
 __all__ = ["PackedChunkTier"]
 
@@ -34,10 +34,8 @@ class PackedChunkTier(FeatureTier):
         self.store = store
         self.num_threads = int(num_threads)
         # packed.bin: opened once, O_DIRECT when the filesystem accepts it
-        self.fd, self.direct_io = kernels.open_direct(str(store.packed_path))
-        if not self.direct_io:
-            self.fallback_reason = (f"O_DIRECT refused by the filesystem of {store.packed_path}; "
-                                    "chunks are read through the page cache")
+        self._file = DirectFile(store.packed_path, "chunks")
+        self.direct_io, self.fallback_reason = self._file.direct, self._file.fallback_reason
         self._buffers = [kernels.aligned_empty(store.max_chunk_bytes) for _ in range(num_buffers)]
         self._next = 0  # the buffer the next read fills
 
@@ -48,10 +46,9 @@ class PackedChunkTier(FeatureTier):
         buffer = self._buffers[self._next]
         self._next = (self._next + 1) % len(self._buffers)
         # one sequential read of the whole chunk (its length is padded to the alignment) into the buffer
-        self.bytes_read += kernels.pread_ranges(
-            self.fd, np.array([addr.chunk_offset], np.int64), np.array([addr.chunk_bytes], np.int64),
-            buffer, np.zeros(1, np.int64), self.direct_io, self.num_threads,
-        )
+        self.bytes_read += self._file.pread(np.array([addr.chunk_offset], np.int64),
+                                            np.array([addr.chunk_bytes], np.int64), buffer, np.zeros(1, np.int64),
+                                            self.num_threads)
         nbytes = addr.chunk_rows * self.store.row_bytes
         part.buffer = buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
 
@@ -60,9 +57,4 @@ class PackedChunkTier(FeatureTier):
         kernels.gather_rows(part.buffer, part.slot, out, self.num_threads)
 
     def close(self) -> None:
-        if getattr(self, "fd", -1) >= 0:
-            kernels.close_fd(self.fd)
-            self.fd = -1
-
-    def __del__(self) -> None:
-        self.close()
+        self._file.close()

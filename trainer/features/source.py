@@ -300,7 +300,7 @@ class NaiveDiskFeatures(TieredSource):
 
 
 class PackedFeatures(TieredSource):
-    """A ``packed`` artifact (DiskGNN's store without its disk-cache level): GPU cache -> CPU cache ->
+    """A ``pack`` artifact (DiskGNN's store without its disk-cache level): GPU cache -> CPU cache ->
     the batch's packed chunk -> the feature file at ``features_path`` (evaluation batches are not packed:
     their uncached rows are file-addressed; without ``features_path`` they raise ``ValueError``).
 
