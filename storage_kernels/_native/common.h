@@ -114,17 +114,4 @@ void sk_hint_hugepages(void *p, size_t bytes);
 static inline int sk_mul_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
 static inline int sk_add_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
 
-/* Kernel entry points (one family per .c file). */
-PyObject *sk_csr_count(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_gather_rows(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_open_direct(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_close_fd(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_aligned_empty(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_set_dense_map_limit(PyObject *self, PyObject *args); /* test hook: force the hashed id map */
-int sk_sample_init(void); /* once, from module init: fork safety of the id-map pool; 0 or -1 */
-
 #endif /* STRATA_NATIVE_COMMON_H */

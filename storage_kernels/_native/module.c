@@ -1,25 +1,11 @@
-/* storage_kernels._native: method table and module init. The kernels live in one .c file per family. */
+/* storage_kernels._native: method table and module init. The kernels live in one folder per family (io/,
+ * graph/, reorder/, partition/), one .c file per kernel family; their prototypes are in kernels.h. */
 #define STRATA_NATIVE_IMPORT_ARRAY
 #include "common.h"
+#include "kernels.h"
 
 #define SK_KW (METH_VARARGS | METH_KEYWORDS)
 #define SK_FN(f) ((PyCFunction)(void (*)(void))(f))
-
-/* ---- partitioning kernels (partition.c) ---- */
-PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs);
-/* ---- end partitioning kernels ---- */
-
-/* ---- reorder kernels (permute.c, community.c) ---- */
-PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs);
-/* ---- end reorder kernels ---- */
 
 static PyMethodDef methods[] = {
     {"csr_count", SK_FN(sk_csr_count), SK_KW,

@@ -23,6 +23,7 @@
  * node, replacing the 0/1 `is_train`). Absent weights are 1 (is_train for training), and the result is then
  * exactly that of the unweighted kernels. */
 #include "common.h"
+#include "kernels.h"
 #include "rng.h"
 
 #include <math.h>

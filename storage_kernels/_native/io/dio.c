@@ -5,6 +5,7 @@
  * range before the first read. Reads are retried until complete (EINTR, short reads); reaching EOF before
  * a range is complete is an error. */
 #include "common.h"
+#include "kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,6 +4,7 @@
  * place into a memmap'd `indices`. On an error nothing observable changes: increments already applied
  * to `counts`/`cursor` by this call are rolled back before the exception is raised. */
 #include "common.h"
+#include "kernels.h"
 
 enum { CSR_OK = 0, CSR_BAD_SRC = 1, CSR_BAD_CURSOR = 2 };
 

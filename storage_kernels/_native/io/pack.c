@@ -8,6 +8,7 @@
  * Phase 1 (no GIL, one thread) finds every batch's run and validates it; phase 2 (parallel over batches)
  * gathers and writes; cursors advance only when every write succeeded. */
 #include "common.h"
+#include "kernels.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -23,6 +23,7 @@
  * csr_aggregate: sorts every row by column and merges duplicate columns, summing their weights, in place;
  *   returns the new indptr and the number of entries kept (the prefix of indices / weights). */
 #include "common.h"
+#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,6 +10,7 @@
  * Every id/key is validated before the first byte is written; the copies run without the GIL, split into
  * contiguous ranges per thread, so the result never depends on the number of threads. */
 #include "common.h"
+#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>

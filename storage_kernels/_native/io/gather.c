@@ -3,6 +3,7 @@
  * Every id is checked before the first byte is copied (out is untouched on IndexError); the copy is split
  * into contiguous k ranges, one per thread. */
 #include "common.h"
+#include "kernels.h"
 
 #include <string.h>
 

@@ -12,6 +12,7 @@
  * Everything between argument parsing and result construction runs without the GIL, in malloc'd buffers
  * that the returned numpy arrays then own (no copies). */
 #include "common.h"
+#include "kernels.h"
 #include "rng.h"
 
 #include <pthread.h>

@@ -11,6 +11,7 @@
  * Each node's new label is a pure function of the previous labels: the result never depends on threads.
  * tests/storage_kernels/reference.py (label_propagation_ref) reimplements exactly this rule. */
 #include "common.h"
+#include "kernels.h"
 #include "rng.h"
 
 #include <stdlib.h>

@@ -24,6 +24,7 @@
  * ~60 bytes per node plus at most 8 bytes per CSR entry for the pending lists (counts fit in 32 bits, so
  * N and E must be below 2**32). */
 #include "common.h"
+#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
