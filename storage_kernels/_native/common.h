@@ -18,6 +18,22 @@
 #include <stdint.h>
 #include <stdatomic.h>
 
+/* The alignment of the storage format, in bytes: O_DIRECT file offsets, lengths and buffer addresses are
+ * multiples of it (pread_ranges checks them), and aligned_empty aligns to it by default. Defined here only;
+ * exported as the module constant DIRECT_ALIGN, which must equal the Python definition of the file format,
+ * storage_kernels.arrays.DATA_ALIGN (tests/storage_kernels/test_native_dio.py checks it). */
+#define SK_DIRECT_ALIGN 4096
+
+/* A macro's value as a string literal (for docstrings: "alignment=" SK_STR(SK_DIRECT_ALIGN)). */
+#define SK_STR_(x) #x
+#define SK_STR(x) SK_STR_(x)
+
+/* 1 when `value` is a multiple of `align` (> 0). */
+static inline int sk_is_aligned(uint64_t value, uint64_t align) { return value % align == 0; }
+
+/* 1 when `value` is a power of two (and so positive). */
+static inline int sk_is_pow2(int64_t value) { return value > 0 && (value & (value - 1)) == 0; }
+
 /* Element kinds accepted by sk_get_buffer. */
 typedef enum {
     SK_INT64 = 0,   /* signed 8-byte integer ('l' or 'q') */

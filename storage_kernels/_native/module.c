@@ -26,7 +26,7 @@ static PyMethodDef methods[] = {
      "pread_ranges(fd, offsets, lengths, out, out_offsets, direct, num_threads=0) -> int\n\n"
      "K complete preads into out[out_offsets[k]:]; returns the bytes read."},
     {"aligned_empty", SK_FN(sk_aligned_empty), SK_KW,
-     "aligned_empty(nbytes, alignment=4096) -> numpy.ndarray\n\nUninitialised uint8 buffer at an aligned address."},
+     "aligned_empty(nbytes, alignment=" SK_STR(SK_DIRECT_ALIGN) ") -> numpy.ndarray\n\nUninitialised uint8 buffer at an aligned address."},
     {"pack_partition", SK_FN(sk_pack_partition), SK_KW,
      "pack_partition(features, row_start, ids, batch_ptr, cursor, fd, chunk_offsets, num_threads=0) -> int\n\n"
      "DiskGNN batched packing of one partition of the feature file; returns the bytes written."},
@@ -90,7 +90,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "DIRECT_ALIGN", 4096) < 0) {
+    if (PyModule_AddIntConstant(m, "DIRECT_ALIGN", SK_DIRECT_ALIGN) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,9 +1,9 @@
 /* Direct I/O: open with O_DIRECT (buffered fallback), batched aligned preads, aligned buffers.
  *
  * With O_DIRECT the kernel DMA's straight into the destination, so file offset, length and destination
- * address must all be multiples of the logical block size; we require 4096 (DIRECT_ALIGN) and check every
- * range before the first read. Reads are retried until complete (EINTR, short reads); reaching EOF before
- * a range is complete is an error. */
+ * address must all be multiples of the logical block size; we require SK_DIRECT_ALIGN (the module's
+ * DIRECT_ALIGN) and check every range before the first read. Reads are retried until complete (EINTR, short
+ * reads); reaching EOF before a range is complete is an error. */
 #include "common.h"
 #include "kernels.h"
 
@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define DIO_ALIGN 4096
 
 enum { DIO_OK = 0, DIO_ERRNO = 1, DIO_EOF = 2 };
 
@@ -157,13 +155,14 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
         }
         if (direct) {
             const uintptr_t addr = (uintptr_t)out.buf + (uintptr_t)ooff[k];
-            if (off[k] % DIO_ALIGN != 0 || len[k] % DIO_ALIGN != 0 || addr % DIO_ALIGN != 0) {
+            if (!sk_is_aligned((uint64_t)off[k], SK_DIRECT_ALIGN) || !sk_is_aligned((uint64_t)len[k], SK_DIRECT_ALIGN) ||
+                !sk_is_aligned(addr, SK_DIRECT_ALIGN)) {
                 PyErr_Format(PyExc_ValueError,
                              "pread_ranges: direct range %lld expected offset, length and destination address "
                              "aligned to %d bytes (got offsets[%lld]=%lld, lengths[%lld]=%lld, destination "
                              "address %% %d = %lld)",
-                             (long long)k, DIO_ALIGN, (long long)k, (long long)off[k], (long long)k,
-                             (long long)len[k], DIO_ALIGN, (long long)(addr % DIO_ALIGN));
+                             (long long)k, SK_DIRECT_ALIGN, (long long)k, (long long)off[k], (long long)k,
+                             (long long)len[k], SK_DIRECT_ALIGN, (long long)(addr % SK_DIRECT_ALIGN));
                 goto fail;
             }
         }
@@ -220,14 +219,14 @@ fail:
 
 PyObject *sk_aligned_empty(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"nbytes", "alignment", NULL};
-    Py_ssize_t nbytes, alignment = DIO_ALIGN;
+    Py_ssize_t nbytes, alignment = SK_DIRECT_ALIGN;
     void *data = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n|n:aligned_empty", kwlist, &nbytes, &alignment)) return NULL;
     if (nbytes < 0) {
         PyErr_Format(PyExc_ValueError, "aligned_empty: 'nbytes' expected >= 0 (got %zd)", nbytes);
         return NULL;
     }
-    if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
+    if (!sk_is_pow2(alignment)) {
         PyErr_Format(PyExc_ValueError, "aligned_empty: 'alignment' expected a power of two (got %zd)", alignment);
         return NULL;
     }
