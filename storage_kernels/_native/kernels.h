@@ -52,6 +52,7 @@ PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs);
 /* ---- partition/: graph partitioning ---------------------------------------------------------------------- */
 
 /* partition/partition.c: streaming partitioners (FENNEL, GREM) */
+#define SK_FENNEL_BLOCK_NODES 4096 /* fennel_pass's default block_nodes (nodes counted in parallel per block) */
 PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs);
 

@@ -204,7 +204,7 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *nw_o = Py_None, *ew_o = Py_None, *tw_o = Py_None;
     long long label_base, bloom_seed = 0;
     double alpha, gamma, train_penalty, train_norm;
-    Py_ssize_t block_nodes = 4096, nthreads_req = 0;
+    Py_ssize_t block_nodes = SK_FENNEL_BLOCK_NODES, nthreads_req = 0;
     int restream = 0;
     Py_buffer ptr = {0}, cols = {0}, nodes = {0}, labels = {0}, sizes = {0}, tsizes = {0}, train = {0}, cap = {0},
               w = {0}, bloom = {0}, nw = {0}, ew = {0}, tw = {0};
