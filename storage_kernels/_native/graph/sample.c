@@ -521,8 +521,7 @@ static void sb_raise(const sb_job *j) {
     const sk_status *st = &j->st;
     switch (st->code) {
     case SB_BAD_SEED:
-        PyErr_Format(PyExc_IndexError, "sample_blocks: 'seeds' expected node ids in [0, %lld) (got seeds[%lld]=%lld)",
-                     (long long)j->N, (long long)st->a, (long long)st->b);
+        sk_raise_index("sample_blocks", "seeds", "node ids", j->N, st->a, st->b);
         break;
     case SB_DUP_SEED:
         PyErr_Format(PyExc_ValueError,
@@ -536,9 +535,7 @@ static void sb_raise(const sb_job *j) {
                      (long long)j->E, (long long)st->a, (long long)st->b, (long long)st->a + 1, (long long)st->c);
         break;
     case SB_BAD_NEIGHBOUR:
-        PyErr_Format(PyExc_IndexError,
-                     "sample_blocks: 'indices' expected node ids in [0, %lld) (got indices[%lld]=%lld)",
-                     (long long)j->N, (long long)st->a, (long long)st->b);
+        sk_raise_index("sample_blocks", "indices", "node ids", j->N, st->a, st->b);
         break;
     case SB_TOO_MANY:
         PyErr_Format(PyExc_ValueError,
@@ -557,6 +554,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer indptr = {0}, indices = {0}, seeds = {0}, fanouts = {0};
     sb_job job = {0};
     PyObject *nodes_arr = NULL, *hop_arr = NULL, *ptr_list = NULL, *col_list = NULL;
+    const char *fn = "sample_blocks";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|n:sample_blocks", kwlist, &indptr_obj, &indices_obj,
                                      &seeds_obj, &fanouts_obj, &seed_obj, &num_threads))
@@ -568,11 +566,11 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     job.seed = (uint64_t)PyLong_AsUnsignedLongLongMask(seed_obj);
     job.dense_limit = dense_limit;
     if (PyErr_Occurred()) return NULL;
-    if ((job.nthreads = sk_resolve_threads("sample_blocks", num_threads)) < 0) return NULL;
-    if (sk_get_buffer(indptr_obj, "sample_blocks", "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
-    if (sk_get_buffer(indices_obj, "sample_blocks", "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
-    if (sk_get_buffer(seeds_obj, "sample_blocks", "seeds", SK_INT64, 1, 0, &seeds) < 0) goto fail;
-    if (sk_get_buffer(fanouts_obj, "sample_blocks", "fanouts", SK_INT64, 1, 0, &fanouts) < 0) goto fail;
+    if ((job.nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
+    if (sk_get_buffer(indptr_obj, fn, "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
+    if (sk_get_buffer(indices_obj, fn, "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
+    if (sk_get_buffer(seeds_obj, fn, "seeds", SK_INT64, 1, 0, &seeds) < 0) goto fail;
+    if (sk_get_buffer(fanouts_obj, fn, "fanouts", SK_INT64, 1, 0, &fanouts) < 0) goto fail;
     if (sk_len(&indptr) < 1) {
         PyErr_SetString(PyExc_ValueError, "sample_blocks: 'indptr' expected num_nodes + 1 >= 1 entries (got 0)");
         goto fail;
@@ -606,10 +604,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     sb_run(&job);
     Py_END_ALLOW_THREADS
 
-    sk_release(&indptr);
-    sk_release(&indices);
-    sk_release(&seeds);
-    sk_release(&fanouts);
+    SK_RELEASE(&indptr, &indices, &seeds, &fanouts);
     if (job.st.code != 0) {
         sb_raise(&job);
         goto fail;
@@ -650,10 +645,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     return result;
 
 fail:
-    sk_release(&indptr);
-    sk_release(&indices);
-    sk_release(&seeds);
-    sk_release(&fanouts);
+    SK_RELEASE(&indptr, &indices, &seeds, &fanouts);
     sb_free(&job);
     Py_XDECREF(nodes_arr);
     Py_XDECREF(hop_arr);
