@@ -283,10 +283,10 @@ static void count_task(void *p, int tid, int nthreads) {
 static void sample_task(void *p, int tid, int nthreads) {
     hop_ctx *c = (hop_ctx *)p;
     sk_status *st = &c->status[tid];
-    uint64_t *bits = NULL; /* bitmap scratch for large k; all zero between uses */
+    uint64_t *bits = NULL; /* heap bitmap for rows longer than SB_STACK_BITS; all zero between uses */
     int64_t bits_words = 0;
     int64_t sel[SB_SMALL_K];
-    uint64_t sbits[SB_STACK_BITS / 64];
+    uint64_t sbits[SB_STACK_BITS / 64] = {0}; /* stack bitmap; all zero between uses */
     int64_t lo, hi;
     const uint64_t N = (uint64_t)c->N;
 
@@ -317,25 +317,7 @@ static void sample_task(void *p, int tid, int nthreads) {
 
             const uint64_t key = sk_rng_stream_key(c->hop_key, (uint64_t)v);
             uint64_t r = 0;
-            if (deg <= SB_STACK_BITS) {
-                /* Floyd with membership in a stack bitmap over the row (one word when deg <= 64) */
-                const int64_t words = (deg + 63) >> 6;
-                for (int64_t w = 0; w < words; w++) sbits[w] = 0;
-                for (int64_t j = deg - k; j < deg; j++) {
-                    uint64_t t = sk_rng_below(sk_rng_draw(key, r++), (uint64_t)j + 1);
-                    if (sbits[t >> 6] & (1ULL << (t & 63))) t = (uint64_t)j;
-                    sbits[t >> 6] |= 1ULL << (t & 63);
-                }
-                int64_t m = 0;
-                for (int64_t w = 0; w < words; w++) {
-                    for (uint64_t word = sbits[w]; word; word &= word - 1) {
-                        const int64_t pos = w * 64 + __builtin_ctzll(word);
-                        const int64_t u = row[pos];
-                        if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + pos, u, 0, 0);
-                        out[m++] = u;
-                    }
-                }
-            } else if (k <= SB_SMALL_K) {
+            if (deg > SB_STACK_BITS && k <= SB_SMALL_K) {
                 /* Floyd: for j in [deg-k, deg): t = U[0, j]; take t unless taken, else j. sel stays sorted. */
                 int64_t n = 0;
                 for (int64_t j = deg - k; j < deg; j++) {
@@ -356,8 +338,13 @@ static void sample_task(void *p, int tid, int nthreads) {
                     if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + sel[m], u, 0, 0);
                     out[m] = u;
                 }
-            } else {
-                const int64_t words = (deg + 63) / 64;
+                continue;
+            }
+            /* Floyd with membership in a bitmap over the row: on the stack up to SB_STACK_BITS positions (one
+             * word when deg <= 64), on the heap beyond; picks are emitted in row order as the map is cleared. */
+            const int64_t words = (deg + 63) >> 6;
+            uint64_t *map = sbits;
+            if (deg > SB_STACK_BITS) {
                 if (words > bits_words) {
                     free(bits);
                     bits = calloc((size_t)words, sizeof(uint64_t));
@@ -367,22 +354,23 @@ static void sample_task(void *p, int tid, int nthreads) {
                         continue;
                     }
                 }
-                for (int64_t j = deg - k; j < deg; j++) {
-                    uint64_t t = sk_rng_below(sk_rng_draw(key, r++), (uint64_t)j + 1);
-                    if (bits[t >> 6] & (1ULL << (t & 63))) t = (uint64_t)j;
-                    bits[t >> 6] |= 1ULL << (t & 63);
-                }
-                int64_t m = 0;
-                for (int64_t w = 0; w < words; w++) {
-                    uint64_t word = bits[w];
-                    bits[w] = 0;
-                    while (word) {
-                        const int64_t pos = w * 64 + __builtin_ctzll(word);
-                        word &= word - 1;
-                        const int64_t u = row[pos];
-                        if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + pos, u, 0, 0);
-                        out[m++] = u;
-                    }
+                map = bits;
+            }
+            for (int64_t j = deg - k; j < deg; j++) {
+                uint64_t t = sk_rng_below(sk_rng_draw(key, r++), (uint64_t)j + 1);
+                if (map[t >> 6] & (1ULL << (t & 63))) t = (uint64_t)j;
+                map[t >> 6] |= 1ULL << (t & 63);
+            }
+            int64_t m = 0;
+            for (int64_t w = 0; w < words; w++) {
+                uint64_t word = map[w];
+                map[w] = 0;
+                while (word) {
+                    const int64_t pos = w * 64 + __builtin_ctzll(word);
+                    word &= word - 1;
+                    const int64_t u = row[pos];
+                    if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + pos, u, 0, 0);
+                    out[m++] = u;
                 }
             }
         }
