@@ -73,9 +73,20 @@ def _int64_array(name: str, values) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _optional_index(name: str, values) -> np.ndarray | None:
-    """An optional index array (weights, visit orders): None stays None."""
-    return None if values is None else _index_array(name, values)
+def _optional_indexes(**arrays) -> dict[str, np.ndarray | None]:
+    """Optional index arrays (weights, visit orders) as keyword arguments of a kernel, each normalised like
+    :func:`_index_array` and None kept: ``_native.f(..., **_optional_indexes(visit=visit))``."""
+    return {name: None if values is None else _index_array(name, values) for name, values in arrays.items()}
+
+
+def _chunk(indptr, indices, nodes) -> dict[str, np.ndarray]:
+    """The streamed chunk of a partitioning pass as keyword arguments of its kernel: ``nodes`` and their rows
+    at the local offsets ``indptr`` into ``indices``."""
+    return {
+        "indptr": _index_array("indptr", indptr),
+        "indices": _int64_array("indices", indices),
+        "nodes": _index_array("nodes", nodes),
+    }
 
 
 # ---- CSR construction -------------------------------------------------------------------------------------
@@ -527,9 +538,7 @@ def fennel_pass(
     Without them the result is that of the unweighted rule above.
     """
     _native.fennel_pass(
-        indptr=_index_array("indptr", indptr),
-        indices=_int64_array("indices", indices),
-        nodes=_index_array("nodes", nodes),
+        **_chunk(indptr, indices, nodes),
         labels=labels,
         sizes=sizes,
         train_sizes=train_sizes,
@@ -546,9 +555,7 @@ def fennel_pass(
         block_nodes=int(block_nodes),
         restream=bool(restream),
         num_threads=int(num_threads),
-        node_weight=_optional_index("node_weight", node_weight),
-        edge_weight=_optional_index("edge_weight", edge_weight),
-        train_weight=_optional_index("train_weight", train_weight),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight, train_weight=train_weight),
     )
 
 
@@ -566,17 +573,14 @@ def grem_pass(indptr, indices, nodes, labels: np.ndarray, pref: np.ndarray, size
     side (room check ``sizes + w <= capacity``).
     """
     return _native.grem_pass(
-        indptr=_index_array("indptr", indptr),
-        indices=_int64_array("indices", indices),
-        nodes=_index_array("nodes", nodes),
+        **_chunk(indptr, indices, nodes),
         labels=labels,
         pref=pref,
         sizes=sizes,
         capacity=_index_array("capacity", capacity),
         label_a=int(label_a),
         label_b=int(label_b),
-        node_weight=_optional_index("node_weight", node_weight),
-        edge_weight=_optional_index("edge_weight", edge_weight),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight),
     )
 
 
@@ -593,15 +597,11 @@ def cluster_pass(indptr, indices, nodes, clusters: np.ndarray, cluster_weight: n
     Weights default to 1 and must be >= 1. Sequential. Returns how many nodes changed cluster.
     """
     return _native.cluster_pass(
-        indptr=_index_array("indptr", indptr),
-        indices=_int64_array("indices", indices),
-        nodes=_index_array("nodes", nodes),
+        **_chunk(indptr, indices, nodes),
         clusters=clusters,
         cluster_weight=cluster_weight,
         max_weight=int(max_weight),
-        node_weight=_optional_index("node_weight", node_weight),
-        edge_weight=_optional_index("edge_weight", edge_weight),
-        visit=_optional_index("visit", visit),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight, visit=visit),
     )
 
 
@@ -619,18 +619,13 @@ def refine_pass(indptr, indices, nodes, parts: np.ndarray, sizes: np.ndarray, ca
     ``sizes`` (int64, k) and ``train_sizes`` are updated in place. Sequential. Returns how many nodes moved.
     """
     return _native.refine_pass(
-        indptr=_index_array("indptr", indptr),
-        indices=_int64_array("indices", indices),
-        nodes=_index_array("nodes", nodes),
+        **_chunk(indptr, indices, nodes),
         parts=parts,
         sizes=sizes,
         capacity=_index_array("capacity", capacity),
-        node_weight=_optional_index("node_weight", node_weight),
-        edge_weight=_optional_index("edge_weight", edge_weight),
-        train_weight=_optional_index("train_weight", train_weight),
         train_sizes=train_sizes,
-        train_capacity=_optional_index("train_capacity", train_capacity),
-        visit=_optional_index("visit", visit),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight, train_weight=train_weight,
+                            train_capacity=train_capacity, visit=visit),
     )
 
 
