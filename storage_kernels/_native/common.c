@@ -281,7 +281,8 @@ PyObject *sk_uint8_array_from_malloc(void *data, int64_t n) { return array_from_
 void sk_hint_hugepages(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
     if (p == NULL || bytes < ((size_t)4 << 20)) return;
-    const uintptr_t page = 4096, start = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t page = 4096; /* the base page size madvise works in (not SK_DIRECT_ALIGN, a file-format unit) */
+    const uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
     const uintptr_t end = ((uintptr_t)p + bytes) & ~(page - 1);
     if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE);
 #else

@@ -116,13 +116,13 @@ int sk_raise_index(const char *func, const char *name, const char *what, int64_t
 /* Raise OSError(err, "<message>: <strerror(err)>"), the message formatted as by PyErr_Format; returns NULL. */
 PyObject *sk_raise_errno(int err, const char *format, ...);
 
+/* ---- threads -------------------------------------------------------------------------------------------- */
+
 /* Threads: 0 -> all usable cores; negative -> ValueError (returns -1). */
 int sk_resolve_threads(const char *func, Py_ssize_t requested);
 
 /* Cap a thread count so that each thread gets at least `min_items` items of work (at least 1 thread). */
 int sk_cap_threads(int nthreads, int64_t items, int64_t min_items);
-
-/* ---- threads -------------------------------------------------------------------------------------------- */
 
 /* Run fn(ctx, tid, nthreads) for tid in [0, nthreads) on nthreads threads (the caller is tid 0).
  * Must be called without the GIL. If a thread cannot be started its share runs on the caller, so the
