@@ -1,98 +1,74 @@
-"""Type stubs of the C extension storage_kernels._native (import storage_kernels.kernels instead)."""
+"""Type stubs of the C extension storage_kernels._native (import storage_kernels.kernels instead).
+
+One group per kernel family, in the order of storage_kernels/_native/kernels.h. Parameter names, order, kinds
+and defaults are those of the C functions (their kwlists and __text_signature__):
+tests/storage_kernels/test_native_stubs.py fails when the two drift apart.
+"""
+
+from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-DIRECT_ALIGN: int
+_Int64: TypeAlias = npt.NDArray[np.int64]
+_Int32: TypeAlias = npt.NDArray[np.int32]
+_UInt8: TypeAlias = npt.NDArray[np.uint8]
 
-def csr_count(src: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> None: ...
-def csr_place(
-    src: npt.NDArray[np.int64],
-    dst: npt.NDArray[np.int64],
-    cursor: npt.NDArray[np.int64],
-    indices: npt.NDArray[np.int64],
-) -> None: ...
-def sample_blocks(
-    indptr: npt.NDArray[np.int64],
-    indices: npt.NDArray[np.int64],
-    seeds: npt.NDArray[np.int64],
-    fanouts: npt.NDArray[np.int64],
-    seed: int,
-    num_threads: int = 0,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[npt.NDArray[np.int64]], list[npt.NDArray[np.int64]]]: ...
-def gather_rows(src: np.ndarray, idx: npt.NDArray[np.int64], out: np.ndarray, num_threads: int = 0) -> None: ...
+DIRECT_ALIGN: int  # bytes; equal to storage_kernels.arrays.DATA_ALIGN
+
+# ---- io/: storage I/O (dio.c, gather.c, pack.c) ----
 def open_direct(path: str, write: bool = False) -> tuple[int, bool]: ...
 def close_fd(fd: int) -> None: ...
 def pread_ranges(
-    fd: int,
-    offsets: npt.NDArray[np.int64],
-    lengths: npt.NDArray[np.int64],
-    out: npt.NDArray[np.uint8],
-    out_offsets: npt.NDArray[np.int64],
-    direct: bool,
-    num_threads: int = 0,
+    fd: int, offsets: _Int64, lengths: _Int64, out: _UInt8, out_offsets: _Int64, direct: bool, num_threads: int = 0
 ) -> int: ...
-def aligned_empty(nbytes: int, alignment: int = 4096) -> npt.NDArray[np.uint8]: ...
+def aligned_empty(nbytes: int, alignment: int = 4096) -> _UInt8: ...
+def gather_rows(src: np.ndarray, idx: _Int64, out: np.ndarray, num_threads: int = 0) -> None: ...
 def pack_partition(
-    features: npt.NDArray[np.float32],
-    row_start: int,
-    ids: npt.NDArray[np.int64],
-    batch_ptr: npt.NDArray[np.int64],
-    cursor: npt.NDArray[np.int64],
-    fd: int,
-    chunk_offsets: npt.NDArray[np.int64],
-    num_threads: int = 0,
+    features: npt.NDArray[np.float32], row_start: int, ids: _Int64, batch_ptr: _Int64, cursor: _Int64, fd: int,
+    chunk_offsets: _Int64, num_threads: int = 0,
 ) -> int: ...
+
+# ---- graph/: CSR construction and neighbour sampling (csr.c, sample.c) ----
+def csr_count(src: _Int64, counts: _Int64) -> None: ...
+def csr_place(src: _Int64, dst: _Int64, cursor: _Int64, indices: _Int64) -> None: ...
+def sample_blocks(
+    indptr: _Int64, indices: _Int64, seeds: _Int64, fanouts: _Int64, seed: int, num_threads: int = 0
+) -> tuple[_Int64, _Int64, list[_Int64], list[_Int64]]: ...
 def _set_dense_map_limit(num_nodes: int, /) -> int: ...
 
-# ---- reordering (permute.c, community.c) ----
-def relabel_ids(
-    ids: npt.NDArray[np.int64], inverse: npt.NDArray[np.int64], out: npt.NDArray[np.int64], num_threads: int = 0
-) -> None: ...
+# ---- reorder/: node reordering (permute.c, community.c, rabbit.c) ----
+def relabel_ids(ids: _Int64, inverse: _Int64, out: _Int64, num_threads: int = 0) -> None: ...
 def bucket_rows(
-    rows: np.ndarray,
-    keys: npt.NDArray[np.int64],
-    bounds: npt.NDArray[np.int64],
-    out_rows: np.ndarray,
-    out_keys: npt.NDArray[np.int64],
-    counts: npt.NDArray[np.int64],
+    rows: np.ndarray, keys: _Int64, bounds: _Int64, out_rows: np.ndarray, out_keys: _Int64, counts: _Int64,
     num_threads: int = 0,
 ) -> None: ...
-def place_rows(rows: np.ndarray, pos: npt.NDArray[np.int64], out: np.ndarray, num_threads: int = 0) -> None: ...
+def place_rows(rows: np.ndarray, pos: _Int64, out: np.ndarray, num_threads: int = 0) -> None: ...
 def label_propagation(
-    indptr: npt.NDArray[np.int64], indices: npt.NDArray[np.int64], iterations: int, seed: int, num_threads: int = 0
-) -> tuple[npt.NDArray[np.int64], int]: ...
+    indptr: _Int64, indices: _Int64, iterations: int, seed: int, num_threads: int = 0
+) -> tuple[_Int64, int]: ...
+def rabbit_order(indptr: _Int64, indices: _Int64, skip: _UInt8 | None = None) -> tuple[_Int64, int]: ...
 
-# ---- partitioning kernels (partition.c) ----
+# ---- partition/: graph partitioning (partition.c, multilevel.c) ----
 def fennel_pass(
-    indptr: npt.NDArray[np.int64],
-    indices: npt.NDArray[np.int64],
-    nodes: npt.NDArray[np.int64],
-    labels: npt.NDArray[np.int32],
-    sizes: npt.NDArray[np.int64],
-    train_sizes: npt.NDArray[np.int64],
-    is_train: npt.NDArray[np.uint8],
-    capacity: npt.NDArray[np.int64],
-    weight: npt.NDArray[np.float64],
-    label_base: int,
-    alpha: float,
-    gamma: float,
-    train_penalty: float,
-    train_norm: float,
-    bloom: npt.NDArray[np.uint8] | None = None,
-    bloom_seed: int = 0,
-    block_nodes: int = 4096,
-    restream: bool = False,
-    num_threads: int = 0,
+    indptr: _Int64, indices: _Int64, nodes: _Int64, labels: _Int32, sizes: _Int64, train_sizes: _Int64,
+    is_train: _UInt8, capacity: _Int64, weight: npt.NDArray[np.float64], label_base: int, alpha: float,
+    gamma: float, train_penalty: float, train_norm: float, bloom: _UInt8 | None = None, bloom_seed: int = 0,
+    block_nodes: int = 4096, restream: bool = False, num_threads: int = 0, node_weight: _Int64 | None = None,
+    edge_weight: _Int64 | None = None, train_weight: _Int64 | None = None,
 ) -> None: ...
 def grem_pass(
-    indptr: npt.NDArray[np.int64],
-    indices: npt.NDArray[np.int64],
-    nodes: npt.NDArray[np.int64],
-    labels: npt.NDArray[np.int32],
-    pref: npt.NDArray[np.float32],
-    sizes: npt.NDArray[np.int64],
-    capacity: npt.NDArray[np.int64],
-    label_a: int,
-    label_b: int,
+    indptr: _Int64, indices: _Int64, nodes: _Int64, labels: _Int32, pref: npt.NDArray[np.float32], sizes: _Int64,
+    capacity: _Int64, label_a: int, label_b: int, node_weight: _Int64 | None = None,
+    edge_weight: _Int64 | None = None,
 ) -> int: ...
+def cluster_pass(
+    indptr: _Int64, indices: _Int64, nodes: _Int64, clusters: _Int64, cluster_weight: _Int64, max_weight: int,
+    node_weight: _Int64 | None = None, edge_weight: _Int64 | None = None, visit: _Int64 | None = None,
+) -> int: ...
+def refine_pass(
+    indptr: _Int64, indices: _Int64, nodes: _Int64, parts: _Int32, sizes: _Int64, capacity: _Int64,
+    node_weight: _Int64 | None = None, edge_weight: _Int64 | None = None, train_weight: _Int64 | None = None,
+    train_sizes: _Int64 | None = None, train_capacity: _Int64 | None = None, visit: _Int64 | None = None,
+) -> int: ...
+def csr_aggregate(indptr: _Int64, indices: _Int64, weights: _Int64) -> tuple[_Int64, int]: ...

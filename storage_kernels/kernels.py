@@ -1,9 +1,10 @@
 """The one boundary between Python and the native storage kernels (``storage_kernels._native``).
 
-Each wrapper has the name and argument order of its C kernel (see docs/CONTRACTS.md), normalises what it
-safely can (small index arrays to contiguous int64, ``num_threads=0`` = all cores) and leaves the checks
-that need the data (ranges, alignment, sortedness) to the kernel, which raises ``ValueError`` /
-``IndexError`` / ``OSError`` naming the offending position. Output arrays are never converted: they must
+Each wrapper has the name and argument order of its C kernel (see docs/CONTRACTS.md), calls it with keyword
+arguments (the parameter names of ``_native.pyi``), normalises what it safely can (small index arrays to
+contiguous int64, ``num_threads=0`` = all cores) and leaves the checks that need the data (ranges, alignment,
+sortedness) to the kernel, which raises ``ValueError`` / ``IndexError`` / ``OSError`` naming the offending
+position. Output arrays are never converted: they must
 already be writable, C-contiguous and of the right dtype, or the kernel refuses them.
 
 Two drivers are built on the kernels: :func:`build_csr` (two-pass CSR construction with bounded memory)
@@ -25,15 +26,25 @@ __all__ = [
     "DIRECT_ALIGN",
     "SampledBlocks",
     "aligned_empty",
+    "bucket_rows",
     "build_csr",
     "close_fd",
+    "cluster_pass",
+    "csr_aggregate",
     "csr_count",
     "csr_place",
+    "fennel_pass",
     "gather_rows",
+    "grem_pass",
+    "label_propagation",
     "open_direct",
     "pack_batches",
     "pack_partition",
+    "place_rows",
     "pread_ranges",
+    "rabbit_order",
+    "refine_pass",
+    "relabel_ids",
     "sample_blocks",
 ]
 
@@ -62,6 +73,22 @@ def _int64_array(name: str, values) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def _optional_indexes(**arrays) -> dict[str, np.ndarray | None]:
+    """Optional index arrays (weights, visit orders) as keyword arguments of a kernel, each normalised like
+    :func:`_index_array` and None kept: ``_native.f(..., **_optional_indexes(visit=visit))``."""
+    return {name: None if values is None else _index_array(name, values) for name, values in arrays.items()}
+
+
+def _chunk(indptr, indices, nodes) -> dict[str, np.ndarray]:
+    """The streamed chunk of a partitioning pass as keyword arguments of its kernel: ``nodes`` and their rows
+    at the local offsets ``indptr`` into ``indices``."""
+    return {
+        "indptr": _index_array("indptr", indptr),
+        "indices": _int64_array("indices", indices),
+        "nodes": _index_array("nodes", nodes),
+    }
+
+
 # ---- CSR construction -------------------------------------------------------------------------------------
 
 
@@ -71,7 +98,7 @@ def csr_count(src, counts: np.ndarray) -> None:
     ``counts`` (int64, N) is updated in place. Raises IndexError naming the first out-of-range ``src[i]``;
     ``counts`` is then unchanged.
     """
-    _native.csr_count(_index_array("src", src), counts)
+    _native.csr_count(src=_index_array("src", src), counts=counts)
 
 
 def csr_place(src, dst, cursor: np.ndarray, indices: np.ndarray) -> None:
@@ -81,7 +108,7 @@ def csr_place(src, dst, cursor: np.ndarray, indices: np.ndarray) -> None:
     their input order. On IndexError (bad ``src``, or a node receiving more edges than counted) ``cursor``
     is restored; entries of ``indices`` already written by this call are not.
     """
-    _native.csr_place(_index_array("src", src), _index_array("dst", dst), cursor, indices)
+    _native.csr_place(src=_index_array("src", src), dst=_index_array("dst", dst), cursor=cursor, indices=indices)
 
 
 def build_csr(
@@ -183,12 +210,12 @@ def sample_blocks(
     """
     return SampledBlocks(
         *_native.sample_blocks(
-            _int64_array("indptr", indptr),
-            _int64_array("indices", indices),
-            _index_array("seeds", seeds),
-            _index_array("fanouts", fanouts),
-            int(seed),
-            num_threads,
+            indptr=_int64_array("indptr", indptr),
+            indices=_int64_array("indices", indices),
+            seeds=_index_array("seeds", seeds),
+            fanouts=_index_array("fanouts", fanouts),
+            seed=int(seed),
+            num_threads=num_threads,
         )
     )
 
@@ -207,7 +234,7 @@ def gather_rows(src: np.ndarray, idx, out: np.ndarray | None = None, num_threads
     idx = _index_array("idx", idx)
     if out is None:
         out = np.empty((idx.shape[0], src.shape[1] if src.ndim == 2 else 0), dtype=src.dtype)
-    _native.gather_rows(src, idx, out, num_threads)
+    _native.gather_rows(src=src, idx=idx, out=out, num_threads=num_threads)
     return out
 
 
@@ -220,12 +247,12 @@ def open_direct(path: str | os.PathLike, write: bool = False) -> tuple[int, bool
     Returns ``(fd, direct)``; ``direct`` is False when the filesystem refused ``O_DIRECT`` and the file was
     reopened buffered. Close with :func:`close_fd`.
     """
-    return _native.open_direct(os.fspath(path), bool(write))
+    return _native.open_direct(path=os.fspath(path), write=bool(write))
 
 
 def close_fd(fd: int) -> None:
     """Close a descriptor returned by :func:`open_direct`."""
-    _native.close_fd(fd)
+    _native.close_fd(fd=fd)
 
 
 def pread_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct: bool, num_threads: int = 0) -> int:
@@ -237,19 +264,19 @@ def pread_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct
     Raises OSError naming the fd and offset on a failed read or end of file inside a range.
     """
     return _native.pread_ranges(
-        fd,
-        _index_array("offsets", offsets),
-        _index_array("lengths", lengths),
-        out,
-        _index_array("out_offsets", out_offsets),
-        bool(direct),
-        num_threads,
+        fd=fd,
+        offsets=_index_array("offsets", offsets),
+        lengths=_index_array("lengths", lengths),
+        out=out,
+        out_offsets=_index_array("out_offsets", out_offsets),
+        direct=bool(direct),
+        num_threads=num_threads,
     )
 
 
 def aligned_empty(nbytes: int, alignment: int = DIRECT_ALIGN) -> np.ndarray:
     """Uninitialised ``uint8[nbytes]`` whose data address is a multiple of ``alignment`` (a power of two)."""
-    return _native.aligned_empty(int(nbytes), int(alignment))
+    return _native.aligned_empty(nbytes=int(nbytes), alignment=int(alignment))
 
 
 # ---- batched packing (DiskGNN) ----------------------------------------------------------------------------
@@ -276,14 +303,14 @@ def pack_partition(
     if features.dtype != np.float32:
         raise ValueError(f"'features' expected float32 rows (got {features.dtype})")
     return _native.pack_partition(
-        np.ascontiguousarray(features),
-        int(row_start),
-        _index_array("ids", ids),
-        _index_array("batch_ptr", batch_ptr),
-        cursor,
-        fd,
-        _index_array("chunk_offsets", chunk_offsets),
-        num_threads,
+        features=np.ascontiguousarray(features),
+        row_start=int(row_start),
+        ids=_index_array("ids", ids),
+        batch_ptr=_index_array("batch_ptr", batch_ptr),
+        cursor=cursor,
+        fd=fd,
+        chunk_offsets=_index_array("chunk_offsets", chunk_offsets),
+        num_threads=num_threads,
     )
 
 
@@ -368,7 +395,8 @@ def pack_batches(
             if np.searchsorted(wanted, start) == np.searchsorted(wanted, stop):
                 continue
             part = np.ascontiguousarray(features[start:stop])  # (R, F) view of the memmap, read sequentially
-            _native.pack_partition(part, start, ids_all, batch_ptr, cursor, fd, chunk_offsets, num_threads)
+            _native.pack_partition(features=part, row_start=start, ids=ids_all, batch_ptr=batch_ptr, cursor=cursor,
+                                   fd=fd, chunk_offsets=chunk_offsets, num_threads=num_threads)
     finally:
         os.close(fd)
     if not np.array_equal(cursor, chunk_rows):
@@ -389,7 +417,7 @@ def relabel_ids(ids, inverse: np.ndarray, out: np.ndarray | None = None, num_thr
     inverse = _int64_array("inverse", inverse)
     if out is None:
         out = np.empty(ids.shape[0], dtype=np.int64)
-    _native.relabel_ids(ids, inverse, out, num_threads)
+    _native.relabel_ids(ids=ids, inverse=inverse, out=out, num_threads=num_threads)
     return out
 
 
@@ -407,7 +435,8 @@ def bucket_rows(rows: np.ndarray, keys, bounds, num_threads: int = 0) -> tuple[n
     out_rows = np.empty_like(rows)
     out_keys = np.empty_like(keys)
     counts = np.zeros(max(bounds.shape[0] - 1, 0), dtype=np.int64)
-    _native.bucket_rows(rows, keys, bounds, out_rows, out_keys, counts, num_threads)
+    _native.bucket_rows(rows=rows, keys=keys, bounds=bounds, out_rows=out_rows, out_keys=out_keys, counts=counts,
+                        num_threads=num_threads)
     bucket_ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=bucket_ptr[1:])
     return out_rows, out_keys, bucket_ptr
@@ -418,7 +447,7 @@ def place_rows(rows: np.ndarray, pos, out: np.ndarray, num_threads: int = 0) -> 
     both before anything is written). ``rows`` and ``out`` are 2-D C-contiguous of the same dtype and width."""
     if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.flags.c_contiguous):
         rows = np.ascontiguousarray(rows)
-    _native.place_rows(rows, _index_array("pos", pos), out, num_threads)
+    _native.place_rows(rows=rows, pos=_index_array("pos", pos), out=out, num_threads=num_threads)
     return out
 
 
@@ -432,8 +461,11 @@ def label_propagation(indptr: np.ndarray, indices: np.ndarray, iterations: int, 
     result does not depend on ``num_threads``.
     """
     labels, rounds = _native.label_propagation(
-        _int64_array("indptr", indptr), _int64_array("indices", indices), int(iterations), int(seed) & (2**64 - 1),
-        num_threads,
+        indptr=_int64_array("indptr", indptr),
+        indices=_int64_array("indices", indices),
+        iterations=int(iterations),
+        seed=int(seed) & (2**64 - 1),
+        num_threads=num_threads,
     )
     return labels, int(rounds)
 
@@ -450,12 +482,11 @@ def rabbit_order(indptr: np.ndarray, indices: np.ndarray, skip: np.ndarray | Non
     rule is in ``rabbit.c``.
     """
     mask = None if skip is None else np.ascontiguousarray(skip, dtype=np.uint8)
-    perm, num_communities = _native.rabbit_order(_int64_array("indptr", indptr), _int64_array("indices", indices),
-                                                 mask)
+    perm, num_communities = _native.rabbit_order(
+        indptr=_int64_array("indptr", indptr), indices=_int64_array("indices", indices), skip=mask
+    )
     return perm, int(num_communities)
 
-
-__all__ += ["bucket_rows", "label_propagation", "place_rows", "rabbit_order", "relabel_ids"]
 
 
 # ---- partitioning kernels (partition.c) -------------------------------------------------------------------
@@ -507,12 +538,24 @@ def fennel_pass(
     Without them the result is that of the unweighted rule above.
     """
     _native.fennel_pass(
-        _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), labels,
-        sizes, train_sizes, np.ascontiguousarray(is_train, dtype=np.uint8),
-        _index_array("capacity", capacity), np.ascontiguousarray(weight, dtype=np.float64), int(label_base),
-        float(alpha), float(gamma), float(train_penalty), float(train_norm), bloom, int(bloom_seed),
-        int(block_nodes), bool(restream), int(num_threads), _optional_index("node_weight", node_weight),
-        _optional_index("edge_weight", edge_weight), _optional_index("train_weight", train_weight),
+        **_chunk(indptr, indices, nodes),
+        labels=labels,
+        sizes=sizes,
+        train_sizes=train_sizes,
+        is_train=np.ascontiguousarray(is_train, dtype=np.uint8),
+        capacity=_index_array("capacity", capacity),
+        weight=np.ascontiguousarray(weight, dtype=np.float64),
+        label_base=int(label_base),
+        alpha=float(alpha),
+        gamma=float(gamma),
+        train_penalty=float(train_penalty),
+        train_norm=float(train_norm),
+        bloom=bloom,
+        bloom_seed=int(bloom_seed),
+        block_nodes=int(block_nodes),
+        restream=bool(restream),
+        num_threads=int(num_threads),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight, train_weight=train_weight),
     )
 
 
@@ -530,14 +573,15 @@ def grem_pass(indptr, indices, nodes, labels: np.ndarray, pref: np.ndarray, size
     side (room check ``sizes + w <= capacity``).
     """
     return _native.grem_pass(
-        _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), labels,
-        pref, sizes, _index_array("capacity", capacity), int(label_a), int(label_b),
-        _optional_index("node_weight", node_weight), _optional_index("edge_weight", edge_weight),
+        **_chunk(indptr, indices, nodes),
+        labels=labels,
+        pref=pref,
+        sizes=sizes,
+        capacity=_index_array("capacity", capacity),
+        label_a=int(label_a),
+        label_b=int(label_b),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight),
     )
-
-
-def _optional_index(name: str, values) -> np.ndarray | None:
-    return None if values is None else _index_array(name, values)
 
 
 def cluster_pass(indptr, indices, nodes, clusters: np.ndarray, cluster_weight: np.ndarray, max_weight: int,
@@ -553,9 +597,11 @@ def cluster_pass(indptr, indices, nodes, clusters: np.ndarray, cluster_weight: n
     Weights default to 1 and must be >= 1. Sequential. Returns how many nodes changed cluster.
     """
     return _native.cluster_pass(
-        _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), clusters,
-        cluster_weight, int(max_weight), _optional_index("node_weight", node_weight),
-        _optional_index("edge_weight", edge_weight), _optional_index("visit", visit),
+        **_chunk(indptr, indices, nodes),
+        clusters=clusters,
+        cluster_weight=cluster_weight,
+        max_weight=int(max_weight),
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight, visit=visit),
     )
 
 
@@ -573,10 +619,13 @@ def refine_pass(indptr, indices, nodes, parts: np.ndarray, sizes: np.ndarray, ca
     ``sizes`` (int64, k) and ``train_sizes`` are updated in place. Sequential. Returns how many nodes moved.
     """
     return _native.refine_pass(
-        _index_array("indptr", indptr), _int64_array("indices", indices), _index_array("nodes", nodes), parts,
-        sizes, _index_array("capacity", capacity), _optional_index("node_weight", node_weight),
-        _optional_index("edge_weight", edge_weight), _optional_index("train_weight", train_weight), train_sizes,
-        _optional_index("train_capacity", train_capacity), _optional_index("visit", visit),
+        **_chunk(indptr, indices, nodes),
+        parts=parts,
+        sizes=sizes,
+        capacity=_index_array("capacity", capacity),
+        train_sizes=train_sizes,
+        **_optional_indexes(node_weight=node_weight, edge_weight=edge_weight, train_weight=train_weight,
+                            train_capacity=train_capacity, visit=visit),
     )
 
 
@@ -586,8 +635,6 @@ def csr_aggregate(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray) 
     ``indices`` and ``weights`` (int64, writable) are compacted: the merged graph is ``(new_indptr,
     indices[:nnz], weights[:nnz])``. Returns ``(new_indptr, nnz)``.
     """
-    new_indptr, nnz = _native.csr_aggregate(_int64_array("indptr", indptr), indices, weights)
+    new_indptr, nnz = _native.csr_aggregate(indptr=_int64_array("indptr", indptr), indices=indices, weights=weights)
     return new_indptr, int(nnz)
 
-
-__all__ += ["cluster_pass", "csr_aggregate", "fennel_pass", "grem_pass", "refine_pass"]

@@ -1,7 +1,10 @@
-/* Shared helpers: buffer validation with readable errors, thread runner, arrays owning malloc'd memory. */
+/* Shared helpers (see common.h): buffer acquisition and argument checks with readable errors, thread runner,
+ * arrays owning malloc'd memory, complete positioned I/O, CSR and streamed-chunk validation. */
 #include "common.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +82,24 @@ bad:
     return -1;
 }
 
+int sk_get_optional(PyObject *obj, const char *func, const char *name, sk_kind kind, int ndim, int writable,
+                    Py_buffer *view) {
+    if (obj == Py_None) return 0;
+    return sk_get_buffer(obj, func, name, kind, ndim, writable, view);
+}
+
+int sk_get_typed(PyObject *obj, const char *func, const char *name, char format, Py_ssize_t itemsize,
+                 const char *type_name, int writable, Py_buffer *view) {
+    if (sk_get_buffer(obj, func, name, SK_ANY, 1, writable, view) < 0) return -1;
+    const char *f = sk_format(view);
+    if (f[0] != format || f[1] != '\0' || view->itemsize != itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: '%s' expected %s array (got format '%s')", func, name, type_name, f);
+        sk_release(view);
+        return -1;
+    }
+    return 0;
+}
+
 int sk_get_optional_int64(PyObject *obj, const char *func, const char *name, int64_t expected, int writable,
                           int64_t min, Py_buffer *view) {
     if (obj == Py_None) return 0;
@@ -99,6 +120,67 @@ int sk_get_optional_int64(PyObject *obj, const char *func, const char *name, int
                 return -1;
             }
     return 0;
+}
+
+int sk_get_int64_n(PyObject *obj, const char *func, const char *name, int64_t expected, int writable, int64_t min,
+                   Py_buffer *view) {
+    if (obj == Py_None) {
+        PyErr_Format(PyExc_ValueError, "%s: '%s' expected an int64 array (got None)", func, name);
+        return -1;
+    }
+    return sk_get_optional_int64(obj, func, name, expected, writable, min, view);
+}
+
+/* ---- argument checks and errors ---- */
+
+int sk_check_min(const char *func, const char *name, long long value, long long min) {
+    if (value >= min) return 0;
+    PyErr_Format(PyExc_ValueError, "%s: '%s' expected >= %lld (got %lld)", func, name, min, value);
+    return -1;
+}
+
+int sk_check_fd(const char *func, int fd) {
+    if (fd >= 0) return 0;
+    PyErr_Format(PyExc_ValueError, "%s: 'fd' expected a descriptor >= 0 (got %d)", func, fd);
+    return -1;
+}
+
+int sk_check_len(const char *func, const char *name, const Py_buffer *view, int64_t expected) {
+    if (sk_len(view) == expected) return 0;
+    PyErr_Format(PyExc_ValueError, "%s: '%s' expected length %lld (got %lld)", func, name, (long long)expected,
+                 (long long)sk_len(view));
+    return -1;
+}
+
+int sk_check_same_type(const char *func, const char *name, const Py_buffer *view, const char *like_name,
+                       const Py_buffer *like) {
+    if (view->itemsize == like->itemsize && strcmp(sk_format(view), sk_format(like)) == 0) return 0;
+    PyErr_Format(PyExc_ValueError, "%s: '%s' expected the element type of '%s' ('%s') (got '%s')", func, name,
+                 like_name, sk_format(like), sk_format(view));
+    return -1;
+}
+
+int sk_raise_index(const char *func, const char *name, const char *what, int64_t bound, int64_t pos, int64_t value) {
+    PyErr_Format(PyExc_IndexError, "%s: '%s' expected %s in [0, %lld) (got %s[%lld]=%lld)", func, name, what,
+                 (long long)bound, name, (long long)pos, (long long)value);
+    return -1;
+}
+
+PyObject *sk_raise_errno(int err, const char *format, ...) {
+    va_list vargs;
+    va_start(vargs, format);
+    PyObject *what = PyUnicode_FromFormatV(format, vargs);
+    va_end(vargs);
+    if (what == NULL) return NULL;
+    PyObject *msg = PyUnicode_FromFormat("%U: %s", what, strerror(err));
+    Py_DECREF(what);
+    if (msg == NULL) return NULL;
+    PyObject *exc_args = Py_BuildValue("(iN)", err, msg);
+    if (exc_args != NULL) {
+        PyErr_SetObject(PyExc_OSError, exc_args);
+        Py_DECREF(exc_args);
+    }
+    return NULL;
 }
 
 int sk_resolve_threads(const char *func, Py_ssize_t requested) {
@@ -199,11 +281,187 @@ PyObject *sk_uint8_array_from_malloc(void *data, int64_t n) { return array_from_
 void sk_hint_hugepages(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
     if (p == NULL || bytes < ((size_t)4 << 20)) return;
-    const uintptr_t page = 4096, start = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t page = 4096; /* the base page size madvise works in (not SK_DIRECT_ALIGN, a file-format unit) */
+    const uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
     const uintptr_t end = ((uintptr_t)p + bytes) & ~(page - 1);
     if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE);
 #else
     (void)p;
     (void)bytes;
 #endif
+}
+
+/* ---- row copies ---- */
+
+#define SK_MIN_COPY_BYTES_PER_THREAD (1 << 20)
+
+typedef struct {
+    char *out;
+    const char *src;
+    const int64_t *dst_idx, *src_idx;
+    int64_t K;
+    size_t row_bytes;
+} copy_ctx;
+
+static void copy_rows_task(void *p, int tid, int nthreads) {
+    const copy_ctx *c = (const copy_ctx *)p;
+    const int64_t lo = c->K * tid / nthreads, hi = c->K * (tid + 1) / nthreads;
+    const size_t rb = c->row_bytes;
+    for (int64_t k = lo; k < hi; k++) {
+        const int64_t s = c->src_idx != NULL ? c->src_idx[k] : k, d = c->dst_idx != NULL ? c->dst_idx[k] : k;
+        if (c->src_idx != NULL && k + 8 < hi) __builtin_prefetch(c->src + (size_t)c->src_idx[k + 8] * rb);
+        memcpy(c->out + (size_t)d * rb, c->src + (size_t)s * rb, rb);
+    }
+}
+
+void sk_copy_rows(char *out, const int64_t *dst_idx, const char *src, const int64_t *src_idx, int64_t K,
+                  int64_t row_bytes, int nthreads) {
+    if (row_bytes <= 0) return;
+    int64_t total = 0;
+    if (sk_mul_overflow(K, row_bytes, &total)) total = INT64_MAX;
+    copy_ctx ctx = {out, src, dst_idx, src_idx, K, (size_t)row_bytes};
+    sk_parallel(sk_cap_threads(nthreads, total, SK_MIN_COPY_BYTES_PER_THREAD), copy_rows_task, &ctx);
+}
+
+/* ---- complete positioned I/O ---- */
+
+static int pio_full(int fd, char *buf, int64_t len, int64_t off, int write, int64_t *done, int *err) {
+    *done = 0;
+    while (*done < len) {
+        const ssize_t r = write ? pwrite(fd, buf + *done, (size_t)(len - *done), (off_t)(off + *done))
+                                : pread(fd, buf + *done, (size_t)(len - *done), (off_t)(off + *done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            *err = errno;
+            return SK_IO_ERRNO;
+        }
+        if (r == 0 && !write) return SK_IO_EOF;
+        *done += r;
+    }
+    return SK_IO_OK;
+}
+
+int sk_pread_full(int fd, void *buf, int64_t len, int64_t off, int64_t *done, int *err) {
+    return pio_full(fd, buf, len, off, 0, done, err);
+}
+
+int sk_pwrite_full(int fd, const void *buf, int64_t len, int64_t off, int64_t *done, int *err) {
+    return pio_full(fd, (char *)buf, len, off, 1, done, err);
+}
+
+/* ---- CSR graphs ---- */
+
+int sk_get_csr(const char *func, PyObject *indptr_obj, PyObject *indices_obj, int writable, Py_buffer *indptr,
+               Py_buffer *indices) {
+    if (sk_get_buffer(indptr_obj, func, "indptr", SK_INT64, 1, 0, indptr) < 0) return -1;
+    if (sk_get_buffer(indices_obj, func, "indices", SK_INT64, 1, writable, indices) < 0) goto fail;
+    const int64_t N = sk_len(indptr) - 1, E = sk_len(indices), *ip = indptr->buf;
+    if (N < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected at least 1 entry (got 0)", func);
+        goto fail;
+    }
+    if (ip[0] != 0 || ip[N] != E) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: 'indptr' expected to start at 0 and end at len(indices)=%lld (got %lld and %lld)", func,
+                     (long long)E, (long long)ip[0], (long long)ip[N]);
+        goto fail;
+    }
+    return 0;
+
+fail:
+    sk_release(indptr);
+    sk_release(indices);
+    return -1;
+}
+
+int64_t sk_check_csr(const int64_t *indptr, int64_t N, const int64_t *indices, int64_t E, sk_status *st) {
+    int64_t max_degree = 0;
+    for (int64_t v = 0; v < N; v++) {
+        const int64_t d = indptr[v + 1] - indptr[v];
+        if (d < 0 || indptr[v + 1] > E) {
+            sk_status_set(st, SK_ERR_CSR_INDPTR, 0, v, v + 1, indptr[v + 1], indptr[v], 0);
+            return -1;
+        }
+        if (d > max_degree) max_degree = d;
+    }
+    const int64_t bad = sk_first_outside(indices, E, N);
+    if (bad >= 0) {
+        sk_status_set(st, SK_ERR_CSR_ID, 0, bad, bad, indices[bad], 0, 0);
+        return -1;
+    }
+    return max_degree;
+}
+
+int sk_raise_csr_error(const char *func, const sk_status *st, int64_t N, int64_t E) {
+    switch (st->code) {
+    case SK_ERR_CSR_INDPTR:
+        PyErr_Format(PyExc_ValueError,
+                     "%s: 'indptr' expected non-decreasing values <= %lld (got indptr[%lld]=%lld after %lld)", func,
+                     (long long)E, (long long)st->a, (long long)st->b, (long long)st->c);
+        return -1;
+    case SK_ERR_CSR_ID:
+        return sk_raise_index(func, "indices", "ids", N, st->a, st->b);
+    default:
+        return 0;
+    }
+}
+
+/* ---- streamed chunks of the partitioning passes ---- */
+
+int sk_get_chunk(const char *func, PyObject *indptr_obj, PyObject *indices_obj, PyObject *nodes_obj,
+                 Py_buffer *indptr, Py_buffer *indices, Py_buffer *nodes) {
+    if (sk_get_buffer(indptr_obj, func, "indptr", SK_INT64, 1, 0, indptr) < 0) return -1;
+    if (sk_get_buffer(indices_obj, func, "indices", SK_INT64, 1, 0, indices) < 0) goto fail;
+    if (sk_get_buffer(nodes_obj, func, "nodes", SK_INT64, 1, 0, nodes) < 0) goto fail;
+    if (sk_len(indptr) != sk_len(nodes) + 1) {
+        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", func,
+                     (long long)(sk_len(nodes) + 1), (long long)sk_len(indptr));
+        goto fail;
+    }
+    return 0;
+
+fail:
+    sk_release(indptr);
+    sk_release(indices);
+    sk_release(nodes);
+    return -1;
+}
+
+void sk_check_chunk(const int64_t *ptr, int64_t B, int64_t E, const int64_t *nodes, int ascending,
+                    const int64_t *cols, int64_t N, sk_status *st) {
+    if (ptr[0] < 0 || ptr[0] > E) {
+        sk_status_set(st, SK_ERR_CHUNK_PTR, 0, 0, 0, ptr[0], 0, 0);
+        return;
+    }
+    for (int64_t j = 0; j < B; j++) {
+        if (ptr[j + 1] < ptr[j] || ptr[j + 1] > E) {
+            sk_status_set(st, SK_ERR_CHUNK_PTR, 0, j + 1, j + 1, ptr[j + 1], 0, 0);
+            return;
+        }
+        if ((uint64_t)nodes[j] >= (uint64_t)N || (ascending && j > 0 && nodes[j] <= nodes[j - 1])) {
+            sk_status_set(st, SK_ERR_CHUNK_NODE, 0, j, j, nodes[j], 0, 0);
+            return;
+        }
+    }
+    const int64_t bad = sk_first_outside(cols + ptr[0], ptr[B] - ptr[0], N);
+    if (bad >= 0) sk_status_set(st, SK_ERR_CHUNK_COL, 0, ptr[0] + bad, ptr[0] + bad, cols[ptr[0] + bad], 0, 0);
+}
+
+int sk_raise_chunk_error(const char *func, const sk_status *st, int64_t N, int ascending) {
+    switch (st->code) {
+    case SK_ERR_CHUNK_PTR:
+        PyErr_Format(PyExc_ValueError,
+                     "%s: 'indptr' expected non-decreasing offsets within len(indices) (got indptr[%lld]=%lld)", func,
+                     (long long)st->a, (long long)st->b);
+        return -1;
+    case SK_ERR_CHUNK_NODE:
+        return sk_raise_index(func, "nodes", ascending ? "strictly ascending ids" : "ids", N, st->a, st->b);
+    case SK_ERR_CHUNK_COL:
+        return sk_raise_index(func, "indices", "node ids", N, st->a, st->b);
+    case SK_ERR_NOMEM:
+        PyErr_NoMemory();
+        return -1;
+    default:
+        return 0;
+    }
 }

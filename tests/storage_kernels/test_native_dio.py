@@ -39,6 +39,19 @@ def direct_fd(data_file):
     kernels.close_fd(fd)
 
 
+# ---- the alignment constant ------------------------------------------------------------------------------
+
+
+def test_direct_align_is_the_file_format_alignment():
+    """C defines the alignment once (SK_DIRECT_ALIGN); it must be the file format's, arrays.DATA_ALIGN."""
+    from storage_kernels import _native, arrays
+
+    assert _native.DIRECT_ALIGN == arrays.DATA_ALIGN
+    assert kernels.DIRECT_ALIGN == arrays.DATA_ALIGN
+    assert kernels.aligned_empty(1).ctypes.data % arrays.DATA_ALIGN == 0  # the native default alignment
+    assert _native.aligned_empty(1).ctypes.data % arrays.DATA_ALIGN == 0
+
+
 # ---- aligned_empty ---------------------------------------------------------------------------------------
 
 

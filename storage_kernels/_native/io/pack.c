@@ -8,11 +8,10 @@
  * Phase 1 (no GIL, one thread) finds every batch's run and validates it; phase 2 (parallel over batches)
  * gathers and writes; cursors advance only when every write succeeded. */
 #include "common.h"
+#include "kernels.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { PK_OK = 0, PK_NEG_ID, PK_UNSORTED, PK_BEHIND, PK_OVERFLOW, PK_ERRNO, PK_NOMEM = SK_ERR_NOMEM };
 
@@ -52,16 +51,10 @@ static void write_task(void *p, int tid, int nthreads) {
             memcpy(stage + (size_t)m * row_bytes, (const char *)c->features + (size_t)(ids[m] - c->row_start) * row_bytes,
                    row_bytes);
         const int64_t off = c->chunk_offsets[b] + c->cursor[b] * (int64_t)row_bytes;
-        size_t done = 0;
-        while (done < need) {
-            const ssize_t w = pwrite(c->fd, stage + done, need - done, (off_t)(off + (int64_t)done));
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                sk_status_set(st, PK_ERRNO, errno, b, b, off, (int64_t)need, (int64_t)done);
-                break;
-            }
-            done += (size_t)w;
-        }
+        int64_t done;
+        int err = 0;
+        if (sk_pwrite_full(c->fd, stage, (int64_t)need, off, &done, &err) != SK_IO_OK)
+            sk_status_set(st, PK_ERRNO, err, b, b, off, (int64_t)need, done);
     }
     free(stage);
 }
@@ -77,25 +70,20 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs) {
     sk_status st = {0}, *ts = NULL;
     int64_t *run = NULL, total = 0;
     int nthreads;
+    PyObject *result = NULL;
+    const char *fn = "pack_partition";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLOOOiO|n:pack_partition", kwlist, &features_obj, &row_start,
                                      &ids_obj, &batch_ptr_obj, &cursor_obj, &fd, &chunk_offsets_obj, &num_threads))
         return NULL;
-    if ((nthreads = sk_resolve_threads("pack_partition", num_threads)) < 0) return NULL;
-    if (row_start < 0) {
-        PyErr_Format(PyExc_ValueError, "pack_partition: 'row_start' expected >= 0 (got %lld)", row_start);
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0 || sk_check_min(fn, "row_start", row_start, 0) < 0 ||
+        sk_check_fd(fn, fd) < 0)
         return NULL;
-    }
-    if (fd < 0) {
-        PyErr_Format(PyExc_ValueError, "pack_partition: 'fd' expected a descriptor >= 0 (got %d)", fd);
-        return NULL;
-    }
-    if (sk_get_buffer(features_obj, "pack_partition", "features", SK_FLOAT32, 2, 0, &features) < 0) goto fail;
-    if (sk_get_buffer(ids_obj, "pack_partition", "ids", SK_INT64, 1, 0, &ids) < 0) goto fail;
-    if (sk_get_buffer(batch_ptr_obj, "pack_partition", "batch_ptr", SK_INT64, 1, 0, &batch_ptr) < 0) goto fail;
-    if (sk_get_buffer(cursor_obj, "pack_partition", "cursor", SK_INT64, 1, 1, &cursor) < 0) goto fail;
-    if (sk_get_buffer(chunk_offsets_obj, "pack_partition", "chunk_offsets", SK_INT64, 1, 0, &chunk_offsets) < 0)
-        goto fail;
+    if (sk_get_buffer(features_obj, fn, "features", SK_FLOAT32, 2, 0, &features) < 0) goto done;
+    if (sk_get_buffer(ids_obj, fn, "ids", SK_INT64, 1, 0, &ids) < 0) goto done;
+    if (sk_get_buffer(batch_ptr_obj, fn, "batch_ptr", SK_INT64, 1, 0, &batch_ptr) < 0) goto done;
+    if (sk_get_buffer(cursor_obj, fn, "cursor", SK_INT64, 1, 1, &cursor) < 0) goto done;
+    if (sk_get_buffer(chunk_offsets_obj, fn, "chunk_offsets", SK_INT64, 1, 0, &chunk_offsets) < 0) goto done;
 
     const int64_t R = features.shape[0], F = features.shape[1], T = sk_len(&ids);
     const int64_t NB = sk_len(&batch_ptr) - 1;
@@ -103,14 +91,14 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs) {
     int64_t *cur = cursor.buf;
     if (NB < 0) {
         PyErr_SetString(PyExc_ValueError, "pack_partition: 'batch_ptr' expected num_batches + 1 >= 1 entries (got 0)");
-        goto fail;
+        goto done;
     }
     if (sk_len(&cursor) != NB || sk_len(&chunk_offsets) != NB) {
         PyErr_Format(PyExc_ValueError,
                      "pack_partition: 'cursor' and 'chunk_offsets' expected len(batch_ptr) - 1 = %lld entries "
                      "(got %lld and %lld)",
                      (long long)NB, (long long)sk_len(&cursor), (long long)sk_len(&chunk_offsets));
-        goto fail;
+        goto done;
     }
     for (int64_t b = 0; b < NB; b++) {
         if (bp[b] < 0 || bp[b + 1] < bp[b] || bp[b + 1] > T) {
@@ -118,19 +106,19 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs) {
                          "pack_partition: 'batch_ptr' expected 0 <= batch_ptr[b] <= batch_ptr[b+1] <= len(ids)=%lld "
                          "(got batch_ptr[%lld]=%lld, batch_ptr[%lld]=%lld)",
                          (long long)T, (long long)b, (long long)bp[b], (long long)b + 1, (long long)bp[b + 1]);
-            goto fail;
+            goto done;
         }
         if (cur[b] < 0 || cur[b] > bp[b + 1] - bp[b]) {
             PyErr_Format(PyExc_ValueError, "pack_partition: 'cursor' expected values in [0, %lld] for batch %lld "
                                            "(got cursor[%lld]=%lld)",
                          (long long)(bp[b + 1] - bp[b]), (long long)b, (long long)b, (long long)cur[b]);
-            goto fail;
+            goto done;
         }
         if (off[b] < 0) {
             PyErr_Format(PyExc_ValueError, "pack_partition: 'chunk_offsets' expected values >= 0 (got "
                                            "chunk_offsets[%lld]=%lld)",
                          (long long)b, (long long)off[b]);
-            goto fail;
+            goto done;
         }
     }
     nthreads = sk_cap_threads(nthreads, NB, 1);
@@ -138,7 +126,7 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs) {
     ts = calloc((size_t)nthreads, sizeof(sk_status));
     if (run == NULL || ts == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
     pack_ctx ctx = {.features = features.buf, .row_start = row_start, .R = R, .F = F, .ids = id, .batch_ptr = bp,
                     .cursor = cur, .chunk_offsets = off, .run = run, .NB = NB, .fd = fd, .status = ts};
@@ -184,58 +172,38 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs) {
 
     switch (st.code) {
     case PK_OK:
+        result = PyLong_FromLongLong((long long)total);
         break;
     case PK_NEG_ID:
         PyErr_Format(PyExc_IndexError, "pack_partition: 'ids' of batch %lld expected node ids >= 0 (got ids[%lld]=%lld)",
                      (long long)st.a, (long long)st.b, (long long)st.c);
-        goto fail;
+        break;
     case PK_UNSORTED:
         PyErr_Format(PyExc_ValueError,
                      "pack_partition: 'ids' of batch %lld expected strictly ascending ids (got ids[%lld]=%lld after %lld)",
                      (long long)st.a, (long long)st.b, (long long)st.c, (long long)st.d);
-        goto fail;
+        break;
     case PK_BEHIND:
         PyErr_Format(PyExc_ValueError,
                      "pack_partition: 'ids' of batch %lld expected ids >= row_start=%lld, partitions packed in "
                      "ascending row order (got ids[%lld]=%lld still unwritten)",
                      (long long)st.a, row_start, (long long)st.b, (long long)st.c);
-        goto fail;
+        break;
     case PK_OVERFLOW:
         PyErr_Format(PyExc_ValueError, "pack_partition: batch %lld expected a byte offset below 2**63 (got chunk_offsets[%lld]=%lld)",
                      (long long)st.a, (long long)st.a, (long long)st.b);
-        goto fail;
-    case PK_ERRNO: {
-        PyObject *msg = PyUnicode_FromFormat("pack_partition: writing batch %lld to fd %d at offset %lld: %s",
-                                             (long long)st.a, fd, (long long)(st.b + st.d), strerror(st.err_no));
-        if (msg != NULL) {
-            PyObject *exc_args = Py_BuildValue("(iN)", st.err_no, msg);
-            if (exc_args != NULL) {
-                PyErr_SetObject(PyExc_OSError, exc_args);
-                Py_DECREF(exc_args);
-            }
-        }
-        goto fail;
-    }
+        break;
+    case PK_ERRNO:
+        sk_raise_errno(st.err_no, "pack_partition: writing batch %lld to fd %d at offset %lld", (long long)st.a, fd,
+                       (long long)(st.b + st.d));
+        break;
     default:
         PyErr_NoMemory();
-        goto fail;
     }
-    free(run);
-    free(ts);
-    sk_release(&features);
-    sk_release(&ids);
-    sk_release(&batch_ptr);
-    sk_release(&cursor);
-    sk_release(&chunk_offsets);
-    return PyLong_FromLongLong((long long)total);
 
-fail:
+done:
     free(run);
     free(ts);
-    sk_release(&features);
-    sk_release(&ids);
-    sk_release(&batch_ptr);
-    sk_release(&cursor);
-    sk_release(&chunk_offsets);
-    return NULL;
+    SK_RELEASE(&features, &ids, &batch_ptr, &cursor, &chunk_offsets);
+    return result;
 }

@@ -1,10 +1,11 @@
 /* Direct I/O: open with O_DIRECT (buffered fallback), batched aligned preads, aligned buffers.
  *
  * With O_DIRECT the kernel DMA's straight into the destination, so file offset, length and destination
- * address must all be multiples of the logical block size; we require 4096 (DIRECT_ALIGN) and check every
- * range before the first read. Reads are retried until complete (EINTR, short reads); reaching EOF before
- * a range is complete is an error. */
+ * address must all be multiples of the logical block size; we require SK_DIRECT_ALIGN (the module's
+ * DIRECT_ALIGN) and check every range before the first read. Reads are retried until complete (EINTR, short
+ * reads); reaching EOF before a range is complete is an error. */
 #include "common.h"
+#include "kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DIO_ALIGN 4096
-
-enum { DIO_OK = 0, DIO_ERRNO = 1, DIO_EOF = 2 };
+enum { DIO_OK = SK_IO_OK, DIO_ERRNO = SK_IO_ERRNO, DIO_EOF = SK_IO_EOF }; /* codes of sk_pread_full */
 
 PyObject *sk_open_direct(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"path", "write", NULL};
@@ -47,25 +46,13 @@ PyObject *sk_close_fd(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"fd", NULL};
     int fd, rc, err = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i:close_fd", kwlist, &fd)) return NULL;
-    if (fd < 0) {
-        PyErr_Format(PyExc_ValueError, "close_fd: 'fd' expected a descriptor >= 0 (got %d)", fd);
-        return NULL;
-    }
+    if (sk_check_fd("close_fd", fd) < 0) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = close(fd);
     err = errno;
     Py_END_ALLOW_THREADS
-    if (rc < 0 && err != EINTR) { /* after EINTR the descriptor is released on Linux: do not retry */
-        PyObject *msg = PyUnicode_FromFormat("close_fd: closing fd %d: %s", fd, strerror(err));
-        if (msg != NULL) {
-            PyObject *exc_args = Py_BuildValue("(iN)", err, msg);
-            if (exc_args != NULL) {
-                PyErr_SetObject(PyExc_OSError, exc_args);
-                Py_DECREF(exc_args);
-            }
-        }
-        return NULL;
-    }
+    if (rc < 0 && err != EINTR) /* after EINTR the descriptor is released on Linux: do not retry */
+        return sk_raise_errno(err, "close_fd: closing fd %d", fd);
     Py_RETURN_NONE;
 }
 
@@ -84,22 +71,11 @@ static void pread_task(void *p, int tid, int nthreads) {
     int64_t lo, hi;
     while (sk_claim(&c->next, c->K, 1, &lo, &hi)) {
         for (int64_t k = lo; k < hi; k++) {
-            char *dst = c->out + c->out_offsets[k];
             const int64_t off = c->offsets[k], len = c->lengths[k];
-            int64_t done = 0;
-            while (done < len) {
-                const ssize_t r = pread(c->fd, dst + done, (size_t)(len - done), (off_t)(off + done));
-                if (r < 0) {
-                    if (errno == EINTR) continue;
-                    sk_status_set(st, DIO_ERRNO, errno, k, k, off, len, done);
-                    break;
-                }
-                if (r == 0) {
-                    sk_status_set(st, DIO_EOF, 0, k, k, off, len, done);
-                    break;
-                }
-                done += r;
-            }
+            int64_t done;
+            int err = 0;
+            const int rc = sk_pread_full(c->fd, c->out + c->out_offsets[k], len, off, &done, &err);
+            if (rc != DIO_OK) sk_status_set(st, rc, err, k, k, off, len, done);
         }
     }
 }
@@ -113,19 +89,17 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
     sk_status st = {0}, *ts = NULL;
     int nthreads;
     int64_t total = 0;
+    PyObject *result = NULL;
+    const char *fn = "pread_ranges";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOOOOp|n:pread_ranges", kwlist, &fd, &offsets_obj, &lengths_obj,
                                      &out_obj, &out_offsets_obj, &direct, &num_threads))
         return NULL;
-    if ((nthreads = sk_resolve_threads("pread_ranges", num_threads)) < 0) return NULL;
-    if (fd < 0) {
-        PyErr_Format(PyExc_ValueError, "pread_ranges: 'fd' expected a descriptor >= 0 (got %d)", fd);
-        return NULL;
-    }
-    if (sk_get_buffer(offsets_obj, "pread_ranges", "offsets", SK_INT64, 1, 0, &offsets) < 0) goto fail;
-    if (sk_get_buffer(lengths_obj, "pread_ranges", "lengths", SK_INT64, 1, 0, &lengths) < 0) goto fail;
-    if (sk_get_buffer(out_obj, "pread_ranges", "out", SK_UINT8, SK_ANY_NDIM, 1, &out) < 0) goto fail;
-    if (sk_get_buffer(out_offsets_obj, "pread_ranges", "out_offsets", SK_INT64, 1, 0, &out_offsets) < 0) goto fail;
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0 || sk_check_fd(fn, fd) < 0) return NULL;
+    if (sk_get_buffer(offsets_obj, fn, "offsets", SK_INT64, 1, 0, &offsets) < 0) goto done;
+    if (sk_get_buffer(lengths_obj, fn, "lengths", SK_INT64, 1, 0, &lengths) < 0) goto done;
+    if (sk_get_buffer(out_obj, fn, "out", SK_UINT8, SK_ANY_NDIM, 1, &out) < 0) goto done;
+    if (sk_get_buffer(out_offsets_obj, fn, "out_offsets", SK_INT64, 1, 0, &out_offsets) < 0) goto done;
 
     const int64_t K = sk_len(&offsets), nbytes = (int64_t)out.len;
     if (sk_len(&lengths) != K || sk_len(&out_offsets) != K) {
@@ -133,7 +107,7 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
                      "pread_ranges: 'lengths' and 'out_offsets' expected the length of 'offsets' (%lld) "
                      "(got %lld and %lld)",
                      (long long)K, (long long)sk_len(&lengths), (long long)sk_len(&out_offsets));
-        goto fail;
+        goto done;
     }
     const int64_t *off = offsets.buf, *len = lengths.buf, *ooff = out_offsets.buf;
     for (int64_t k = 0; k < K; k++) {
@@ -144,7 +118,7 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
                          "(got offsets[%lld]=%lld, lengths[%lld]=%lld, out_offsets[%lld]=%lld)",
                          (long long)k, (long long)k, (long long)off[k], (long long)k, (long long)len[k],
                          (long long)k, (long long)ooff[k]);
-            goto fail;
+            goto done;
         }
         if (sk_add_overflow(ooff[k], len[k], &end) || end > nbytes || sk_add_overflow(off[k], len[k], &end) ||
             sk_add_overflow(total, len[k], &total)) {
@@ -152,25 +126,26 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
                          "pread_ranges: range %lld expected out_offsets[k] + lengths[k] <= out.nbytes=%lld "
                          "(got %lld + %lld)",
                          (long long)k, (long long)nbytes, (long long)ooff[k], (long long)len[k]);
-            goto fail;
+            goto done;
         }
         if (direct) {
             const uintptr_t addr = (uintptr_t)out.buf + (uintptr_t)ooff[k];
-            if (off[k] % DIO_ALIGN != 0 || len[k] % DIO_ALIGN != 0 || addr % DIO_ALIGN != 0) {
+            if (!sk_is_aligned((uint64_t)off[k], SK_DIRECT_ALIGN) ||
+                !sk_is_aligned((uint64_t)len[k], SK_DIRECT_ALIGN) || !sk_is_aligned(addr, SK_DIRECT_ALIGN)) {
                 PyErr_Format(PyExc_ValueError,
                              "pread_ranges: direct range %lld expected offset, length and destination address "
                              "aligned to %d bytes (got offsets[%lld]=%lld, lengths[%lld]=%lld, destination "
                              "address %% %d = %lld)",
-                             (long long)k, DIO_ALIGN, (long long)k, (long long)off[k], (long long)k,
-                             (long long)len[k], DIO_ALIGN, (long long)(addr % DIO_ALIGN));
-                goto fail;
+                             (long long)k, SK_DIRECT_ALIGN, (long long)k, (long long)off[k], (long long)k,
+                             (long long)len[k], SK_DIRECT_ALIGN, (long long)(addr % SK_DIRECT_ALIGN));
+                goto done;
             }
         }
     }
     nthreads = sk_cap_threads(nthreads, K, 1);
     if ((ts = calloc((size_t)nthreads, sizeof(sk_status))) == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
     pread_ctx ctx = {.fd = fd, .offsets = off, .lengths = len, .out_offsets = ooff, .out = out.buf, .K = K,
                      .status = ts};
@@ -181,52 +156,30 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_END_ALLOW_THREADS
 
     for (int t = 0; t < nthreads; t++) sk_status_merge(&st, &ts[t]);
-    if (st.code == DIO_ERRNO) {
-        PyObject *msg = PyUnicode_FromFormat("pread_ranges: reading fd %d at offset %lld (range %lld, length %lld): %s",
-                                             fd, (long long)(st.b + st.d), (long long)st.a, (long long)st.c,
-                                             strerror(st.err_no));
-        if (msg != NULL) {
-            PyObject *exc_args = Py_BuildValue("(iN)", st.err_no, msg);
-            if (exc_args != NULL) {
-                PyErr_SetObject(PyExc_OSError, exc_args);
-                Py_DECREF(exc_args);
-            }
-        }
-        goto fail;
-    }
-    if (st.code == DIO_EOF) {
+    if (st.code == DIO_ERRNO)
+        sk_raise_errno(st.err_no, "pread_ranges: reading fd %d at offset %lld (range %lld, length %lld)", fd,
+                       (long long)(st.b + st.d), (long long)st.a, (long long)st.c);
+    else if (st.code == DIO_EOF)
         PyErr_Format(PyExc_OSError,
                      "pread_ranges: fd %d expected %lld bytes at offset %lld (range %lld) (got %lld before end of "
                      "file)",
                      fd, (long long)st.c, (long long)st.b, (long long)st.a, (long long)st.d);
-        goto fail;
-    }
-    free(ts);
-    sk_release(&offsets);
-    sk_release(&lengths);
-    sk_release(&out);
-    sk_release(&out_offsets);
-    return PyLong_FromLongLong((long long)total);
+    else
+        result = PyLong_FromLongLong((long long)total);
 
-fail:
+done:
     free(ts);
-    sk_release(&offsets);
-    sk_release(&lengths);
-    sk_release(&out);
-    sk_release(&out_offsets);
-    return NULL;
+    SK_RELEASE(&offsets, &lengths, &out, &out_offsets);
+    return result;
 }
 
 PyObject *sk_aligned_empty(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"nbytes", "alignment", NULL};
-    Py_ssize_t nbytes, alignment = DIO_ALIGN;
+    Py_ssize_t nbytes, alignment = SK_DIRECT_ALIGN;
     void *data = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n|n:aligned_empty", kwlist, &nbytes, &alignment)) return NULL;
-    if (nbytes < 0) {
-        PyErr_Format(PyExc_ValueError, "aligned_empty: 'nbytes' expected >= 0 (got %zd)", nbytes);
-        return NULL;
-    }
-    if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
+    if (sk_check_min("aligned_empty", "nbytes", nbytes, 0) < 0) return NULL;
+    if (!sk_is_pow2(alignment)) {
         PyErr_Format(PyExc_ValueError, "aligned_empty: 'alignment' expected a power of two (got %zd)", alignment);
         return NULL;
     }

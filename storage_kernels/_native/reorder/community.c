@@ -11,12 +11,11 @@
  * Each node's new label is a pure function of the previous labels: the result never depends on threads.
  * tests/storage_kernels/reference.py (label_propagation_ref) reimplements exactly this rule. */
 #include "common.h"
+#include "kernels.h"
 #include "rng.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-enum { LP_OK = 0, LP_BAD_INDPTR = 1, LP_BAD_ID = 2 };
 
 #define LP_NODES_PER_CLAIM 1024
 
@@ -31,26 +30,7 @@ typedef struct {
     int64_t changed[64];
 } lp_ctx;
 
-static int cmp_i64(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static void sort_i64(int64_t *v, int64_t n) {
-    if (n <= 24) {
-        for (int64_t i = 1; i < n; i++) {
-            const int64_t x = v[i];
-            int64_t j = i - 1;
-            while (j >= 0 && v[j] > x) {
-                v[j + 1] = v[j];
-                j--;
-            }
-            v[j + 1] = x;
-        }
-    } else {
-        qsort(v, (size_t)n, sizeof(int64_t), cmp_i64);
-    }
-}
+SK_DEFINE_SORT(sort_i64, int64_t, SK_SORT_SELF)
 
 static void lp_task(void *p, int tid, int nthreads) {
     (void)nthreads;
@@ -100,79 +80,42 @@ PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs)
     sk_status st = {0};
     int nthreads;
     int64_t rounds = 0;
+    PyObject *result = NULL;
+    const char *fn = "label_propagation";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOnK|n:label_propagation", kwlist, &indptr_obj, &indices_obj,
                                      &iterations, &seed, &num_threads))
         return NULL;
-    if ((nthreads = sk_resolve_threads("label_propagation", num_threads)) < 0) return NULL;
-    if (iterations < 0) {
-        PyErr_Format(PyExc_ValueError, "label_propagation: 'iterations' expected >= 0 (got %zd)", iterations);
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0 || sk_check_min(fn, "iterations", iterations, 0) < 0)
         return NULL;
-    }
-    if (sk_get_buffer(indptr_obj, "label_propagation", "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
-    if (sk_get_buffer(indices_obj, "label_propagation", "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
-    if (sk_len(&indptr) < 1) {
-        PyErr_SetString(PyExc_ValueError, "label_propagation: 'indptr' expected at least 1 entry (got 0)");
-        goto fail;
-    }
+    if (sk_get_csr(fn, indptr_obj, indices_obj, 0, &indptr, &indices) < 0) goto done;
     const int64_t N = sk_len(&indptr) - 1, E = sk_len(&indices);
     const int64_t *ip = indptr.buf, *ix = indices.buf;
-    if (ip[0] != 0 || ip[N] != E) {
-        PyErr_Format(PyExc_ValueError,
-                     "label_propagation: 'indptr' expected to start at 0 and end at len(indices)=%lld "
-                     "(got %lld and %lld)", (long long)E, (long long)ip[0], (long long)ip[N]);
-        goto fail;
-    }
     if (nthreads > 64) nthreads = 64;
     nthreads = sk_cap_threads(nthreads, N, 4 * LP_NODES_PER_CLAIM);
     a = malloc((size_t)(N > 0 ? N : 1) * sizeof(int64_t));
     b = malloc((size_t)(N > 0 ? N : 1) * sizeof(int64_t));
     if (a == NULL || b == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
-    int64_t max_degree = 0;
+    int64_t max_degree;
 
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t v = 0; v < N; v++) {
-        const int64_t d = ip[v + 1] - ip[v];
-        if (d < 0 || ip[v + 1] > E) {
-            sk_status_set(&st, LP_BAD_INDPTR, 0, v, v + 1, ip[v + 1], ip[v], 0);
-            break;
-        }
-        if (d > max_degree) max_degree = d;
-        a[v] = v;
-    }
-    if (st.code == 0) {
-        for (int64_t i = 0; i < E; i++) {
-            if ((uint64_t)ix[i] >= (uint64_t)N) {
-                sk_status_set(&st, LP_BAD_ID, 0, i, i, ix[i], 0, 0);
-                break;
-            }
-        }
-    }
+    max_degree = sk_check_csr(ip, N, ix, E, &st);
     Py_END_ALLOW_THREADS
 
-    if (st.code == LP_BAD_INDPTR) {
-        PyErr_Format(PyExc_ValueError,
-                     "label_propagation: 'indptr' expected non-decreasing values <= %lld (got indptr[%lld]=%lld "
-                     "after %lld)", (long long)E, (long long)st.a, (long long)st.b, (long long)st.c);
-        goto fail;
-    }
-    if (st.code == LP_BAD_ID) {
-        PyErr_Format(PyExc_IndexError, "label_propagation: 'indices' expected ids in [0, %lld) (got indices[%lld]=%lld)",
-                     (long long)N, (long long)st.a, (long long)st.b);
-        goto fail;
-    }
+    if (sk_raise_csr_error(fn, &st, N, E) < 0) goto done;
     int64_t per_thread = max_degree > 0 ? max_degree : 1, total_scratch;
     if (sk_mul_overflow(per_thread, nthreads, &total_scratch) || total_scratch > INT64_MAX / 8 ||
         (scratch_all = malloc((size_t)total_scratch * sizeof(int64_t))) == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
     for (int t = 0; t < nthreads; t++) scratch[t] = scratch_all + (int64_t)t * per_thread;
 
     Py_BEGIN_ALLOW_THREADS
+    for (int64_t v = 0; v < N; v++) a[v] = v; /* round 0: every node its own label */
     lp_ctx ctx;
     memset(&ctx, 0, sizeof(ctx));
     ctx.indptr = ip;
@@ -196,22 +139,14 @@ PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     Py_END_ALLOW_THREADS
 
-    free(b);
-    b = NULL;
-    free(scratch_all);
-    scratch_all = NULL;
-    sk_release(&indptr);
-    sk_release(&indices);
     PyObject *labels = sk_int64_array_from_malloc(a, N); /* frees a on failure */
     a = NULL;
-    if (labels == NULL) return NULL;
-    return Py_BuildValue("(Nn)", labels, (Py_ssize_t)rounds);
+    if (labels != NULL) result = Py_BuildValue("(Nn)", labels, (Py_ssize_t)rounds);
 
-fail:
+done:
     free(a);
     free(b);
     free(scratch_all);
-    sk_release(&indptr);
-    sk_release(&indices);
-    return NULL;
+    SK_RELEASE(&indptr, &indices);
+    return result;
 }

@@ -10,6 +10,7 @@
  * Every id/key is validated before the first byte is written; the copies run without the GIL, split into
  * contiguous ranges per thread, so the result never depends on the number of threads. */
 #include "common.h"
+#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,6 @@
 enum { PM_OK = 0, PM_BAD_ID = 1, PM_BAD_KEY = 2, PM_DUP = 3 };
 
 #define PM_MIN_ITEMS_PER_THREAD (1 << 16)
-#define PM_MIN_BYTES_PER_THREAD (1 << 20)
 
 /* ---- relabel_ids --------------------------------------------------------------------------------------- */
 
@@ -48,24 +48,22 @@ PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer ids = {0}, inv = {0}, out = {0};
     sk_status st = {0};
     int nthreads;
+    relabel_ctx *ctx = NULL;
+    PyObject *result = NULL;
+    const char *fn = "relabel_ids";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|n:relabel_ids", kwlist, &ids_obj, &inv_obj, &out_obj,
                                      &num_threads))
         return NULL;
-    if ((nthreads = sk_resolve_threads("relabel_ids", num_threads)) < 0) return NULL;
-    if (sk_get_buffer(ids_obj, "relabel_ids", "ids", SK_INT64, 1, 0, &ids) < 0) goto fail;
-    if (sk_get_buffer(inv_obj, "relabel_ids", "inverse", SK_INT64, 1, 0, &inv) < 0) goto fail;
-    if (sk_get_buffer(out_obj, "relabel_ids", "out", SK_INT64, 1, 1, &out) < 0) goto fail;
-    if (sk_len(&out) != sk_len(&ids)) {
-        PyErr_Format(PyExc_ValueError, "relabel_ids: 'out' expected length %lld (got %lld)",
-                     (long long)sk_len(&ids), (long long)sk_len(&out));
-        goto fail;
-    }
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
+    if (sk_get_buffer(ids_obj, fn, "ids", SK_INT64, 1, 0, &ids) < 0) goto done;
+    if (sk_get_buffer(inv_obj, fn, "inverse", SK_INT64, 1, 0, &inv) < 0) goto done;
+    if (sk_get_buffer(out_obj, fn, "out", SK_INT64, 1, 1, &out) < 0) goto done;
+    if (sk_check_len(fn, "out", &out, sk_len(&ids)) < 0) goto done;
     if (nthreads > 64) nthreads = 64;
-    relabel_ctx *ctx = calloc(1, sizeof(relabel_ctx));
-    if (ctx == NULL) {
+    if ((ctx = calloc(1, sizeof(relabel_ctx))) == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
     ctx->ids = ids.buf;
     ctx->inverse = inv.buf;
@@ -79,23 +77,15 @@ PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs) {
     for (int t = 0; t < nt; t++) sk_status_merge(&st, &ctx->st[t]);
     Py_END_ALLOW_THREADS
 
-    const int64_t N = ctx->N;
-    free(ctx);
-    if (st.code == PM_BAD_ID) {
-        PyErr_Format(PyExc_IndexError, "relabel_ids: 'ids' expected ids in [0, %lld) (got ids[%lld]=%lld)",
-                     (long long)N, (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    sk_release(&ids);
-    sk_release(&inv);
-    sk_release(&out);
-    Py_RETURN_NONE;
+    if (st.code == PM_BAD_ID)
+        sk_raise_index(fn, "ids", "ids", ctx->N, st.a, st.b);
+    else
+        result = Py_NewRef(Py_None);
 
-fail:
-    sk_release(&ids);
-    sk_release(&inv);
-    sk_release(&out);
-    return NULL;
+done:
+    free(ctx);
+    SK_RELEASE(&ids, &inv, &out);
+    return result;
 }
 
 /* ---- bucket_rows --------------------------------------------------------------------------------------- */
@@ -152,56 +142,42 @@ PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     int64_t *bucket = NULL, *hist = NULL;
     sk_status st = {0};
     int nthreads;
+    PyObject *result = NULL;
+    const char *fn = "bucket_rows";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO|n:bucket_rows", kwlist, &rows_obj, &keys_obj,
                                      &bounds_obj, &orows_obj, &okeys_obj, &counts_obj, &num_threads))
         return NULL;
-    if ((nthreads = sk_resolve_threads("bucket_rows", num_threads)) < 0) return NULL;
-    if (sk_get_buffer(rows_obj, "bucket_rows", "rows", SK_ANY, 2, 0, &rows) < 0) goto fail;
-    if (sk_get_buffer(keys_obj, "bucket_rows", "keys", SK_INT64, 1, 0, &keys) < 0) goto fail;
-    if (sk_get_buffer(bounds_obj, "bucket_rows", "bounds", SK_INT64, 1, 0, &bounds) < 0) goto fail;
-    if (sk_get_buffer(orows_obj, "bucket_rows", "out_rows", SK_ANY, 2, 1, &orows) < 0) goto fail;
-    if (sk_get_buffer(okeys_obj, "bucket_rows", "out_keys", SK_INT64, 1, 1, &okeys) < 0) goto fail;
-    if (sk_get_buffer(counts_obj, "bucket_rows", "counts", SK_INT64, 1, 1, &counts) < 0) goto fail;
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
+    if (sk_get_buffer(rows_obj, fn, "rows", SK_ANY, 2, 0, &rows) < 0) goto done;
+    if (sk_get_buffer(keys_obj, fn, "keys", SK_INT64, 1, 0, &keys) < 0) goto done;
+    if (sk_get_buffer(bounds_obj, fn, "bounds", SK_INT64, 1, 0, &bounds) < 0) goto done;
+    if (sk_get_buffer(orows_obj, fn, "out_rows", SK_ANY, 2, 1, &orows) < 0) goto done;
+    if (sk_get_buffer(okeys_obj, fn, "out_keys", SK_INT64, 1, 1, &okeys) < 0) goto done;
+    if (sk_get_buffer(counts_obj, fn, "counts", SK_INT64, 1, 1, &counts) < 0) goto done;
 
     const int64_t R = rows.shape[0], NB = sk_len(&bounds) - 1;
-    if (sk_len(&keys) != R) {
-        PyErr_Format(PyExc_ValueError, "bucket_rows: 'keys' expected length %lld (got %lld)", (long long)R,
-                     (long long)sk_len(&keys));
-        goto fail;
-    }
+    if (sk_check_len(fn, "keys", &keys, R) < 0) goto done;
     if (orows.shape[0] != R || orows.shape[1] != rows.shape[1]) {
         PyErr_Format(PyExc_ValueError, "bucket_rows: 'out_rows' expected shape (%lld, %lld) (got (%lld, %lld))",
                      (long long)R, (long long)rows.shape[1], (long long)orows.shape[0], (long long)orows.shape[1]);
-        goto fail;
+        goto done;
     }
-    if (orows.itemsize != rows.itemsize || strcmp(sk_format(&orows), sk_format(&rows)) != 0) {
-        PyErr_Format(PyExc_ValueError, "bucket_rows: 'out_rows' expected the element type of 'rows' ('%s') (got '%s')",
-                     sk_format(&rows), sk_format(&orows));
-        goto fail;
-    }
-    if (sk_len(&okeys) != R) {
-        PyErr_Format(PyExc_ValueError, "bucket_rows: 'out_keys' expected length %lld (got %lld)", (long long)R,
-                     (long long)sk_len(&okeys));
-        goto fail;
-    }
+    if (sk_check_same_type(fn, "out_rows", &orows, "rows", &rows) < 0 || sk_check_len(fn, "out_keys", &okeys, R) < 0)
+        goto done;
     if (NB < 1) {
         PyErr_Format(PyExc_ValueError, "bucket_rows: 'bounds' expected at least 2 entries (got %lld)",
                      (long long)(NB + 1));
-        goto fail;
+        goto done;
     }
-    if (sk_len(&counts) != NB) {
-        PyErr_Format(PyExc_ValueError, "bucket_rows: 'counts' expected length %lld (got %lld)", (long long)NB,
-                     (long long)sk_len(&counts));
-        goto fail;
-    }
+    if (sk_check_len(fn, "counts", &counts, NB) < 0) goto done;
     const int64_t *bd = bounds.buf;
     for (int64_t b = 0; b < NB; b++) {
         if (bd[b + 1] < bd[b]) {
             PyErr_Format(PyExc_ValueError,
                          "bucket_rows: 'bounds' expected ascending values (got bounds[%lld]=%lld after %lld)",
                          (long long)(b + 1), (long long)bd[b + 1], (long long)bd[b]);
-            goto fail;
+            goto done;
         }
     }
     if (nthreads > 64) nthreads = 64;
@@ -212,7 +188,7 @@ PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     hist = hist_len < INT64_MAX / 8 ? calloc((size_t)hist_len, sizeof(int64_t)) : NULL;
     if (bucket == NULL || hist == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
     bucket_ctx ctx = {rows.buf, keys.buf, bd, orows.buf, okeys.buf, R, NB,
                       (int64_t)rows.shape[1] * rows.itemsize, bucket, hist};
@@ -244,48 +220,20 @@ PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Py_END_ALLOW_THREADS
 
-    if (st.code == PM_BAD_KEY) {
+    if (st.code == PM_BAD_KEY)
         PyErr_Format(PyExc_IndexError, "bucket_rows: 'keys' expected keys in [%lld, %lld) (got keys[%lld]=%lld)",
                      (long long)bd[0], (long long)bd[NB], (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    free(bucket);
-    free(hist);
-    sk_release(&rows);
-    sk_release(&keys);
-    sk_release(&bounds);
-    sk_release(&orows);
-    sk_release(&okeys);
-    sk_release(&counts);
-    Py_RETURN_NONE;
+    else
+        result = Py_NewRef(Py_None);
 
-fail:
+done:
     free(bucket);
     free(hist);
-    sk_release(&rows);
-    sk_release(&keys);
-    sk_release(&bounds);
-    sk_release(&orows);
-    sk_release(&okeys);
-    sk_release(&counts);
-    return NULL;
+    SK_RELEASE(&rows, &keys, &bounds, &orows, &okeys, &counts);
+    return result;
 }
 
 /* ---- place_rows ---------------------------------------------------------------------------------------- */
-
-typedef struct {
-    const char *rows;
-    const int64_t *pos;
-    char *out;
-    int64_t K, row_bytes;
-} place_ctx;
-
-static void place_task(void *p, int tid, int nthreads) {
-    place_ctx *c = (place_ctx *)p;
-    const int64_t lo = c->K * tid / nthreads, hi = c->K * (tid + 1) / nthreads;
-    const size_t rb = (size_t)c->row_bytes;
-    for (int64_t k = lo; k < hi; k++) memcpy(c->out + (size_t)c->pos[k] * rb, c->rows + (size_t)k * rb, rb);
-}
 
 PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"rows", "pos", "out", "num_threads", NULL};
@@ -295,38 +243,36 @@ PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     unsigned char *seen = NULL;
     sk_status st = {0};
     int nthreads;
+    PyObject *result = NULL;
+    const char *fn = "place_rows";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|n:place_rows", kwlist, &rows_obj, &pos_obj, &out_obj,
                                      &num_threads))
         return NULL;
-    if ((nthreads = sk_resolve_threads("place_rows", num_threads)) < 0) return NULL;
-    if (sk_get_buffer(rows_obj, "place_rows", "rows", SK_ANY, 2, 0, &rows) < 0) goto fail;
-    if (sk_get_buffer(pos_obj, "place_rows", "pos", SK_INT64, 1, 0, &pos) < 0) goto fail;
-    if (sk_get_buffer(out_obj, "place_rows", "out", SK_ANY, 2, 1, &out) < 0) goto fail;
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
+    if (sk_get_buffer(rows_obj, fn, "rows", SK_ANY, 2, 0, &rows) < 0) goto done;
+    if (sk_get_buffer(pos_obj, fn, "pos", SK_INT64, 1, 0, &pos) < 0) goto done;
+    if (sk_get_buffer(out_obj, fn, "out", SK_ANY, 2, 1, &out) < 0) goto done;
 
     const int64_t K = rows.shape[0], M = out.shape[0];
-    if (sk_len(&pos) != K) {
-        PyErr_Format(PyExc_ValueError, "place_rows: 'pos' expected length %lld (got %lld)", (long long)K,
-                     (long long)sk_len(&pos));
-        goto fail;
-    }
+    if (sk_check_len(fn, "pos", &pos, K) < 0) goto done;
     if (out.shape[1] != rows.shape[1] || out.itemsize != rows.itemsize ||
         strcmp(sk_format(&out), sk_format(&rows)) != 0) {
         PyErr_Format(PyExc_ValueError,
                      "place_rows: 'out' expected %lld columns of '%s' like 'rows' (got %lld columns of '%s')",
                      (long long)rows.shape[1], sk_format(&rows), (long long)out.shape[1], sk_format(&out));
-        goto fail;
+        goto done;
     }
     seen = calloc((size_t)(M > 0 ? M : 1), 1);
     if (seen == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
-    place_ctx ctx = {rows.buf, pos.buf, out.buf, K, (int64_t)rows.shape[1] * rows.itemsize};
+    const int64_t *ps = pos.buf;
 
     Py_BEGIN_ALLOW_THREADS
     for (int64_t k = 0; k < K; k++) {
-        const int64_t p = ctx.pos[k];
+        const int64_t p = ps[k];
         if ((uint64_t)p >= (uint64_t)M) {
             sk_status_set(&st, PM_BAD_ID, 0, k, k, p, 0, 0);
             break;
@@ -337,34 +283,19 @@ PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
         }
         seen[p] = 1;
     }
-    if (st.code == 0 && ctx.row_bytes > 0) {
-        int64_t total = 0;
-        if (sk_mul_overflow(K, ctx.row_bytes, &total)) total = INT64_MAX;
-        sk_parallel(sk_cap_threads(nthreads, total, PM_MIN_BYTES_PER_THREAD), place_task, &ctx);
-    }
+    if (st.code == 0) sk_copy_rows(out.buf, ps, rows.buf, NULL, K, (int64_t)rows.shape[1] * rows.itemsize, nthreads);
     Py_END_ALLOW_THREADS
 
-    free(seen);
-    seen = NULL;
-    if (st.code == PM_BAD_ID) {
-        PyErr_Format(PyExc_IndexError, "place_rows: 'pos' expected positions in [0, %lld) (got pos[%lld]=%lld)",
-                     (long long)M, (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    if (st.code == PM_DUP) {
+    if (st.code == PM_BAD_ID)
+        sk_raise_index(fn, "pos", "positions", M, st.a, st.b);
+    else if (st.code == PM_DUP)
         PyErr_Format(PyExc_ValueError, "place_rows: 'pos' expected distinct positions (got pos[%lld]=%lld twice)",
                      (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    sk_release(&rows);
-    sk_release(&pos);
-    sk_release(&out);
-    Py_RETURN_NONE;
+    else
+        result = Py_NewRef(Py_None);
 
-fail:
+done:
     free(seen);
-    sk_release(&rows);
-    sk_release(&pos);
-    sk_release(&out);
-    return NULL;
+    SK_RELEASE(&rows, &pos, &out);
+    return result;
 }

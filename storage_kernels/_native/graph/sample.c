@@ -12,6 +12,7 @@
  * Everything between argument parsing and result construction runs without the GIL, in malloc'd buffers
  * that the returned numpy arrays then own (no copies). */
 #include "common.h"
+#include "kernels.h"
 #include "rng.h"
 
 #include <pthread.h>
@@ -282,10 +283,10 @@ static void count_task(void *p, int tid, int nthreads) {
 static void sample_task(void *p, int tid, int nthreads) {
     hop_ctx *c = (hop_ctx *)p;
     sk_status *st = &c->status[tid];
-    uint64_t *bits = NULL; /* bitmap scratch for large k; all zero between uses */
+    uint64_t *bits = NULL; /* heap bitmap for rows longer than SB_STACK_BITS; all zero between uses */
     int64_t bits_words = 0;
     int64_t sel[SB_SMALL_K];
-    uint64_t sbits[SB_STACK_BITS / 64];
+    uint64_t sbits[SB_STACK_BITS / 64] = {0}; /* stack bitmap; all zero between uses */
     int64_t lo, hi;
     const uint64_t N = (uint64_t)c->N;
 
@@ -316,25 +317,7 @@ static void sample_task(void *p, int tid, int nthreads) {
 
             const uint64_t key = sk_rng_stream_key(c->hop_key, (uint64_t)v);
             uint64_t r = 0;
-            if (deg <= SB_STACK_BITS) {
-                /* Floyd with membership in a stack bitmap over the row (one word when deg <= 64) */
-                const int64_t words = (deg + 63) >> 6;
-                for (int64_t w = 0; w < words; w++) sbits[w] = 0;
-                for (int64_t j = deg - k; j < deg; j++) {
-                    uint64_t t = sk_rng_below(sk_rng_draw(key, r++), (uint64_t)j + 1);
-                    if (sbits[t >> 6] & (1ULL << (t & 63))) t = (uint64_t)j;
-                    sbits[t >> 6] |= 1ULL << (t & 63);
-                }
-                int64_t m = 0;
-                for (int64_t w = 0; w < words; w++) {
-                    for (uint64_t word = sbits[w]; word; word &= word - 1) {
-                        const int64_t pos = w * 64 + __builtin_ctzll(word);
-                        const int64_t u = row[pos];
-                        if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + pos, u, 0, 0);
-                        out[m++] = u;
-                    }
-                }
-            } else if (k <= SB_SMALL_K) {
+            if (deg > SB_STACK_BITS && k <= SB_SMALL_K) {
                 /* Floyd: for j in [deg-k, deg): t = U[0, j]; take t unless taken, else j. sel stays sorted. */
                 int64_t n = 0;
                 for (int64_t j = deg - k; j < deg; j++) {
@@ -355,8 +338,13 @@ static void sample_task(void *p, int tid, int nthreads) {
                     if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + sel[m], u, 0, 0);
                     out[m] = u;
                 }
-            } else {
-                const int64_t words = (deg + 63) / 64;
+                continue;
+            }
+            /* Floyd with membership in a bitmap over the row: on the stack up to SB_STACK_BITS positions (one
+             * word when deg <= 64), on the heap beyond; picks are emitted in row order as the map is cleared. */
+            const int64_t words = (deg + 63) >> 6;
+            uint64_t *map = sbits;
+            if (deg > SB_STACK_BITS) {
                 if (words > bits_words) {
                     free(bits);
                     bits = calloc((size_t)words, sizeof(uint64_t));
@@ -366,22 +354,23 @@ static void sample_task(void *p, int tid, int nthreads) {
                         continue;
                     }
                 }
-                for (int64_t j = deg - k; j < deg; j++) {
-                    uint64_t t = sk_rng_below(sk_rng_draw(key, r++), (uint64_t)j + 1);
-                    if (bits[t >> 6] & (1ULL << (t & 63))) t = (uint64_t)j;
-                    bits[t >> 6] |= 1ULL << (t & 63);
-                }
-                int64_t m = 0;
-                for (int64_t w = 0; w < words; w++) {
-                    uint64_t word = bits[w];
-                    bits[w] = 0;
-                    while (word) {
-                        const int64_t pos = w * 64 + __builtin_ctzll(word);
-                        word &= word - 1;
-                        const int64_t u = row[pos];
-                        if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + pos, u, 0, 0);
-                        out[m++] = u;
-                    }
+                map = bits;
+            }
+            for (int64_t j = deg - k; j < deg; j++) {
+                uint64_t t = sk_rng_below(sk_rng_draw(key, r++), (uint64_t)j + 1);
+                if (map[t >> 6] & (1ULL << (t & 63))) t = (uint64_t)j;
+                map[t >> 6] |= 1ULL << (t & 63);
+            }
+            int64_t m = 0;
+            for (int64_t w = 0; w < words; w++) {
+                uint64_t word = map[w];
+                map[w] = 0;
+                while (word) {
+                    const int64_t pos = w * 64 + __builtin_ctzll(word);
+                    word &= word - 1;
+                    const int64_t u = row[pos];
+                    if ((uint64_t)u >= N) sk_status_set(st, SB_BAD_NEIGHBOUR, 0, o + m, a + pos, u, 0, 0);
+                    out[m++] = u;
                 }
             }
         }
@@ -520,8 +509,7 @@ static void sb_raise(const sb_job *j) {
     const sk_status *st = &j->st;
     switch (st->code) {
     case SB_BAD_SEED:
-        PyErr_Format(PyExc_IndexError, "sample_blocks: 'seeds' expected node ids in [0, %lld) (got seeds[%lld]=%lld)",
-                     (long long)j->N, (long long)st->a, (long long)st->b);
+        sk_raise_index("sample_blocks", "seeds", "node ids", j->N, st->a, st->b);
         break;
     case SB_DUP_SEED:
         PyErr_Format(PyExc_ValueError,
@@ -535,9 +523,7 @@ static void sb_raise(const sb_job *j) {
                      (long long)j->E, (long long)st->a, (long long)st->b, (long long)st->a + 1, (long long)st->c);
         break;
     case SB_BAD_NEIGHBOUR:
-        PyErr_Format(PyExc_IndexError,
-                     "sample_blocks: 'indices' expected node ids in [0, %lld) (got indices[%lld]=%lld)",
-                     (long long)j->N, (long long)st->a, (long long)st->b);
+        sk_raise_index("sample_blocks", "indices", "node ids", j->N, st->a, st->b);
         break;
     case SB_TOO_MANY:
         PyErr_Format(PyExc_ValueError,
@@ -556,6 +542,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer indptr = {0}, indices = {0}, seeds = {0}, fanouts = {0};
     sb_job job = {0};
     PyObject *nodes_arr = NULL, *hop_arr = NULL, *ptr_list = NULL, *col_list = NULL;
+    const char *fn = "sample_blocks";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|n:sample_blocks", kwlist, &indptr_obj, &indices_obj,
                                      &seeds_obj, &fanouts_obj, &seed_obj, &num_threads))
@@ -567,11 +554,11 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     job.seed = (uint64_t)PyLong_AsUnsignedLongLongMask(seed_obj);
     job.dense_limit = dense_limit;
     if (PyErr_Occurred()) return NULL;
-    if ((job.nthreads = sk_resolve_threads("sample_blocks", num_threads)) < 0) return NULL;
-    if (sk_get_buffer(indptr_obj, "sample_blocks", "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
-    if (sk_get_buffer(indices_obj, "sample_blocks", "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
-    if (sk_get_buffer(seeds_obj, "sample_blocks", "seeds", SK_INT64, 1, 0, &seeds) < 0) goto fail;
-    if (sk_get_buffer(fanouts_obj, "sample_blocks", "fanouts", SK_INT64, 1, 0, &fanouts) < 0) goto fail;
+    if ((job.nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
+    if (sk_get_buffer(indptr_obj, fn, "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
+    if (sk_get_buffer(indices_obj, fn, "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
+    if (sk_get_buffer(seeds_obj, fn, "seeds", SK_INT64, 1, 0, &seeds) < 0) goto fail;
+    if (sk_get_buffer(fanouts_obj, fn, "fanouts", SK_INT64, 1, 0, &fanouts) < 0) goto fail;
     if (sk_len(&indptr) < 1) {
         PyErr_SetString(PyExc_ValueError, "sample_blocks: 'indptr' expected num_nodes + 1 >= 1 entries (got 0)");
         goto fail;
@@ -605,10 +592,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     sb_run(&job);
     Py_END_ALLOW_THREADS
 
-    sk_release(&indptr);
-    sk_release(&indices);
-    sk_release(&seeds);
-    sk_release(&fanouts);
+    SK_RELEASE(&indptr, &indices, &seeds, &fanouts);
     if (job.st.code != 0) {
         sb_raise(&job);
         goto fail;
@@ -649,10 +633,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     return result;
 
 fail:
-    sk_release(&indptr);
-    sk_release(&indices);
-    sk_release(&seeds);
-    sk_release(&fanouts);
+    SK_RELEASE(&indptr, &indices, &seeds, &fanouts);
     sb_free(&job);
     Py_XDECREF(nodes_arr);
     Py_XDECREF(hop_arr);

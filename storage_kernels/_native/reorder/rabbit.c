@@ -24,11 +24,12 @@
  * ~60 bytes per node plus at most 8 bytes per CSR entry for the pending lists (counts fit in 32 bits, so
  * N and E must be below 2**32). */
 #include "common.h"
+#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { RB_OK = 0, RB_BAD_INDPTR = 1, RB_BAD_ID = 2, RB_NOMEM = SK_ERR_NOMEM };
+enum { RB_OK = 0, RB_NOMEM = SK_ERR_NOMEM };
 
 typedef struct {
     uint32_t target; /* a vertex id; its current root is looked up when the list is gathered */
@@ -60,9 +61,10 @@ static inline void rb_add(rb_gather *g, int64_t r, int64_t w) {
     g->acc[r] += w;
 }
 
-/* The whole algorithm without the GIL; returns an RB_* code (details in st). */
+/* The whole algorithm without the GIL, on a validated CSR (sk_check_csr) whose largest degree is max_degree;
+ * returns RB_OK or RB_NOMEM (st set). */
 static int rabbit_run(const int64_t *ip, const int64_t *ix, const uint8_t *skip, int64_t N, int64_t E,
-                      int64_t *perm, int64_t *num_communities, sk_status *st) {
+                      int64_t max_degree, int64_t *perm, int64_t *num_communities, sk_status *st) {
     int code = RB_OK;
     int64_t *dest = malloc(sizeof(int64_t) * (size_t)(N + 1));
     int64_t *strength = malloc(sizeof(int64_t) * (size_t)(N + 1));
@@ -78,25 +80,11 @@ static int rabbit_run(const int64_t *ip, const int64_t *ix, const uint8_t *skip,
         code = RB_NOMEM;
         goto done;
     }
-    int64_t max_degree = 0;
     for (int64_t v = 0; v < N; v++) {
-        const int64_t d = ip[v + 1] - ip[v];
-        if (d < 0 || ip[v + 1] > E) {
-            sk_status_set(st, RB_BAD_INDPTR, 0, v, v + 1, ip[v + 1], ip[v], 0);
-            code = RB_BAD_INDPTR;
-            goto done;
-        }
-        if (d > max_degree) max_degree = d;
         dest[v] = v;
-        strength[v] = d;
+        strength[v] = ip[v + 1] - ip[v];
         head[v] = tail[v] = next[v] = -1;
     }
-    for (int64_t i = 0; i < E; i++)
-        if ((uint64_t)ix[i] >= (uint64_t)N) {
-            sk_status_set(st, RB_BAD_ID, 0, i, i, ix[i], 0, 0);
-            code = RB_BAD_ID;
-            goto done;
-        }
     { /* visit order: counting sort by degree, stable in id */
         int64_t *count = calloc((size_t)(max_degree + 2), sizeof(int64_t));
         if (count == NULL) {
@@ -223,73 +211,49 @@ PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs) {
     int64_t *perm = NULL;
     sk_status st = {0};
     int64_t num_communities = 0;
+    PyObject *result = NULL;
+    const char *fn = "rabbit_order";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:rabbit_order", kwlist, &indptr_obj, &indices_obj, &skip_obj))
         return NULL;
-    if (sk_get_buffer(indptr_obj, "rabbit_order", "indptr", SK_INT64, 1, 0, &indptr) < 0) goto fail;
-    if (sk_get_buffer(indices_obj, "rabbit_order", "indices", SK_INT64, 1, 0, &indices) < 0) goto fail;
-    if (sk_len(&indptr) < 1) {
-        PyErr_SetString(PyExc_ValueError, "rabbit_order: 'indptr' expected at least 1 entry (got 0)");
-        goto fail;
-    }
+    if (sk_get_csr(fn, indptr_obj, indices_obj, 0, &indptr, &indices) < 0) goto done;
     const int64_t N = sk_len(&indptr) - 1, E = sk_len(&indices);
     const int64_t *ip = indptr.buf, *ix = indices.buf;
-    if (ip[0] != 0 || ip[N] != E) {
-        PyErr_Format(PyExc_ValueError,
-                     "rabbit_order: 'indptr' expected to start at 0 and end at len(indices)=%lld (got %lld and %lld)",
-                     (long long)E, (long long)ip[0], (long long)ip[N]);
-        goto fail;
-    }
-    if (skip_obj != Py_None) {
-        if (sk_get_buffer(skip_obj, "rabbit_order", "skip", SK_UINT8, 1, 0, &skip) < 0) goto fail;
-        if (sk_len(&skip) != N) {
-            PyErr_Format(PyExc_ValueError, "rabbit_order: 'skip' expected %lld entries, one per node (got %lld)",
-                         (long long)N, (long long)sk_len(&skip));
-            goto fail;
-        }
+    if (sk_get_optional(skip_obj, fn, "skip", SK_UINT8, 1, 0, &skip) < 0) goto done;
+    if (skip.obj != NULL && sk_len(&skip) != N) {
+        PyErr_Format(PyExc_ValueError, "rabbit_order: 'skip' expected %lld entries, one per node (got %lld)",
+                     (long long)N, (long long)sk_len(&skip));
+        goto done;
     }
     if ((uint64_t)N >= UINT32_MAX || (uint64_t)E >= UINT32_MAX) {
         PyErr_Format(PyExc_ValueError,
                      "rabbit_order: expected fewer than 2**32 nodes and CSR entries (got %lld nodes, %lld entries)",
                      (long long)N, (long long)E);
-        goto fail;
+        goto done;
     }
     perm = malloc(sizeof(int64_t) * (size_t)(N > 0 ? N : 1));
     if (perm == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
-    int code;
     Py_BEGIN_ALLOW_THREADS
-    code = rabbit_run(ip, ix, skip.obj != NULL ? (const uint8_t *)skip.buf : NULL, N, E, perm, &num_communities, &st);
+    const int64_t max_degree = sk_check_csr(ip, N, ix, E, &st);
+    if (max_degree >= 0)
+        rabbit_run(ip, ix, skip.obj != NULL ? (const uint8_t *)skip.buf : NULL, N, E, max_degree, perm,
+                   &num_communities, &st);
     Py_END_ALLOW_THREADS
-    switch (code) {
-    case RB_OK:
-        break;
-    case RB_BAD_INDPTR:
-        PyErr_Format(PyExc_ValueError,
-                     "rabbit_order: 'indptr' expected non-decreasing values <= %lld (got indptr[%lld]=%lld after %lld)",
-                     (long long)E, (long long)st.a, (long long)st.b, (long long)st.c);
-        goto fail;
-    case RB_BAD_ID:
-        PyErr_Format(PyExc_IndexError, "rabbit_order: 'indices' expected ids in [0, %lld) (got indices[%lld]=%lld)",
-                     (long long)N, (long long)st.a, (long long)st.b);
-        goto fail;
-    default:
-        PyErr_NoMemory();
-        goto fail;
-    }
-    sk_release(&indptr);
-    sk_release(&indices);
-    sk_release(&skip);
-    PyObject *out = sk_int64_array_from_malloc(perm, N); /* frees perm on failure */
-    if (out == NULL) return NULL;
-    return Py_BuildValue("(NL)", out, (long long)num_communities);
 
-fail:
+    if (sk_raise_csr_error(fn, &st, N, E) < 0) goto done;
+    if (st.code == RB_NOMEM) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *out = sk_int64_array_from_malloc(perm, N); /* frees perm on failure */
+    perm = NULL;
+    if (out != NULL) result = Py_BuildValue("(NL)", out, (long long)num_communities);
+
+done:
     free(perm);
-    sk_release(&indptr);
-    sk_release(&indices);
-    sk_release(&skip);
-    return NULL;
+    SK_RELEASE(&indptr, &indices, &skip);
+    return result;
 }

@@ -23,15 +23,14 @@
  * csr_aggregate: sorts every row by column and merges duplicate columns, summing their weights, in place;
  *   returns the new indptr and the number of entries kept (the prefix of indices / weights). */
 #include "common.h"
+#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 enum {
     ML_OK = 0,
-    ML_BAD_PTR = 1,    /* a: position, b: value */
-    ML_BAD_NODE = 2,   /* a: position, b: id */
-    ML_BAD_COL = 3,    /* a: position in indices, b: id */
+    ML_BAD_PTR = 1,    /* csr_aggregate: a: position, b: value */
     ML_BAD_LABEL = 4,  /* a: node id, b: label (cluster or part) */
     ML_BAD_VISIT = 5,  /* a: position, b: value */
     ML_NOMEM = SK_ERR_NOMEM,
@@ -41,39 +40,15 @@ typedef struct {
     int64_t key, weight;
 } ml_pair;
 
-static int cmp_pair(const void *a, const void *b) {
-    const int64_t x = ((const ml_pair *)a)->key, y = ((const ml_pair *)b)->key;
-    return (x > y) - (x < y);
-}
+#define ML_PAIR_KEY(pair) ((pair).key)
+SK_DEFINE_SORT(sort_pairs, ml_pair, ML_PAIR_KEY)
 
-static void sort_pairs(ml_pair *v, int64_t n) {
-    if (n <= 24) {
-        for (int64_t i = 1; i < n; i++) {
-            const ml_pair x = v[i];
-            int64_t j = i - 1;
-            while (j >= 0 && v[j].key > x.key) {
-                v[j + 1] = v[j];
-                j--;
-            }
-            v[j + 1] = x;
-        }
-    } else {
-        qsort(v, (size_t)n, sizeof(ml_pair), cmp_pair);
-    }
-}
-
-/* Validate a chunk: local indptr monotone within indices, nodes in [0, N), columns in [0, N), visit T
- * distinct positions in [0, B) (weights are checked when the arguments are parsed). Without the GIL; fills st. */
+/* Validate a chunk: sk_check_chunk (nodes in [0, N), any order), then visit: T distinct positions in [0, B)
+ * (weights are checked when the arguments are parsed). Without the GIL; fills st. */
 static void check_chunk(const int64_t *ptr, int64_t B, int64_t E, const int64_t *nodes, const int64_t *cols,
                         int64_t N, const int64_t *visit, int64_t T, sk_status *st) {
-    if (ptr[0] < 0 || ptr[0] > E) { sk_status_set(st, ML_BAD_PTR, 0, 0, 0, ptr[0], 0, 0); return; }
-    for (int64_t j = 0; j < B; j++) {
-        if (ptr[j + 1] < ptr[j] || ptr[j + 1] > E) { sk_status_set(st, ML_BAD_PTR, 0, j + 1, j + 1, ptr[j + 1], 0, 0); return; }
-        if ((uint64_t)nodes[j] >= (uint64_t)N) { sk_status_set(st, ML_BAD_NODE, 0, j, j, nodes[j], 0, 0); return; }
-    }
-    for (int64_t i = ptr[0]; i < ptr[B]; i++)
-        if ((uint64_t)cols[i] >= (uint64_t)N) { sk_status_set(st, ML_BAD_COL, 0, i, i, cols[i], 0, 0); return; }
-    if (visit != NULL) {
+    sk_check_chunk(ptr, B, E, nodes, 0, cols, N, st);
+    if (st->code == 0 && visit != NULL) {
         uint8_t *seen = calloc((size_t)(B > 0 ? B : 1), 1);
         if (seen == NULL) { sk_status_set(st, ML_NOMEM, 0, 0, 0, 0, 0, 0); return; }
         for (int64_t j = 0; j < T; j++) {
@@ -89,18 +64,6 @@ static void check_chunk(const int64_t *ptr, int64_t B, int64_t E, const int64_t 
 
 static int raise_error(const char *fn, const sk_status *st, int64_t N, int64_t B, int64_t k) {
     switch (st->code) {
-    case ML_BAD_PTR:
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected non-decreasing offsets within len(indices) (got indptr[%lld]=%lld)",
-                     fn, (long long)st->a, (long long)st->b);
-        return -1;
-    case ML_BAD_NODE:
-        PyErr_Format(PyExc_IndexError, "%s: 'nodes' expected ids in [0, %lld) (got nodes[%lld]=%lld)", fn, (long long)N,
-                     (long long)st->a, (long long)st->b);
-        return -1;
-    case ML_BAD_COL:
-        PyErr_Format(PyExc_IndexError, "%s: 'indices' expected node ids in [0, %lld) (got indices[%lld]=%lld)", fn,
-                     (long long)N, (long long)st->a, (long long)st->b);
-        return -1;
     case ML_BAD_LABEL:
         PyErr_Format(PyExc_ValueError, "%s: expected the label of node %lld in [0, %lld) (got %lld)", fn,
                      (long long)st->a, (long long)k, (long long)st->b);
@@ -109,19 +72,15 @@ static int raise_error(const char *fn, const sk_status *st, int64_t N, int64_t B
         PyErr_Format(PyExc_ValueError, "%s: 'visit' expected distinct positions in [0, %lld) (got visit[%lld]=%lld)", fn,
                      (long long)B, (long long)st->a, (long long)st->b);
         return -1;
-    case ML_NOMEM:
-        PyErr_NoMemory();
-        return -1;
     default:
-        return 0;
+        return sk_raise_chunk_error(fn, st, N, 0);
     }
 }
 
 /* Optional visit list: at most B int64 positions (checked for range and distinctness in check_chunk). */
 static int get_visit(PyObject *obj, const char *fn, int64_t B, Py_buffer *view) {
-    if (obj == Py_None) return 0;
-    if (sk_get_buffer(obj, fn, "visit", SK_INT64, 1, 0, view) < 0) return -1;
-    if (sk_len(view) > B) {
+    if (sk_get_optional(obj, fn, "visit", SK_INT64, 1, 0, view) < 0) return -1;
+    if (view->obj != NULL && sk_len(view) > B) {
         PyErr_Format(PyExc_ValueError, "%s: 'visit' expected at most %lld positions (got %lld)", fn, (long long)B,
                      (long long)sk_len(view));
         sk_release(view);
@@ -148,33 +107,20 @@ PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer ptr = {0}, cols = {0}, nodes = {0}, cl = {0}, cw = {0}, nw = {0}, ew = {0}, visit = {0};
     sk_status st = {0};
     int64_t moved = 0;
+    PyObject *result = NULL;
     const char *fn = "cluster_pass";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOL|OOO:cluster_pass", kwlist, &ptr_o, &cols_o, &nodes_o,
                                      &cl_o, &cw_o, &max_weight, &nw_o, &ew_o, &visit_o))
         return NULL;
-    if (sk_get_buffer(ptr_o, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto fail;
-    if (sk_get_buffer(cols_o, fn, "indices", SK_INT64, 1, 0, &cols) < 0) goto fail;
-    if (sk_get_buffer(nodes_o, fn, "nodes", SK_INT64, 1, 0, &nodes) < 0) goto fail;
-    if (sk_get_buffer(cl_o, fn, "clusters", SK_INT64, 1, 1, &cl) < 0) goto fail;
+    if (sk_get_chunk(fn, ptr_o, cols_o, nodes_o, &ptr, &cols, &nodes) < 0) goto done;
+    if (sk_get_buffer(cl_o, fn, "clusters", SK_INT64, 1, 1, &cl) < 0) goto done;
     const int64_t B = sk_len(&nodes), N = sk_len(&cl), E = sk_len(&cols);
-    if (sk_len(&ptr) != B + 1) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", fn,
-                     (long long)(B + 1), (long long)sk_len(&ptr));
-        goto fail;
-    }
-    if (sk_get_optional_int64(cw_o, fn, "cluster_weight", N, 1, INT64_MIN, &cw) < 0) goto fail;
-    if (cw.obj == NULL) {
-        PyErr_Format(PyExc_ValueError, "%s: 'cluster_weight' expected an int64 array (got None)", fn);
-        goto fail;
-    }
-    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
-    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
-    if (get_visit(visit_o, fn, B, &visit) < 0) goto fail;
-    if (max_weight < 1) {
-        PyErr_Format(PyExc_ValueError, "%s: 'max_weight' expected >= 1 (got %lld)", fn, max_weight);
-        goto fail;
-    }
+    if (sk_get_int64_n(cw_o, fn, "cluster_weight", N, 1, INT64_MIN, &cw) < 0) goto done;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto done;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto done;
+    if (get_visit(visit_o, fn, B, &visit) < 0) goto done;
+    if (sk_check_min(fn, "max_weight", max_weight, 1) < 0) goto done;
 
     const int64_t *P = ptr.buf, *V = nodes.buf, *C = cols.buf, *NW = nw.buf, *EW = ew.buf, *VI = visit.buf;
     int64_t *CL = cl.buf, *CW = cw.buf;
@@ -225,15 +171,11 @@ PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     free(buf);
     Py_END_ALLOW_THREADS
 
-    if (raise_error(fn, &st, N, B, N) < 0) goto fail;
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&cl); sk_release(&cw);
-    sk_release(&nw); sk_release(&ew); sk_release(&visit);
-    return PyLong_FromLongLong((long long)moved);
+    if (raise_error(fn, &st, N, B, N) == 0) result = PyLong_FromLongLong((long long)moved);
 
-fail:
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&cl); sk_release(&cw);
-    sk_release(&nw); sk_release(&ew); sk_release(&visit);
-    return NULL;
+done:
+    SK_RELEASE(&ptr, &cols, &nodes, &cl, &cw, &nw, &ew, &visit);
+    return result;
 }
 
 /* ---- refine_pass ---------------------------------------------------------------------------------------- */
@@ -248,46 +190,32 @@ PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
               ts = {0}, tc = {0}, visit = {0};
     sk_status st = {0};
     int64_t moved = 0, k = 0;
+    PyObject *result = NULL;
     const char *fn = "refine_pass";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO|OOOOOO:refine_pass", kwlist, &ptr_o, &cols_o, &nodes_o,
                                      &parts_o, &sizes_o, &cap_o, &nw_o, &ew_o, &tw_o, &ts_o, &tc_o, &visit_o))
         return NULL;
-    if (sk_get_buffer(ptr_o, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto fail;
-    if (sk_get_buffer(cols_o, fn, "indices", SK_INT64, 1, 0, &cols) < 0) goto fail;
-    if (sk_get_buffer(nodes_o, fn, "nodes", SK_INT64, 1, 0, &nodes) < 0) goto fail;
-    if (sk_get_buffer(parts_o, fn, "parts", SK_ANY, 1, 1, &parts) < 0) goto fail;
-    if (strcmp(sk_format(&parts), "i") != 0 || parts.itemsize != 4) {
-        PyErr_Format(PyExc_ValueError, "%s: 'parts' expected an int32 array (got format '%s')", fn, sk_format(&parts));
-        goto fail;
-    }
-    if (sk_get_buffer(sizes_o, fn, "sizes", SK_INT64, 1, 1, &sizes) < 0) goto fail;
+    if (sk_get_chunk(fn, ptr_o, cols_o, nodes_o, &ptr, &cols, &nodes) < 0) goto done;
+    if (sk_get_typed(parts_o, fn, "parts", 'i', 4, "an int32", 1, &parts) < 0) goto done;
+    if (sk_get_buffer(sizes_o, fn, "sizes", SK_INT64, 1, 1, &sizes) < 0) goto done;
     const int64_t B = sk_len(&nodes), N = sk_len(&parts), E = sk_len(&cols);
     k = sk_len(&sizes);
-    if (sk_len(&ptr) != B + 1) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", fn,
-                     (long long)(B + 1), (long long)sk_len(&ptr));
-        goto fail;
-    }
     if (k < 1 || k > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: 'sizes' expected between 1 and %d parts (got %lld)", fn, INT32_MAX, (long long)k);
-        goto fail;
+        goto done;
     }
-    if (sk_get_optional_int64(cap_o, fn, "capacity", k, 0, INT64_MIN, &cap) < 0) goto fail;
-    if (cap.obj == NULL) {
-        PyErr_Format(PyExc_ValueError, "%s: 'capacity' expected an int64 array (got None)", fn);
-        goto fail;
-    }
-    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
-    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
-    if (sk_get_optional_int64(tw_o, fn, "train_weight", B, 0, 0, &tw) < 0) goto fail;
-    if (sk_get_optional_int64(ts_o, fn, "train_sizes", k, 1, INT64_MIN, &ts) < 0) goto fail;
-    if (sk_get_optional_int64(tc_o, fn, "train_capacity", k, 0, INT64_MIN, &tc) < 0) goto fail;
+    if (sk_get_int64_n(cap_o, fn, "capacity", k, 0, INT64_MIN, &cap) < 0) goto done;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto done;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto done;
+    if (sk_get_optional_int64(tw_o, fn, "train_weight", B, 0, 0, &tw) < 0) goto done;
+    if (sk_get_optional_int64(ts_o, fn, "train_sizes", k, 1, INT64_MIN, &ts) < 0) goto done;
+    if (sk_get_optional_int64(tc_o, fn, "train_capacity", k, 0, INT64_MIN, &tc) < 0) goto done;
     if ((tw.obj == NULL) != (ts.obj == NULL) || (tw.obj == NULL) != (tc.obj == NULL)) {
         PyErr_Format(PyExc_ValueError, "%s: 'train_weight', 'train_sizes' and 'train_capacity' expected all or none", fn);
-        goto fail;
+        goto done;
     }
-    if (get_visit(visit_o, fn, B, &visit) < 0) goto fail;
+    if (get_visit(visit_o, fn, B, &visit) < 0) goto done;
 
     const int64_t *P = ptr.buf, *V = nodes.buf, *C = cols.buf, *NW = nw.buf, *EW = ew.buf, *TW = tw.buf;
     const int64_t *CAP = cap.buf, *TC = tc.buf, *VI = visit.buf;
@@ -340,17 +268,11 @@ PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     free(touched);
     Py_END_ALLOW_THREADS
 
-    if (raise_error(fn, &st, N, B, k) < 0) goto fail;
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&parts); sk_release(&sizes);
-    sk_release(&cap); sk_release(&nw); sk_release(&ew); sk_release(&tw); sk_release(&ts); sk_release(&tc);
-    sk_release(&visit);
-    return PyLong_FromLongLong((long long)moved);
+    if (raise_error(fn, &st, N, B, k) == 0) result = PyLong_FromLongLong((long long)moved);
 
-fail:
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&parts); sk_release(&sizes);
-    sk_release(&cap); sk_release(&nw); sk_release(&ew); sk_release(&tw); sk_release(&ts); sk_release(&tc);
-    sk_release(&visit);
-    return NULL;
+done:
+    SK_RELEASE(&ptr, &cols, &nodes, &parts, &sizes, &cap, &nw, &ew, &tw, &ts, &tc, &visit);
+    return result;
 }
 
 /* ---- csr_aggregate -------------------------------------------------------------------------------------- */
@@ -362,32 +284,23 @@ PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer ptr = {0}, cols = {0}, w = {0};
     sk_status st = {0};
     int64_t *out_ptr = NULL;
+    PyObject *result = NULL;
     const char *fn = "csr_aggregate";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:csr_aggregate", kwlist, &ptr_o, &cols_o, &w_o)) return NULL;
-    if (sk_get_buffer(ptr_o, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto fail;
-    if (sk_get_buffer(cols_o, fn, "indices", SK_INT64, 1, 1, &cols) < 0) goto fail;
-    if (sk_get_buffer(w_o, fn, "weights", SK_INT64, 1, 1, &w) < 0) goto fail;
+    if (sk_get_csr(fn, ptr_o, cols_o, 1, &ptr, &cols) < 0) goto done;
+    if (sk_get_buffer(w_o, fn, "weights", SK_INT64, 1, 1, &w) < 0) goto done;
     const int64_t n = sk_len(&ptr) - 1, E = sk_len(&cols);
-    if (n < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected at least 1 entry (got 0)", fn);
-        goto fail;
-    }
     if (sk_len(&w) != E) {
         PyErr_Format(PyExc_ValueError, "%s: 'weights' expected %lld entries like 'indices' (got %lld)", fn,
                      (long long)E, (long long)sk_len(&w));
-        goto fail;
+        goto done;
     }
     const int64_t *P = ptr.buf;
-    if (P[0] != 0 || P[n] != E) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected to start at 0 and end at len(indices)=%lld (got %lld and %lld)",
-                     fn, (long long)E, (long long)P[0], (long long)P[n]);
-        goto fail;
-    }
     out_ptr = malloc(sizeof(int64_t) * (size_t)(n + 1));
     if (out_ptr == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        goto done;
     }
     int64_t *C = cols.buf, *W = w.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -426,24 +339,17 @@ PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (st.code == ML_BAD_PTR) {
         PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected non-decreasing offsets (got indptr[%lld]=%lld)", fn,
                      (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    if (st.code == ML_NOMEM) {
+    } else if (st.code == ML_NOMEM) {
         PyErr_NoMemory();
-        goto fail;
+    } else {
+        const long long nnz = (long long)out_ptr[n];
+        PyObject *arr = sk_int64_array_from_malloc(out_ptr, n + 1); /* frees out_ptr on failure */
+        out_ptr = NULL;
+        if (arr != NULL) result = Py_BuildValue("(NL)", arr, nnz);
     }
-    sk_release(&ptr);
-    sk_release(&cols);
-    sk_release(&w);
-    const long long nnz = (long long)out_ptr[n];
-    PyObject *arr = sk_int64_array_from_malloc(out_ptr, n + 1); /* frees out_ptr on failure */
-    if (arr == NULL) return NULL;
-    return Py_BuildValue("(NL)", arr, nnz);
 
-fail:
+done:
     free(out_ptr);
-    sk_release(&ptr);
-    sk_release(&cols);
-    sk_release(&w);
-    return NULL;
+    SK_RELEASE(&ptr, &cols, &w);
+    return result;
 }

@@ -23,6 +23,7 @@
  * node, replacing the 0/1 `is_train`). Absent weights are 1 (is_train for training), and the result is then
  * exactly that of the unweighted kernels. */
 #include "common.h"
+#include "kernels.h"
 #include "rng.h"
 
 #include <math.h>
@@ -33,78 +34,22 @@
 
 enum {
     P_OK = 0,
-    P_BAD_PTR = 1,     /* a: position, b: value */
-    P_BAD_NODE = 2,    /* a: position, b: id */
-    P_BAD_COL = 3,     /* a: position in indices, b: id */
     P_ASSIGNED = 4,    /* a: position, b: node id, c: label */
     P_UNASSIGNED = 5,  /* restream: a node outside the call's parts */
     P_NOMEM = SK_ERR_NOMEM,
 };
 
-/* 1-D buffer of a fixed-size element given by its struct format letter ('i' int32, 'd' float64). */
-static int get_typed(PyObject *obj, const char *func, const char *name, char fmt, Py_ssize_t itemsize,
-                     const char *tname, int writable, Py_buffer *view) {
-    if (sk_get_buffer(obj, func, name, SK_ANY, 1, writable, view) < 0) return -1;
-    const char *f = sk_format(view);
-    if (f[0] != fmt || f[1] != '\0' || view->itemsize != itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: '%s' expected a %s array (got format '%s')", func, name, tname, f);
-        sk_release(view);
-        return -1;
-    }
-    return 0;
-}
-
-/* Validate a streamed chunk: local indptr monotone within indices, nodes ascending in [0, N), columns in
- * [0, N). Runs without the GIL; fills st. */
-static void check_chunk(const int64_t *ptr, int64_t B, int64_t E, const int64_t *nodes, const int64_t *cols,
-                        int64_t N, sk_status *st) {
-    if (ptr[0] < 0 || ptr[0] > E) { sk_status_set(st, P_BAD_PTR, 0, 0, 0, ptr[0], 0, 0); return; }
-    for (int64_t j = 0; j < B; j++) {
-        if (ptr[j + 1] < ptr[j] || ptr[j + 1] > E) { sk_status_set(st, P_BAD_PTR, 0, j + 1, j + 1, ptr[j + 1], 0, 0); return; }
-        if ((uint64_t)nodes[j] >= (uint64_t)N || (j > 0 && nodes[j] <= nodes[j - 1])) {
-            sk_status_set(st, P_BAD_NODE, 0, j, j, nodes[j], 0, 0);
-            return;
-        }
-    }
-    for (int64_t i = ptr[0]; i < ptr[B]; i++)
-        if ((uint64_t)cols[i] >= (uint64_t)N) { sk_status_set(st, P_BAD_COL, 0, i, i, cols[i], 0, 0); return; }
-}
-
-static int raise_chunk_error(const char *func, const sk_status *st, int64_t N, int64_t label_base, int64_t p) {
-    switch (st->code) {
-    case P_BAD_PTR:
-        PyErr_Format(PyExc_ValueError,
-                     "%s: 'indptr' expected non-decreasing offsets within len(indices) (got indptr[%lld]=%lld)", func,
-                     (long long)st->a, (long long)st->b);
-        return -1;
-    case P_BAD_NODE:
-        PyErr_Format(PyExc_IndexError, "%s: 'nodes' expected strictly ascending ids in [0, %lld) (got nodes[%lld]=%lld)",
-                     func, (long long)N, (long long)st->a, (long long)st->b);
-        return -1;
-    case P_BAD_COL:
-        PyErr_Format(PyExc_IndexError, "%s: 'indices' expected node ids in [0, %lld) (got indices[%lld]=%lld)", func,
-                     (long long)N, (long long)st->a, (long long)st->b);
-        return -1;
-    case P_ASSIGNED:
-        PyErr_Format(PyExc_ValueError,
-                     "%s: 'labels' expected the streamed nodes unassigned (outside [%lld, %lld)) "
-                     "(got labels[%lld]=%lld at nodes[%lld])",
-                     func, (long long)label_base, (long long)(label_base + p), (long long)st->b, (long long)st->c,
-                     (long long)st->a);
-        return -1;
-    case P_UNASSIGNED:
-        PyErr_Format(PyExc_ValueError,
-                     "%s: 'labels' expected the restreamed nodes assigned (in [%lld, %lld)) "
-                     "(got labels[%lld]=%lld at nodes[%lld])",
-                     func, (long long)label_base, (long long)(label_base + p), (long long)st->b, (long long)st->c,
-                     (long long)st->a);
-        return -1;
-    case P_NOMEM:
-        PyErr_NoMemory();
-        return -1;
-    default:
-        return 0;
-    }
+/* The exception for a status of either pass (chunk errors: sk_check_chunk, nodes strictly ascending);
+ * returns -1 when one was raised. */
+static int raise_pass_error(const char *func, const sk_status *st, int64_t N, int64_t label_base, int64_t p) {
+    if (st->code != P_ASSIGNED && st->code != P_UNASSIGNED) return sk_raise_chunk_error(func, st, N, 1);
+    const int restream = st->code == P_UNASSIGNED;
+    PyErr_Format(PyExc_ValueError,
+                 "%s: 'labels' expected the %s nodes %s (%s [%lld, %lld)) (got labels[%lld]=%lld at nodes[%lld])",
+                 func, restream ? "restreamed" : "streamed", restream ? "assigned" : "unassigned",
+                 restream ? "in" : "outside", (long long)label_base, (long long)(label_base + p), (long long)st->b,
+                 (long long)st->c, (long long)st->a);
+    return -1;
 }
 
 /* ---- FENNEL ------------------------------------------------------------------------------------------- */
@@ -203,11 +148,12 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *nw_o = Py_None, *ew_o = Py_None, *tw_o = Py_None;
     long long label_base, bloom_seed = 0;
     double alpha, gamma, train_penalty, train_norm;
-    Py_ssize_t block_nodes = 4096, nthreads_req = 0;
+    Py_ssize_t block_nodes = SK_FENNEL_BLOCK_NODES, nthreads_req = 0;
     int restream = 0;
     Py_buffer ptr = {0}, cols = {0}, nodes = {0}, labels = {0}, sizes = {0}, tsizes = {0}, train = {0}, cap = {0},
               w = {0}, bloom = {0}, nw = {0}, ew = {0}, tw = {0};
     sk_status st = {0};
+    PyObject *result = NULL;
     const char *fn = "fennel_pass";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOLdddd|OLnpnOOO:fennel_pass", kwlist, &ptr_o, &cols_o,
@@ -217,61 +163,51 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
         return NULL;
     int nthreads = sk_resolve_threads(fn, nthreads_req);
     if (nthreads < 0) return NULL;
-    if (sk_get_buffer(ptr_o, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto fail;
-    if (sk_get_buffer(cols_o, fn, "indices", SK_INT64, 1, 0, &cols) < 0) goto fail;
-    if (sk_get_buffer(nodes_o, fn, "nodes", SK_INT64, 1, 0, &nodes) < 0) goto fail;
-    if (get_typed(labels_o, fn, "labels", 'i', 4, "int32", 1, &labels) < 0) goto fail;
-    if (sk_get_buffer(sizes_o, fn, "sizes", SK_INT64, 1, 1, &sizes) < 0) goto fail;
-    if (sk_get_buffer(tsizes_o, fn, "train_sizes", SK_INT64, 1, 1, &tsizes) < 0) goto fail;
-    if (sk_get_buffer(train_o, fn, "is_train", SK_UINT8, 1, 0, &train) < 0) goto fail;
-    if (sk_get_buffer(cap_o, fn, "capacity", SK_INT64, 1, 0, &cap) < 0) goto fail;
-    if (get_typed(w_o, fn, "weight", 'd', 8, "float64", 0, &w) < 0) goto fail;
-    if (bloom_o != Py_None && sk_get_buffer(bloom_o, fn, "bloom", SK_UINT8, 1, 1, &bloom) < 0) goto fail;
+    if (sk_get_chunk(fn, ptr_o, cols_o, nodes_o, &ptr, &cols, &nodes) < 0) goto done;
+    if (sk_get_typed(labels_o, fn, "labels", 'i', 4, "a int32", 1, &labels) < 0) goto done;
+    if (sk_get_buffer(sizes_o, fn, "sizes", SK_INT64, 1, 1, &sizes) < 0) goto done;
+    if (sk_get_buffer(tsizes_o, fn, "train_sizes", SK_INT64, 1, 1, &tsizes) < 0) goto done;
+    if (sk_get_buffer(train_o, fn, "is_train", SK_UINT8, 1, 0, &train) < 0) goto done;
+    if (sk_get_buffer(cap_o, fn, "capacity", SK_INT64, 1, 0, &cap) < 0) goto done;
+    if (sk_get_typed(w_o, fn, "weight", 'd', 8, "a float64", 0, &w) < 0) goto done;
+    if (sk_get_optional(bloom_o, fn, "bloom", SK_UINT8, 1, 1, &bloom) < 0) goto done;
 
     const int64_t B = sk_len(&nodes), N = sk_len(&labels), p = sk_len(&sizes), E = sk_len(&cols);
-    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
-    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
-    if (sk_get_optional_int64(tw_o, fn, "train_weight", B, 0, 0, &tw) < 0) goto fail;
-    if (sk_len(&ptr) != B + 1) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", fn,
-                     (long long)(B + 1), (long long)sk_len(&ptr));
-        goto fail;
-    }
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto done;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto done;
+    if (sk_get_optional_int64(tw_o, fn, "train_weight", B, 0, 0, &tw) < 0) goto done;
     if (p < 1 || p > INT32_MAX / 2) {
         PyErr_Format(PyExc_ValueError, "%s: 'sizes' expected between 1 and %d parts (got %lld)", fn, INT32_MAX / 2,
                      (long long)p);
-        goto fail;
+        goto done;
     }
     if (sk_len(&tsizes) != p || sk_len(&cap) != p || sk_len(&w) != p) {
         PyErr_Format(PyExc_ValueError,
                      "%s: 'train_sizes', 'capacity' and 'weight' expected %lld entries like 'sizes' (got %lld, %lld, %lld)",
                      fn, (long long)p, (long long)sk_len(&tsizes), (long long)sk_len(&cap), (long long)sk_len(&w));
-        goto fail;
+        goto done;
     }
     if (sk_len(&train) != B) {
         PyErr_Format(PyExc_ValueError, "%s: 'is_train' expected %lld entries like 'nodes' (got %lld)", fn, (long long)B,
                      (long long)sk_len(&train));
-        goto fail;
+        goto done;
     }
     if (label_base < 0 || label_base + p > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: 'label_base' expected labels in int32 range (got %lld + %lld parts)", fn,
                      label_base, (long long)p);
-        goto fail;
+        goto done;
     }
     if (!(train_norm > 0) || !(gamma >= 1) || !(alpha >= 0) || !(train_penalty >= 0)) {
         PyErr_Format(PyExc_ValueError,
                      "%s: expected alpha >= 0, gamma >= 1, train_penalty >= 0, train_norm > 0 (got %g, %g, %g, %g)", fn,
                      alpha, gamma, train_penalty, train_norm);
-        goto fail;
+        goto done;
     }
-    if (block_nodes < 1) {
-        PyErr_Format(PyExc_ValueError, "%s: 'block_nodes' expected >= 1 (got %zd)", fn, block_nodes);
-        goto fail;
-    }
+    if (sk_check_min(fn, "block_nodes", block_nodes, 1) < 0) goto done;
     int64_t words = 0;
     if (restream && bloom.obj != NULL) {
         PyErr_Format(PyExc_ValueError, "%s: 'restream' expected exact counting (bloom=None) (got a Bloom filter)", fn);
-        goto fail;
+        goto done;
     }
     if (bloom.obj != NULL) {
         const int64_t bytes = sk_len(&bloom);
@@ -279,7 +215,7 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
             PyErr_Format(PyExc_ValueError,
                          "%s: 'bloom' expected p * words * 8 bytes, 8-byte aligned (p=%lld) (got %lld bytes)", fn,
                          (long long)p, (long long)bytes);
-            goto fail;
+            goto done;
         }
         words = bytes / 8 / p;
     }
@@ -303,7 +239,7 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     int32_t *npairs = NULL, *ninblock = NULL;
     int64_t **scratch = NULL;
     double *cntd = NULL;
-    check_chunk(P, B, E, V, C, N, &st);
+    sk_check_chunk(P, B, E, V, 1, C, N, &st);
     for (int64_t j = 0; st.code == 0 && j < B; j++) {
         const int64_t k = (int64_t)L[V[j]] - label_base;
         const int in_range = k >= 0 && k < p;
@@ -397,17 +333,11 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     free(cntd);
     Py_END_ALLOW_THREADS
 
-    if (raise_chunk_error(fn, &st, N, label_base, p) < 0) goto fail;
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&sizes);
-    sk_release(&tsizes); sk_release(&train); sk_release(&cap); sk_release(&w); sk_release(&bloom);
-    sk_release(&nw); sk_release(&ew); sk_release(&tw);
-    Py_RETURN_NONE;
+    if (raise_pass_error(fn, &st, N, label_base, p) == 0) result = Py_NewRef(Py_None);
 
-fail:
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&sizes);
-    sk_release(&tsizes); sk_release(&train); sk_release(&cap); sk_release(&w); sk_release(&bloom);
-    sk_release(&nw); sk_release(&ew); sk_release(&tw);
-    return NULL;
+done:
+    SK_RELEASE(&ptr, &cols, &nodes, &labels, &sizes, &tsizes, &train, &cap, &w, &bloom, &nw, &ew, &tw);
+    return result;
 }
 
 /* ---- GREM --------------------------------------------------------------------------------------------- */
@@ -420,41 +350,35 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer ptr = {0}, cols = {0}, nodes = {0}, labels = {0}, pref = {0}, sizes = {0}, cap = {0}, nw = {0}, ew = {0};
     sk_status st = {0};
     int64_t moved = 0;
+    PyObject *result = NULL;
     const char *fn = "grem_pass";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOLL|OO:grem_pass", kwlist, &ptr_o, &cols_o, &nodes_o,
                                      &labels_o, &pref_o, &sizes_o, &cap_o, &la, &lb, &nw_o, &ew_o))
         return NULL;
-    if (sk_get_buffer(ptr_o, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto fail;
-    if (sk_get_buffer(cols_o, fn, "indices", SK_INT64, 1, 0, &cols) < 0) goto fail;
-    if (sk_get_buffer(nodes_o, fn, "nodes", SK_INT64, 1, 0, &nodes) < 0) goto fail;
-    if (get_typed(labels_o, fn, "labels", 'i', 4, "int32", 1, &labels) < 0) goto fail;
-    if (sk_get_buffer(pref_o, fn, "pref", SK_FLOAT32, 1, 1, &pref) < 0) goto fail;
-    if (sk_get_buffer(sizes_o, fn, "sizes", SK_INT64, 1, 1, &sizes) < 0) goto fail;
-    if (sk_get_buffer(cap_o, fn, "capacity", SK_INT64, 1, 0, &cap) < 0) goto fail;
+    if (sk_get_chunk(fn, ptr_o, cols_o, nodes_o, &ptr, &cols, &nodes) < 0) goto done;
+    if (sk_get_typed(labels_o, fn, "labels", 'i', 4, "a int32", 1, &labels) < 0) goto done;
+    if (sk_get_buffer(pref_o, fn, "pref", SK_FLOAT32, 1, 1, &pref) < 0) goto done;
+    if (sk_get_buffer(sizes_o, fn, "sizes", SK_INT64, 1, 1, &sizes) < 0) goto done;
+    if (sk_get_buffer(cap_o, fn, "capacity", SK_INT64, 1, 0, &cap) < 0) goto done;
 
     const int64_t B = sk_len(&nodes), N = sk_len(&labels), E = sk_len(&cols);
-    if (sk_len(&ptr) != B + 1) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected len(nodes)+1 = %lld entries (got %lld)", fn,
-                     (long long)(B + 1), (long long)sk_len(&ptr));
-        goto fail;
-    }
-    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto fail;
-    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto fail;
+    if (sk_get_optional_int64(nw_o, fn, "node_weight", B, 0, 1, &nw) < 0) goto done;
+    if (sk_get_optional_int64(ew_o, fn, "edge_weight", E, 0, 1, &ew) < 0) goto done;
     if (sk_len(&pref) != N) {
         PyErr_Format(PyExc_ValueError, "%s: 'pref' expected %lld entries like 'labels' (got %lld)", fn, (long long)N,
                      (long long)sk_len(&pref));
-        goto fail;
+        goto done;
     }
     if (sk_len(&sizes) != 2 || sk_len(&cap) != 2) {
         PyErr_Format(PyExc_ValueError, "%s: 'sizes' and 'capacity' expected 2 entries (got %lld, %lld)", fn,
                      (long long)sk_len(&sizes), (long long)sk_len(&cap));
-        goto fail;
+        goto done;
     }
     if (la == lb || la < INT32_MIN || la > INT32_MAX || lb < INT32_MIN || lb > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: 'label_a', 'label_b' expected two distinct int32 labels (got %lld, %lld)",
                      fn, la, lb);
-        goto fail;
+        goto done;
     }
 
     const int64_t *P = ptr.buf, *V = nodes.buf, *C = cols.buf, *CAP = cap.buf, *NW = nw.buf, *EW = ew.buf;
@@ -464,7 +388,7 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     const int32_t A = (int32_t)la, Bl = (int32_t)lb;
 
     Py_BEGIN_ALLOW_THREADS
-    check_chunk(P, B, E, V, C, N, &st);
+    sk_check_chunk(P, B, E, V, 1, C, N, &st);
     for (int64_t j = 0; st.code == 0 && j < B; j++) {
         const int64_t v = V[j], wv = NW != NULL ? NW[j] : 1;
         int64_t na = 0, nb = 0;
@@ -496,13 +420,9 @@ PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Py_END_ALLOW_THREADS
 
-    if (raise_chunk_error(fn, &st, N, 0, 0) < 0) goto fail;
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&pref);
-    sk_release(&sizes); sk_release(&cap); sk_release(&nw); sk_release(&ew);
-    return PyLong_FromLongLong((long long)moved);
+    if (raise_pass_error(fn, &st, N, 0, 0) == 0) result = PyLong_FromLongLong((long long)moved);
 
-fail:
-    sk_release(&ptr); sk_release(&cols); sk_release(&nodes); sk_release(&labels); sk_release(&pref);
-    sk_release(&sizes); sk_release(&cap); sk_release(&nw); sk_release(&ew);
-    return NULL;
+done:
+    SK_RELEASE(&ptr, &cols, &nodes, &labels, &pref, &sizes, &cap, &nw, &ew);
+    return result;
 }

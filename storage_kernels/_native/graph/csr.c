@@ -4,6 +4,7 @@
  * place into a memmap'd `indices`. On an error nothing observable changes: increments already applied
  * to `counts`/`cursor` by this call are rolled back before the exception is raised. */
 #include "common.h"
+#include "kernels.h"
 
 enum { CSR_OK = 0, CSR_BAD_SRC = 1, CSR_BAD_CURSOR = 2 };
 
@@ -12,10 +13,12 @@ PyObject *sk_csr_count(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *src_obj, *counts_obj;
     Py_buffer src = {0}, counts = {0};
     sk_status st = {0};
+    PyObject *result = NULL;
+    const char *fn = "csr_count";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:csr_count", kwlist, &src_obj, &counts_obj)) return NULL;
-    if (sk_get_buffer(src_obj, "csr_count", "src", SK_INT64, 1, 0, &src) < 0) goto fail;
-    if (sk_get_buffer(counts_obj, "csr_count", "counts", SK_INT64, 1, 1, &counts) < 0) goto fail;
+    if (sk_get_buffer(src_obj, fn, "src", SK_INT64, 1, 0, &src) < 0) goto done;
+    if (sk_get_buffer(counts_obj, fn, "counts", SK_INT64, 1, 1, &counts) < 0) goto done;
 
     const int64_t *s = (const int64_t *)src.buf;
     int64_t *cnt = (int64_t *)counts.buf;
@@ -33,20 +36,14 @@ PyObject *sk_csr_count(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Py_END_ALLOW_THREADS
 
-    if (st.code == CSR_BAD_SRC) {
-        PyErr_Format(PyExc_IndexError,
-                     "csr_count: 'src' expected node ids in [0, %lld) (got src[%lld]=%lld)", (long long)N,
-                     (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    sk_release(&src);
-    sk_release(&counts);
-    Py_RETURN_NONE;
+    if (st.code == CSR_BAD_SRC)
+        sk_raise_index(fn, "src", "node ids", N, st.a, st.b);
+    else
+        result = Py_NewRef(Py_None);
 
-fail:
-    sk_release(&src);
-    sk_release(&counts);
-    return NULL;
+done:
+    SK_RELEASE(&src, &counts);
+    return result;
 }
 
 PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -54,18 +51,20 @@ PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *src_obj, *dst_obj, *cursor_obj, *indices_obj;
     Py_buffer src = {0}, dst = {0}, cursor = {0}, indices = {0};
     sk_status st = {0};
+    PyObject *result = NULL;
+    const char *fn = "csr_place";
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:csr_place", kwlist, &src_obj, &dst_obj, &cursor_obj,
                                      &indices_obj))
         return NULL;
-    if (sk_get_buffer(src_obj, "csr_place", "src", SK_INT64, 1, 0, &src) < 0) goto fail;
-    if (sk_get_buffer(dst_obj, "csr_place", "dst", SK_INT64, 1, 0, &dst) < 0) goto fail;
-    if (sk_get_buffer(cursor_obj, "csr_place", "cursor", SK_INT64, 1, 1, &cursor) < 0) goto fail;
-    if (sk_get_buffer(indices_obj, "csr_place", "indices", SK_INT64, 1, 1, &indices) < 0) goto fail;
+    if (sk_get_buffer(src_obj, fn, "src", SK_INT64, 1, 0, &src) < 0) goto done;
+    if (sk_get_buffer(dst_obj, fn, "dst", SK_INT64, 1, 0, &dst) < 0) goto done;
+    if (sk_get_buffer(cursor_obj, fn, "cursor", SK_INT64, 1, 1, &cursor) < 0) goto done;
+    if (sk_get_buffer(indices_obj, fn, "indices", SK_INT64, 1, 1, &indices) < 0) goto done;
     if (sk_len(&src) != sk_len(&dst)) {
         PyErr_Format(PyExc_ValueError, "csr_place: 'dst' expected the length of 'src' (%lld) (got %lld)",
                      (long long)sk_len(&src), (long long)sk_len(&dst));
-        goto fail;
+        goto done;
     }
 
     const int64_t *s = (const int64_t *)src.buf, *d = (const int64_t *)dst.buf;
@@ -92,28 +91,17 @@ PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Py_END_ALLOW_THREADS
 
-    if (st.code == CSR_BAD_SRC) {
-        PyErr_Format(PyExc_IndexError, "csr_place: 'src' expected node ids in [0, %lld) (got src[%lld]=%lld)",
-                     (long long)N, (long long)st.a, (long long)st.b);
-        goto fail;
-    }
-    if (st.code == CSR_BAD_CURSOR) {
+    if (st.code == CSR_BAD_SRC)
+        sk_raise_index(fn, "src", "node ids", N, st.a, st.b);
+    else if (st.code == CSR_BAD_CURSOR)
         PyErr_Format(PyExc_IndexError,
                      "csr_place: 'cursor' expected positions in [0, %lld) (len(indices)) "
                      "(got cursor[%lld]=%lld at edge %lld; more edges than counted for this node?)",
                      (long long)M, (long long)st.b, (long long)st.c, (long long)st.a);
-        goto fail;
-    }
-    sk_release(&src);
-    sk_release(&dst);
-    sk_release(&cursor);
-    sk_release(&indices);
-    Py_RETURN_NONE;
+    else
+        result = Py_NewRef(Py_None);
 
-fail:
-    sk_release(&src);
-    sk_release(&dst);
-    sk_release(&cursor);
-    sk_release(&indices);
-    return NULL;
+done:
+    SK_RELEASE(&src, &dst, &cursor, &indices);
+    return result;
 }

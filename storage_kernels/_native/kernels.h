@@ -1,0 +1,64 @@
+/* The Python entry points of storage_kernels._native: one group per kernel family, each with the file it
+ * lives in. module.c builds the method table from these prototypes; their Python signatures are in
+ * storage_kernels/_native.pyi, and tests/storage_kernels/test_native_stubs.py keeps the two in step.
+ *
+ * Every entry point takes (self, args, kwargs) (METH_VARARGS | METH_KEYWORDS), with a kwlist naming the
+ * parameters as the stub does, except the testing hook sk_set_dense_map_limit (METH_VARARGS). Shared helpers
+ * are in common.h. */
+#ifndef STRATA_NATIVE_KERNELS_H
+#define STRATA_NATIVE_KERNELS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* ---- io/: storage I/O ------------------------------------------------------------------------------------ */
+
+/* io/dio.c: direct I/O (O_DIRECT with a buffered fallback, batched aligned preads, aligned buffers) */
+PyObject *sk_open_direct(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_close_fd(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_aligned_empty(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* io/gather.c: row gather from a (memmap'd) 2-D array */
+PyObject *sk_gather_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* io/pack.c: DiskGNN batched packing, one partition of the feature file at a time */
+PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* ---- graph/: CSR construction and neighbour sampling ----------------------------------------------------- */
+
+/* graph/csr.c: two-pass CSR construction from edge chunks */
+PyObject *sk_csr_count(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* graph/sample.c: multi-hop neighbour sampling into layered blocks */
+PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_set_dense_map_limit(PyObject *self, PyObject *args); /* testing hook: force the hashed id map */
+int sk_sample_init(void); /* not a Python function: once from module init (fork safety of the id-map pool) */
+
+/* ---- reorder/: node reordering --------------------------------------------------------------------------- */
+
+/* reorder/permute.c: external permutation (relabel ids, bucket rows, place rows) */
+PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* reorder/community.c: synchronous label propagation */
+PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* reorder/rabbit.c: Rabbit-Order-style community ordering */
+PyObject *sk_rabbit_order(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* ---- partition/: graph partitioning ---------------------------------------------------------------------- */
+
+/* partition/partition.c: streaming partitioners (FENNEL, GREM) */
+#define SK_FENNEL_BLOCK_NODES 4096 /* fennel_pass's default block_nodes (nodes counted in parallel per block) */
+PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_grem_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* partition/multilevel.c: multilevel coarsening, refinement and contracted-CSR merging */
+PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs);
+
+#endif /* STRATA_NATIVE_KERNELS_H */
