@@ -8,6 +8,7 @@ text; ``--verbose`` adds Dagster's logs and the full traceback.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -455,24 +456,21 @@ def run(
 
     Unchanged stages are reused; blocking checks gate each stage; the run shows in `strata ui`.
     """
-    _run_pipeline(dataset, root, config, overrides, json_out, verbose, until)
+    _run_pipeline(dataset=dataset, root=root, config=config, overrides=overrides, json_out=json_out,
+                  verbose=verbose, until=until)
 
 
 def _stage_command(name: str, description: str) -> None:
-    """Register ``strata <name>``: ``strata run --until <name>`` under the stage's own name."""
+    """Register ``strata <name>``: ``strata run --until <name>``, with every option of ``run`` but ``--until``."""
 
-    def command(
-        dataset: str | None = DatasetOption,
-        root: str | None = RootOption,
-        config: Path | None = ConfigOption,
-        overrides: list[str] | None = SetOption,
-        json_out: bool = JsonOption,
-        verbose: bool = VerboseOption,
-    ) -> None:
-        _run_pipeline(dataset, root, config, overrides, json_out, verbose, name)
+    def command(**options: Any) -> None:
+        _run_pipeline(until=name, **options)
 
-    first = description.split(". ")[0].rstrip(".")
-    command.__doc__ = f"Bring stage '{name}' (and its upstream stages) up to date: {first}."
+    params = [p for p in inspect.signature(run).parameters.values() if p.name != "until"]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: run.__annotations__[p.name] for p in params}
+    summary = description.split(". ")[0].rstrip(".")
+    command.__doc__ = f"Bring stage '{name}' (and its upstream stages) up to date: {summary}."
     app.command(name, rich_help_panel="Stages (each is `run --until STAGE`)")(command)
 
 
