@@ -1,19 +1,19 @@
 """Strata's Dagster assets and asset checks, derived from the stage graph (:data:`pipelines.graph.STAGES`).
 
 Every stage becomes one asset of the same name -- a thin wrapper that resolves the stage's artifact with a
-:class:`~pipelines.runner.StageRunner`, records its metrics in the catalog and returns Dagster metadata
-(the stage's ``summary`` plus size, version, files and lineage) -- and every check of a stage becomes a
-blocking asset check on it. Assets manage their own files (no IO managers); the data version Dagster records
-is the artifact version, and ``code_version`` is the stage's ``FORMAT_VERSION``.
+:class:`~pipelines.runner.StageRunner`, records its metrics in the catalog and returns Dagster metadata (the
+stage's ``summary`` plus size, version, files and lineage) -- and every check of a stage becomes a blocking
+asset check on it. Assets manage their own files (no IO managers); the data version Dagster records is the
+artifact version, and ``code_version`` is the stage's ``FORMAT_VERSION``.
 
-Upstream resolution: each step builds its own runner from the run's typed configuration, so a step finds
-the artifacts its upstream assets materialized by content address (a lookup). Nothing is memoized across
-steps or processes, so the multiprocess executor can run independent steps (the checks of one stage, say)
-in parallel. When a job selects only some assets and an upstream artifact does not exist yet, the step builds
-it and logs a warning (run ``strata_job`` to record it in Dagster).
+Upstream resolution: each step asks the run's resource for its runner (one per run and process, built from the
+run's typed configuration), so a step finds the artifacts its upstream assets materialized by content address,
+and the steps sharing a process resolve each stage once. Nothing is shared between processes, so the
+multiprocess executor can run independent steps (the checks of one stage, say) in parallel. When a job selects
+only some assets and an upstream artifact does not exist yet, the step builds it and logs a warning (run
+``strata_job`` to record it in Dagster).
 """
 
-import inspect
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -117,7 +117,7 @@ def asset_for(stage: Stage) -> dg.AssetsDefinition:
     @dg.asset(
         name=stage.name,
         deps=list(stage.upstream),
-        code_version=str(inspect.getmodule(stage.run).FORMAT_VERSION),
+        code_version=str(stage.format_version),
         group_name=stage.group,
         kinds=set(stage.kinds),
         description=stage.description,

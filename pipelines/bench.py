@@ -118,7 +118,7 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     eval_source = open_features(cfg, "in_memory", ordering, None, sample_set, device)
     for i, mode in enumerate(modes):
         policy = MODES[mode] or cfg.policy
-        runner = StageRunner(cfg.model_copy(update={"policy": policy}), store)
+        runner = shared.derive(cfg.model_copy(update={"policy": policy}))  # ingest .. sample resolved once
         pack = runner.run_until("pack", progress=lambda stage: progress)[-1].artifact
         source = open_features(cfg, policy, ordering, pack, sample_set, device)
         try:

@@ -44,6 +44,7 @@ __all__ = [
     "artifact_params",
     "dataset_slug",
     "describe_settings",
+    "is_section",
     "section_fields",
 ]
 
@@ -283,6 +284,11 @@ class PipelineConfig(_Section):
         return self.model_dump(mode="json")
 
 
+def is_section(value: Any) -> bool:
+    """Whether ``value`` is a config section (a pydantic model or pydantic dataclass), not a setting's value."""
+    return hasattr(value, "__pydantic_fields__")
+
+
 def section_fields(section: Any) -> dict[str, FieldInfo]:
     """The declared fields of a config section (a pydantic model or a pydantic dataclass)."""
     fields = getattr(type(section), "model_fields", None)
@@ -317,7 +323,7 @@ def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -
     own = section_fields(section)
     for name in [*sorted(r for r in reads if r not in own), *also]:
         value = getattr(cfg, name)
-        params[name] = _section_params(value, None) if hasattr(value, "__pydantic_fields__") else value
+        params[name] = _section_params(value, None) if is_section(value) else value
     return params
 
 
@@ -329,7 +335,7 @@ def describe_settings(cfg: PipelineConfig) -> list[dict[str, Any]]:
     def walk(prefix: str, section: Any, default: Any) -> None:
         for name, info in section_fields(section).items():
             value, base = getattr(section, name), getattr(default, name)
-            if hasattr(value, "__pydantic_fields__"):
+            if is_section(value):
                 walk(f"{prefix}{name}.", value, base)
                 continue
             rows.append({"key": prefix + name, "value": _plain(value), "default": _plain(base),

@@ -16,6 +16,7 @@ are not reused, because the stage name is part of every version (README, "Upgrad
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,16 @@ class Stage:
     def function(self) -> str:
         """The stage function's dotted path (for messages and metadata)."""
         return f"{self.run.__module__}.{self.run.__name__}"
+
+    @property
+    def format_version(self) -> int:
+        """The stage module's ``FORMAT_VERSION`` (part of every version; the asset's ``code_version``)."""
+        return int(sys.modules[self.run.__module__].FORMAT_VERSION)
+
+    @property
+    def also_reads(self) -> tuple[str, ...]:
+        """Configuration the stage reads beyond its own section (its module's ``ALSO_READS``, if any)."""
+        return tuple(getattr(sys.modules[self.run.__module__], "ALSO_READS", ()))
 
 
 #: Every stage, in topological order.

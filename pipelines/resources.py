@@ -20,9 +20,9 @@ import typing
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import dagster as dg
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, PrivateAttr, create_model
 
-from pipelines.config import PipelineConfig, section_fields
+from pipelines.config import PipelineConfig, is_section, section_fields
 
 if TYPE_CHECKING:
     from pipelines.runner import StageRunner
@@ -51,7 +51,7 @@ def _section_type(name: str, section: Any) -> type[dg.Config]:
     fields: dict[str, Any] = {}
     for field_name, info in section_fields(section).items():
         value = getattr(section, field_name)
-        if hasattr(value, "__pydantic_fields__"):  # a nested section
+        if is_section(value):
             nested = _section_type(f"{name}_{field_name}", value)
             fields[field_name] = (nested, Field(default_factory=nested, description=f"The {field_name} section."))
             continue
@@ -76,6 +76,7 @@ class StrataResource(dg.ConfigurableResource):
     root: str | None = Field(default=None, description="Data root; None means $STRATA_HOME, else ./strata_data.")
     settings: dg.Config = Field(default_factory=lambda: settings_type(PipelineConfig())(),
                                 description="The run's configuration (see `strata config show`).")
+    _runner: StageRunner | None = PrivateAttr(default=None)
 
     def pipeline_config(self) -> PipelineConfig:
         """The validated configuration of this run (``ValueError`` naming the bad setting otherwise)."""
@@ -88,7 +89,12 @@ class StrataResource(dg.ConfigurableResource):
         return StrataPaths.at(self.root)
 
     def runner(self, log: Any = None) -> StageRunner:
-        """A fresh :class:`~pipelines.runner.StageRunner` for this run's configuration (one per step)."""
+        """This run's :class:`~pipelines.runner.StageRunner` (warnings go to ``log``, the calling step's).
+
+        Dagster builds a resource once per run and process, so the steps that share a process share the
+        runner: a stage is resolved (its source opened, its version computed) once per run there, and steps
+        in other processes resolve their own.
+        """
         from pipelines.runner import StageRunner
 
         def warn(stage: str, result: Any) -> None:
@@ -96,7 +102,10 @@ class StrataResource(dg.ConfigurableResource):
                 log.warning(f"upstream '{stage}' had no artifact for this configuration: built {result.version} "
                             f"outside its asset (materialize '{stage}' to record it in Dagster)")
 
-        return StageRunner(self.pipeline_config(), self.paths().store(), on_upstream_built=warn)
+        if self._runner is None:
+            self._runner = StageRunner(self.pipeline_config(), self.paths().store())
+        self._runner.on_upstream_built = warn
+        return self._runner
 
 
 def _resource_for(base: PipelineConfig, root: str | None) -> StrataResource:

@@ -1,14 +1,15 @@
 """Run the stage graph without Dagster: resolve a stage's artifact for one configuration.
 
-A :class:`StageRunner` answers "the artifact of stage S for this configuration" by calling the stage
-function with the artifacts of S's upstream stages, resolved the same way. Artifacts are content-addressed
-(version = hash of stage, format version, parameters and upstream versions), so for a stage that already ran
-this is a lookup (``reused=True``); a missing one is built. Results are memoized in the runner (one runner,
-one run): nothing is shared between processes, so Dagster's multiprocess executor can resolve independent
-steps in parallel, each in its own process.
+A :class:`StageRunner` answers "the artifact of stage S for this configuration" by calling the stage function
+with the artifacts of S's upstream stages, resolved the same way. Artifacts are content-addressed (version =
+hash of stage, format version, parameters and upstream versions), so for a stage that already ran this is a
+lookup (``reused=True``); a missing one is built. Results are memoized in the runner (one runner, one run):
+nothing is shared between processes, so Dagster's multiprocess executor can resolve independent steps in
+parallel, each in its own process.
 
-The Dagster assets use a runner per step; the benchmarks and ``strata run`` without Dagster can use one
-directly (``run_until``, which also runs each stage's checks and stops at the first failing one).
+The Dagster steps of one run share the run resource's runner within a process
+(:meth:`pipelines.resources.StrataResource.runner`); the benchmarks use one directly (``run_until``, which also
+runs each stage's checks and stops at the first failing one).
 """
 
 from __future__ import annotations
@@ -51,8 +52,23 @@ class StageRunner:
                  on_upstream_built: Callable[[str, StageResult], None] | None = None) -> None:
         self.cfg = cfg
         self.store = store
+        self.on_upstream_built = on_upstream_built
         self._results: dict[str, StageResult] = {}
-        self._on_upstream_built = on_upstream_built
+
+    def derive(self, cfg: PipelineConfig) -> StageRunner:
+        """A runner for ``cfg`` that keeps this runner's results of the stages ``cfg`` leaves unchanged: same
+        dataset, same artifact parameters, every upstream stage kept (a benchmark varying only the policy
+        resolves ingest .. sample once)."""
+        from pipelines.config import artifact_params
+
+        derived = StageRunner(cfg, self.store, self.on_upstream_built)
+        for stage in STAGES:
+            if (stage.name in self._results and cfg.dataset == self.cfg.dataset
+                    and all(u in derived._results for u in stage.upstream)
+                    and artifact_params(cfg, stage.name, stage.also_reads)
+                    == artifact_params(self.cfg, stage.name, stage.also_reads)):
+                derived._results[stage.name] = self._results[stage.name]
+        return derived
 
     def result(self, name: str, progress: Progress | None = None) -> StageResult:
         """Run (or look up) stage ``name``: ``stage.run(store, cfg, **upstream artifacts, progress)``."""
@@ -68,8 +84,8 @@ class StageRunner:
         """The artifact of an upstream stage ``name`` for this configuration (built when missing)."""
         known = name in self._results
         result = self.result(name)
-        if not known and not result.reused and self._on_upstream_built is not None:
-            self._on_upstream_built(name, result)
+        if not known and not result.reused and self.on_upstream_built is not None:
+            self.on_upstream_built(name, result)
         return result.artifact
 
     def check(self, name: str) -> list[CheckOutcome]:

@@ -43,6 +43,7 @@ __all__ = [
     "load_bundle",
     "onnx_feed",
     "onnx_input_names",
+    "supports_bundle",
     "random_subgraph",
     "verify_onnx",
 ]
@@ -274,6 +275,11 @@ def _quantize_int8(w: np.ndarray) -> tuple[np.ndarray, float]:
     return q, scale
 
 
+def supports_bundle(model: GraphModel) -> bool:
+    """Whether ``model`` describes its layers for the bundle's runtime (has ``bundle_descriptor()``)."""
+    return callable(getattr(model, "bundle_descriptor", None))
+
+
 def export_bundle(model: BundleModel, out_dir: str | Path, quantization: str = "int8", opset: int = 18,
                   onnx_file: str | None = None) -> Path:
     """Write ``model.json`` + ``weights.bin`` into ``out_dir``; returns the path of ``model.json``.
@@ -283,7 +289,7 @@ def export_bundle(model: BundleModel, out_dir: str | Path, quantization: str = "
     """
     if quantization not in ("int8", "fp32"):
         raise ValueError(f"'quantization' expected 'int8' or 'fp32' (got {quantization!r})")
-    if not callable(getattr(model, "bundle_descriptor", None)):
+    if not supports_bundle(model):
         raise ValueError(f"'export_bundle' expected a model with bundle_descriptor() (the layer description "
                          f"the runtime reads) (got {type(model).__name__})")
     architecture = model.bundle_descriptor()

@@ -7,12 +7,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pipelines.config import PipelineConfig, artifact_params
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
-
-if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
 
 __all__ = ["Progress", "StageResult", "materialize", "peak_rss_mb"]
 
@@ -69,8 +67,6 @@ def materialize(
     its inputs (a resolved device, a source's file fingerprints). ``build`` fills the builder (files,
     ``stats``); timing and peak RSS are recorded here.
     """
-    from pipelines.config import artifact_params
-
     params = {**artifact_params(cfg, stage, also), **(derived or {})}
     upstream_versions = {name: art.version for name, art in upstream.items()}
     dataset = cfg.dataset_name

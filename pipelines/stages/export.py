@@ -32,7 +32,7 @@ def model_name_for(cfg: PipelineConfig) -> str:
 def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress: Progress | None = None
         ) -> StageResult:
     """Export the trained model, verify it, and register it."""
-    from trainer.export import export_bundle, export_onnx, random_subgraph, verify_onnx
+    from trainer.export import export_bundle, export_onnx, random_subgraph, supports_bundle, verify_onnx
     from trainer.tracking import MlflowTracker
 
     paths = StrataPaths(store.root)
@@ -48,7 +48,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                              f"(got max |diff| {diff:.3g})")
         if progress:
             progress("export: onnx verified", 1, 3)
-        if callable(getattr(net, "bundle_descriptor", None)):
+        if supports_bundle(net):
             with tempfile.TemporaryDirectory(dir=builder.dir.parent) as tmp:
                 export_bundle(net, tmp, quantization=cfg.export.quantize, opset=cfg.export.opset,
                               onnx_file="model.onnx")

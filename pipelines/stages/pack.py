@@ -19,9 +19,11 @@ from pipelines.stages.graphio import load_graph
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "run", "summary"]
+__all__ = ["ALSO_READS", "FORMAT_VERSION", "run", "summary"]
 
 FORMAT_VERSION = 1
+#: Configuration this stage reads beyond its own section (it enters the artifact version).
+ALSO_READS = ("policy",)
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, plan: Artifact,
@@ -34,7 +36,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update({"policy": cfg.policy, **stats})
 
     return materialize(store, cfg, "pack", FORMAT_VERSION, {"reorder": reorder, "sample": sample, "plan": plan},
-                       build, also=("policy",))
+                       build, also=ALSO_READS)
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:

@@ -28,9 +28,11 @@ from pipelines.stages.graphio import load_graph
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "run", "summary"]
+__all__ = ["ALSO_READS", "FORMAT_VERSION", "run", "summary"]
 
 FORMAT_VERSION = 1
+#: Configuration this stage reads beyond its own section (it enters the artifact version).
+ALSO_READS = ("policy",)
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact,
@@ -48,7 +50,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update({"policy": cfg.policy, **plan.stats})
 
     return materialize(store, cfg, "plan", FORMAT_VERSION, {"reorder": reorder, "sample": sample}, build,
-                       also=("policy",))
+                       also=ALSO_READS)
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:

@@ -25,9 +25,11 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 if TYPE_CHECKING:
     from trainer.features import FeatureSource
 
-__all__ = ["FORMAT_VERSION", "HEADLINE_METRICS", "load_model", "open_features", "run", "summary"]
+__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "load_model", "open_features", "run", "summary"]
 
 FORMAT_VERSION = 1
+#: Configuration this stage reads beyond its own section (it enters the artifact version).
+ALSO_READS = ("policy",)
 #: The metrics ``strata run`` reports (from the artifact's stats).
 HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate")
 
@@ -84,7 +86,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update({"mlflow_run_id": run_id, "mlflow_tracking_uri": paths.mlflow_tracking_uri,
                               "device": device, "policy": cfg.policy})
 
-    return materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=("policy",),
+    return materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
                        derived={"device": device})
 
 

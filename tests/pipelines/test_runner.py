@@ -1,0 +1,77 @@
+"""StageRunner: resolves each stage once per runner, runs checks, and derives runners for nearby configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from pipelines.config import PipelineConfig
+from pipelines.definitions import STRATA_JOB, make_definitions
+from pipelines.resources import build_resources
+from pipelines.runner import CheckFailed, StageRunner
+from pipelines.settings import StrataPaths
+from pipelines.stages import ingest
+
+CFG = PipelineConfig.load(overrides=["sample.epochs=1", "partition.num_parts=4"], dataset="tiny")
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts how often the ingest stage opens (parses and validates) its source."""
+    calls: list[str] = []
+    real = ingest.open_source
+
+    def counting(cfg: PipelineConfig):
+        calls.append(cfg.dataset)
+        return real(cfg)
+
+    monkeypatch.setattr(ingest, "open_source", counting)
+    return calls
+
+
+def test_a_runner_resolves_each_stage_once(tmp_path: Path, opened: list[str]) -> None:
+    runner = StageRunner(CFG, StrataPaths.at(tmp_path).store())
+    results = runner.run_until("sample")
+    assert [r.artifact.stage for r in results] == ["ingest", "reorder", "partition", "sample"]
+    assert runner.artifact("reorder") is results[1].artifact
+    assert opened == ["tiny"]
+
+
+def test_derive_keeps_the_stages_a_config_change_leaves_alone(tmp_path: Path, opened: list[str]) -> None:
+    runner = StageRunner(CFG, StrataPaths.at(tmp_path).store())
+    runner.run_until("plan")
+    naive = runner.derive(CFG.model_copy(update={"policy": "naive"}))
+    assert naive.artifact("sample") is runner.artifact("sample")
+    assert naive.artifact("plan").version != runner.artifact("plan").version  # plan reads the policy
+    other = runner.derive(PipelineConfig.load(overrides=["sample.epochs=1", "partition.num_parts=8"],
+                                              dataset="tiny"))
+    assert other.artifact("reorder") is runner.artifact("reorder")
+    assert other.artifact("partition").version != runner.artifact("partition").version
+    assert other.artifact("sample").version != runner.artifact("sample").version  # its upstream changed
+    assert opened == ["tiny"]
+
+
+def test_run_until_stops_at_a_failing_check(tmp_path: Path) -> None:
+    store = StrataPaths.at(tmp_path).store()
+    reorder = StageRunner(CFG, store).run_until("reorder")[-1].artifact
+    perm = np.load(reorder.file("perm.npy"), mmap_mode="r+")
+    perm[0] = perm[1]  # corrupt the published permutation in place
+    perm.flush()
+    del perm
+    runner = StageRunner(CFG, store)
+    with pytest.raises(CheckFailed, match=r"check 'reorder:permutation_bijective' failed on .*reorder"):
+        runner.run_until("sample")
+    assert "partition" not in runner._results  # nothing downstream of the broken artifact ran
+
+
+def test_the_steps_of_an_in_process_run_resolve_each_stage_once(tmp_path: Path, opened: list[str]) -> None:
+    job = make_definitions(build_resources(str(tmp_path), CFG)).resolve_job_def(STRATA_JOB)
+    selection = [dg.AssetKey(name) for name in ("ingest", "reorder", "partition", "sample")]
+    result = job.execute_in_process(asset_selection=selection, raise_on_error=False,
+                                    run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
+    assert result.success
+    assert len(result.get_asset_check_evaluations()) == 7  # every step resolved through the shared runner
+    assert opened == ["tiny"]
