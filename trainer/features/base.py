@@ -6,10 +6,12 @@ A tier serves the nodes of a batch whose address (``storage_kernels.packstore.Ba
 fallback. Its work is split in two stages, so that a pipelined loader can run them on different threads:
 
 ``read`` (I/O)
-    :meth:`FeatureTier.read` picks the tier's positions and does the tier's I/O (a chunk read, file reads)
-    into a :class:`TierRead`, then hands the rest to the fallback.
+    :meth:`FeatureTier.select` picks each tier's positions (a :class:`TierRead`, handing the rest to the
+    fallback); the source reserves each host tier its slice of the batch's staging block (``TierRead.out``);
+    :meth:`FeatureTier.fetch` does the tier's I/O -- file rows straight into that slice, a chunk into the
+    tier's read buffer.
 ``assemble`` (host and device work)
-    :meth:`FeatureTier.gather` copies the tier's rows into a host staging block (host tiers), or
+    :meth:`FeatureTier.gather` copies the tier's rows into its slice (memory tiers, the chunk tier), or
     :meth:`FeatureTier.gather_device` writes them into the output on the device (device tiers).
 """
 
@@ -85,15 +87,15 @@ class TierRead:
     """One tier's part of a batch after the read stage.
 
     ``pos`` are the positions (in node order, ascending) the tier serves and ``slot`` their rows in the
-    tier. An I/O tier leaves what it fetched for the assemble stage: ``rows`` (k, F), the part's rows in
-    ``pos`` order (file reads), or ``buffer`` (R, F), a block to gather ``slot`` from (the packed chunk; a
-    view of the tier's read buffer, valid until the tier's next read).
+    tier. ``out`` (k, F) is the part's slice of the batch's host staging block (host tiers; rows in ``pos``
+    order), which a file read fills directly. A chunk read leaves ``buffer`` (R, F), the block to gather
+    ``slot`` from (a view of the tier's read buffer, valid until the tier's next read).
     """
 
     tier: FeatureTier
     pos: np.ndarray  # (k,) int64
     slot: np.ndarray  # (k,) int64
-    rows: torch.Tensor | None = None  # (k, F) float32 host rows, pinned when the target is CUDA
+    out: np.ndarray | None = field(default=None, repr=False)  # (k, F) float32 slice of the staging block
     buffer: np.ndarray | None = field(default=None, repr=False)  # (R, F) float32
 
 
@@ -141,11 +143,11 @@ class FeatureTier:
         return [self, *(self.fallback.chain() if self.fallback is not None else [])]
 
     # ------------------------------------------------------------------------------------------ read stage
-    def read(self, addr: BatchAddresses, unserved: np.ndarray) -> list[TierRead]:
-        """The read stage of this tier and its fallbacks, outermost first.
+    def select(self, addr: BatchAddresses, unserved: np.ndarray) -> list[TierRead]:
+        """Every tier's part of the batch, this tier and its fallbacks, outermost first.
 
         ``unserved`` (n,) bool marks the nodes no outer tier took; this tier takes those addressed to it
-        (clearing them in place), checks their slots, fetches what it must, and hands the rest on.
+        (clearing them in place), checks their slots, and hands the rest on.
         """
         mine = unserved & (addr.tier == self.tier)
         unserved &= ~mine
@@ -157,9 +159,8 @@ class FeatureTier:
             if lo < 0 or hi >= limit:
                 raise IndexError(f"'addr_slot' of batch {addr.batch} expected slots in [0, {limit}) for tier "
                                  f"{int(self.tier)} ({self.tier.label}) (got {lo}..{hi})")
-            self.fetch(addr, part)
             self.rows_served += len(pos)
-        rest = self.fallback.read(addr, unserved) if self.fallback is not None else []
+        rest = self.fallback.select(addr, unserved) if self.fallback is not None else []
         return [part, *rest]
 
     def num_slots(self, addr: BatchAddresses) -> int:  # pragma: no cover - abstract
@@ -167,11 +168,11 @@ class FeatureTier:
         raise NotImplementedError
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        """The tier's I/O for a non-empty ``part`` (sets ``part.rows`` or ``part.buffer``); none by default."""
+        """The tier's I/O for a non-empty ``part`` (fills ``part.out`` or sets ``part.buffer``); none by default."""
 
     # ------------------------------------------------------------------------------------------ assemble stage
-    def gather(self, part: TierRead, out: np.ndarray) -> None:  # pragma: no cover - abstract
-        """Host tiers: ``out[k] = row part.slot[k]`` (``out`` (k, F) float32, C-contiguous)."""
+    def gather(self, part: TierRead) -> None:  # pragma: no cover - abstract
+        """Host tiers: ``part.out[k] = row part.slot[k]`` (``part.out`` (k, F) float32, C-contiguous)."""
         raise NotImplementedError
 
     def gather_device(self, part: TierRead, x: torch.Tensor) -> None:  # pragma: no cover - abstract

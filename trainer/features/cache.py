@@ -32,8 +32,8 @@ class MemoryTier(FeatureTier):
     def num_slots(self, addr: BatchAddresses) -> int:
         return int(self.rows.shape[0])
 
-    def gather(self, part: TierRead, out: np.ndarray) -> None:
-        kernels.gather_rows(self.rows, part.slot, out, self.num_threads)  # (k, F)
+    def gather(self, part: TierRead) -> None:
+        kernels.gather_rows(self.rows, part.slot, part.out, self.num_threads)  # (k, F)
 
 
 class CPUCacheTier(MemoryTier):

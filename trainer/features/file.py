@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows, read_header
@@ -121,32 +120,31 @@ class FileTier(FeatureTier):
     merges same-page requests the same way); ``merge=False`` is the per-row baseline (PyG+ / DGL-OnDisk /
     GraphBolt's disk feature without a cache): every row is its own aligned read of its block(s), repeats
     included. Reads go through ``pread_ranges`` in rounds of at most ``max_buffer_bytes``. The read stage
-    fetches the rows into ``part.rows`` (pinned host memory when ``pin_memory``, for async H2D copies).
+    reads the rows straight into the part's slice of the staging block (``part.out``): nothing is left to
+    gather.
 
     >>> tier = FileTier("features.npy", merge=False)                          # the naive baseline
-    >>> tier = FileTier("features.npy", pin_memory=True, num_threads=4)       # under a packed tier, on CUDA
+    >>> tier = FileTier("features.npy", num_threads=4)                        # under a packed tier
     """
 
     reads_disk = True
 
     def __init__(self, path: str | Path, fallback: FeatureTier | None = None, *, merge: bool = True,
-                 pin_memory: bool = False, num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> None:
+                 num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> None:
         self.file = FileRows(path, num_threads, max_buffer_bytes)
         super().__init__(Tier.FILE, self.file.feature_dim, fallback, str(self.file.path))
-        self.merge, self.pin_memory = bool(merge), bool(pin_memory)
+        self.merge = bool(merge)
         self.direct_io, self.fallback_reason = self.file.direct, self.file.fallback_reason
 
     def num_slots(self, addr: BatchAddresses) -> int:
         return self.file.num_rows
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        rows = torch.empty((len(part.slot), self.feature_dim), dtype=torch.float32, pin_memory=self.pin_memory)
-        self.bytes_read += self.file.read(part.slot, rows.numpy(), merge=self.merge)
-        part.rows = rows  # (k, F) in part.pos order
+        assert part.out is not None  # reserved by the source before the I/O
+        self.bytes_read += self.file.read(part.slot, part.out, merge=self.merge)  # (k, F) in part.pos order
 
-    def gather(self, part: TierRead, out: np.ndarray) -> None:
-        assert part.rows is not None  # fetched by the read stage
-        out[:] = part.rows.numpy()
+    def gather(self, part: TierRead) -> None:
+        """Nothing to do: the read stage put the rows in place."""
 
     def close(self) -> None:
         self.file.close()

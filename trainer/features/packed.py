@@ -52,9 +52,9 @@ class PackedChunkTier(FeatureTier):
         nbytes = addr.chunk_rows * self.store.row_bytes
         part.buffer = buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
 
-    def gather(self, part: TierRead, out: np.ndarray) -> None:
+    def gather(self, part: TierRead) -> None:
         assert part.buffer is not None  # fetched by the read stage
-        kernels.gather_rows(part.buffer, part.slot, out, self.num_threads)
+        kernels.gather_rows(part.buffer, part.slot, part.out, self.num_threads)
 
     def close(self) -> None:
         self._file.close()

@@ -34,10 +34,13 @@ _CACHE_TIERS = (Tier.GPU, Tier.CPU)  # rows served from them count as cache hits
 
 @dataclass
 class BatchRead:
-    """A batch after the read stage: its addresses and every tier's part, outermost tier first."""
+    """A batch after the read stage: its addresses, every tier's part (outermost tier first), the host
+    staging block (``(n_host, F)`` float32, pinned with CUDA) the host parts fill, and its positions."""
 
     addresses: BatchAddresses
     parts: list[TierRead]
+    staging: torch.Tensor
+    host_pos: np.ndarray  # (n_host,) int64: the node position of every staging row
 
 
 class TieredSource:
@@ -48,10 +51,12 @@ class TieredSource:
     ``assemble(read(batch))`` under a lock (one batch at a time: a tier's read buffer is reused):
 
     :meth:`read`
-        the I/O stage: checks the addresses, then each tier takes its nodes and reads what it must.
+        the I/O stage: checks the addresses, lets each tier take its nodes, reserves each host tier its
+        slice of one staging block (pinned with CUDA), and lets each tier read what it must (file rows go
+        straight into their slice).
     :meth:`assemble`
-        host tiers gather their rows into one staging block (pinned with CUDA), copied to the device in
-        one transfer and put in node order; device tiers write their rows on the device.
+        host tiers gather their rows into their slices; the block is copied to the device in one transfer
+        and put in node order; device tiers write their rows on the device.
 
     Counters are the tiers' (``bytes_read``, ``rows_by_tier`` keyed by ``Tier.label``) plus the seconds of
     the two stages (``read_s``, ``assemble_s``).
@@ -156,33 +161,37 @@ class TieredSource:
                 raise ValueError(f"'{self.name}' expected a {t.label} tier for the {counts[t]} tier-{int(t)} "
                                  f"({t.label}) rows of batch {addr.batch} (got tiers "
                                  f"{[s.tier.label for s in self.tiers]})")
-        unserved = np.ones(len(addr.tier), dtype=bool)
-        return BatchRead(addr, self.top.read(addr, unserved))
-
-    def assemble(self, read: BatchRead) -> torch.Tensor:
-        """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device``."""
-        n = len(read.addresses.tier)
-        host = [p for p in read.parts if len(p.pos) and not p.tier.on_device]
-        on_device = [p for p in read.parts if len(p.pos) and p.tier.on_device]
+        parts = self.top.select(addr, np.ones(len(addr.tier), dtype=bool))
+        host = [p for p in parts if len(p.pos) and not p.tier.on_device]
         host_pos = np.concatenate([p.pos for p in host]) if host else np.empty(0, np.int64)  # (n_host,)
-        if len(host) == 1 and host[0].rows is not None and len(host_pos) == n:
-            # one tier read every row, already in node order: its rows are the staging block
-            return self._to_device(host[0].rows)
         staging = torch.empty((len(host_pos), self.feature_dim), dtype=torch.float32,
                               pin_memory=self.device.type == "cuda")  # (n_host, F)
         staging_np, lo = staging.numpy(), 0
         for p in host:
-            p.tier.gather(p, staging_np[lo : lo + len(p.pos)])  # (k, F)
+            p.out = staging_np[lo : lo + len(p.pos)]  # (k, F)
             lo += len(p.pos)
-        if len(host) == 1 and len(host_pos) == n:  # positions are arange(n): already in node order
-            return self._to_device(staging)
+        for p in parts:
+            if len(p.pos):
+                p.tier.fetch(addr, p)
+        return BatchRead(addr, parts, staging, host_pos)
+
+    def assemble(self, read: BatchRead) -> torch.Tensor:
+        """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device``."""
+        n = len(read.addresses.tier)
+        for p in read.parts:
+            if len(p.pos) and not p.tier.on_device:
+                p.tier.gather(p)
+        if len(read.host_pos) == n and bool(np.all(read.host_pos[1:] > read.host_pos[:-1])):
+            # every row is a host row, already in node order (positions are arange(n)): no reordering
+            return self._to_device(read.staging)
         x = torch.empty((n, self.feature_dim), dtype=torch.float32, device=self.device)  # (n, F)
-        if len(host_pos):
+        if len(read.host_pos):
             # note: possible CPU-GPU sync point: host_pos is pageable (the driver may stage it synchronously)
-            index = torch.from_numpy(host_pos).to(self.device, non_blocking=True)  # (n_host,)
-            x.index_copy_(0, index, self._to_device(staging))
-        for p in on_device:
-            p.tier.gather_device(p, x)
+            index = torch.from_numpy(read.host_pos).to(self.device, non_blocking=True)  # (n_host,)
+            x.index_copy_(0, index, self._to_device(read.staging))
+        for p in read.parts:
+            if len(p.pos) and p.tier.on_device:
+                p.tier.gather_device(p, x)
         return x
 
     def load(self, batch: NodeBatch) -> torch.Tensor:
@@ -235,8 +244,7 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
                          f"caches={list(caches)})")
     tier: FeatureTier | None = None
     if features_path is not None:
-        tier = FileTier(features_path, merge=merge, pin_memory=pin, num_threads=num_threads,
-                        max_buffer_bytes=max_buffer_bytes)
+        tier = FileTier(features_path, merge=merge, num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
     if store is not None and packed:
         tier = PackedChunkTier(store, tier, num_threads=num_threads)
     for cache in reversed(wanted):  # innermost first, so that caches[0] ends outermost
@@ -293,8 +301,7 @@ class NaiveDiskFeatures(TieredSource):
 
     def __init__(self, features_path: str | Path, device: torch.device | str = "cpu", num_threads: int = 0,
                  max_buffer_bytes: int = 64 << 20) -> None:
-        tier = FileTier(features_path, merge=False, pin_memory=torch.device(device).type == "cuda",
-                        num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
+        tier = FileTier(features_path, merge=False, num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
         super().__init__(tier, device)
         self.file: FileRows = tier.file
 
