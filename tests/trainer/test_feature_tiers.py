@@ -78,10 +78,12 @@ def test_memory_tier_rejects_bad_arrays_and_slots() -> None:
 def test_file_tier_known_answer_merged_and_per_row(tmp_path: Path) -> None:
     save_array(tmp_path / "f.npy", ROWS)  # data at byte 4096: row r at 4096 + 100 r
     nodes = [40, 0, 299, 40, 163, 81]  # 40, 81 and 163 straddle a block boundary
-    for merge, blocks in ((False, 2 * 2 + 1 + 1 + 2 + 2), (True, 6)):
+    # merged: blocks 1-5 and 8 in two runs; per row: one request per row, repeats included
+    for merge, blocks, requests in ((False, 2 * 2 + 1 + 1 + 2 + 2, 6), (True, 6, 2)):
         with TieredSource(FileTier(tmp_path / "f.npy", merge=merge)) as source:
             assert torch.equal(source.load(B(0, nodes)), torch.from_numpy(ROWS[nodes]))
             assert source.bytes_read == blocks * BLOCK_BYTES, merge
+            assert source.read_requests == requests and source.stats()["read_requests"] == requests, merge
             assert source.rows_by_tier["file"] == 6 and source.hit_rate == 0.0
             assert source.direct_io == (source.fallback_reason == "")
             assert source.stats()["bytes_read_file"] == blocks * BLOCK_BYTES
@@ -114,6 +116,7 @@ def test_packed_chunk_tier_alone_equals_in_memory(dataset, store_without_caches:
             assert torch.equal(source.load(batch), reference.load(batch)), batch.batch
         assert source.rows_by_tier["packed"] == sum(len(b.nodes) for b in train)  # no cache: every row packed
         assert source.bytes_read == int(chunk_bytes[[b.batch for b in train]].sum())
+        assert source.read_requests == len(train)  # one read of each batch's chunk
         assert source.tier(Tier.PACKED).bytes_read == source.bytes_read and source.hit_rate == 0.0
         assert source.stats()["bytes_read_packed"] == source.bytes_read
 

@@ -45,7 +45,8 @@ class FeatureSource(Protocol):
     """What the loader and the trainer need of a feature source.
 
     ``load(batch)`` returns ``(len(batch.nodes), feature_dim)`` float32 rows in node order on the source's
-    device. Counters: ``bytes_read`` (bytes read from disk), ``rows_by_tier`` (rows served, keyed by
+    device. Counters: ``bytes_read`` (bytes read from disk), ``read_requests`` (read requests issued to the
+    disk), ``rows_by_tier`` (rows served, keyed by
     ``Tier.label``), ``hit_rate`` (fraction of rows from the GPU/CPU caches), ``direct_io`` and
     ``fallback_reason`` (why ``O_DIRECT`` is not used, "" when it is), ``read_s`` / ``assemble_s`` (seconds
     spent in the two stages of ``load``); ``stats()`` flattens them for ``MlflowTracker.log_metrics``.
@@ -56,6 +57,9 @@ class FeatureSource(Protocol):
 
     @property
     def bytes_read(self) -> int: ...
+
+    @property
+    def read_requests(self) -> int: ...
 
     @property
     def rows_by_tier(self) -> dict[str, int]: ...
@@ -116,8 +120,9 @@ class FeatureTier:
     tiers) or, with ``on_device = True``, :meth:`gather_device`; I/O tiers set ``reads_disk = True``,
     ``direct_io`` and ``fallback_reason`` and override :meth:`fetch`.
 
-    Counters: ``rows_served`` (rows of all batches this tier served) and ``bytes_read`` (bytes it read from
-    disk, whole aligned blocks included).
+    Counters: ``rows_served`` (rows of all batches this tier served), ``bytes_read`` (bytes it read from
+    disk, whole aligned blocks included) and ``read_requests`` (read requests it issued: one per ``pread``
+    range, which the disk sees whatever its cache).
     """
 
     on_device = False  # rows are written on the target device, not staged on the host
@@ -137,6 +142,7 @@ class FeatureTier:
         self.fallback_reason = ""
         self.rows_served = 0
         self.bytes_read = 0
+        self.read_requests = 0
 
     def chain(self) -> list[FeatureTier]:
         """This tier and its fallbacks, outermost first."""
@@ -181,15 +187,16 @@ class FeatureTier:
 
     # ------------------------------------------------------------------------------------------ counters
     def stats(self) -> dict[str, float]:
-        """``rows_served`` and ``bytes_read`` (and ``direct_io`` for I/O tiers)."""
+        """``rows_served`` and ``bytes_read`` (and ``read_requests``, ``direct_io`` for I/O tiers)."""
         out = {"rows_served": float(self.rows_served), "bytes_read": float(self.bytes_read)}
         if self.reads_disk:
+            out["read_requests"] = float(self.read_requests)
             out["direct_io"] = float(self.direct_io)
         return out
 
     def reset_counters(self) -> None:
-        """Zero ``rows_served`` and ``bytes_read`` (capabilities and the fallback reason stay)."""
-        self.rows_served = self.bytes_read = 0
+        """Zero ``rows_served``, ``bytes_read`` and ``read_requests`` (capabilities and the fallback reason stay)."""
+        self.rows_served = self.bytes_read = self.read_requests = 0
 
     def close(self) -> None:
         """Release file descriptors (no-op for memory tiers)."""
@@ -201,17 +208,21 @@ class FeatureTier:
 
 class DirectFile:
     """A file held open for aligned reads: ``O_DIRECT`` when its filesystem allows it (``direct``), else
-    buffered reads, with ``fallback_reason`` saying so. Closed by :meth:`close` or when collected."""
+    buffered reads, with ``fallback_reason`` saying so. Closed by :meth:`close` or when collected.
+
+    ``requests`` counts the ranges read since it was opened (each one read request to the disk)."""
 
     def __init__(self, path: str | Path, what: str) -> None:
         self.path = Path(path)
         self.fd, self.direct = kernels.open_direct(str(self.path))
+        self.requests = 0
         self.fallback_reason = "" if self.direct else (
             f"O_DIRECT refused by the filesystem of {self.path}; {what} are read through the page cache")
 
     def pread(self, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray, out_offsets: np.ndarray,
               num_threads: int = 0) -> int:
         """``kernels.pread_ranges`` on this file; returns the bytes read."""
+        self.requests += len(offsets)
         return kernels.pread_ranges(self.fd, offsets, lengths, out, out_offsets, self.direct, num_threads)
 
     def close(self) -> None:

@@ -48,6 +48,11 @@ class FileRows:
         self.direct, self.fallback_reason = self._file.direct, self._file.fallback_reason
         self._buffer = kernels.aligned_empty(self.slot_bytes)
 
+    @property
+    def requests(self) -> int:
+        """Read requests issued on the file so far (one per ``pread`` range)."""
+        return self._file.requests
+
     def _ensure(self, nbytes: int) -> np.ndarray:
         if self._buffer.nbytes < nbytes:
             self._buffer = kernels.aligned_empty(nbytes)
@@ -141,7 +146,9 @@ class FileTier(FeatureTier):
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         assert part.out is not None  # reserved by the source before the I/O
+        before = self.file.requests
         self.bytes_read += self.file.read(part.slot, part.out, merge=self.merge)  # (k, F) in part.pos order
+        self.read_requests += self.file.requests - before
 
     def gather(self, part: TierRead) -> None:
         """Nothing to do: the read stage put the rows in place."""

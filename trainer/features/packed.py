@@ -49,6 +49,7 @@ class PackedChunkTier(FeatureTier):
         self.bytes_read += self._file.pread(np.array([addr.chunk_offset], np.int64),
                                             np.array([addr.chunk_bytes], np.int64), buffer, np.zeros(1, np.int64),
                                             self.num_threads)
+        self.read_requests += 1
         nbytes = addr.chunk_rows * self.store.row_bytes
         part.buffer = buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
 

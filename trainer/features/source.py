@@ -91,6 +91,11 @@ class TieredSource:
         return sum(t.bytes_read for t in self.tiers)
 
     @property
+    def read_requests(self) -> int:
+        """Read requests issued to the disk by every tier."""
+        return sum(t.read_requests for t in self.tiers)
+
+    @property
     def rows_by_tier(self) -> dict[str, int]:
         """Rows served, keyed by ``Tier.label`` (every readable tier, 0 where none)."""
         rows = {t.label: 0 for t in Tier.readable()}
@@ -125,7 +130,8 @@ class TieredSource:
 
     def stats(self) -> dict[str, float]:
         """Flat counters for ``MlflowTracker.log_metrics`` (``bytes_read_<tier>`` per disk tier)."""
-        out: dict[str, float] = {"bytes_read": float(self.bytes_read), "cache_hit_rate": self.hit_rate,
+        out: dict[str, float] = {"bytes_read": float(self.bytes_read),
+                                 "read_requests": float(self.read_requests), "cache_hit_rate": self.hit_rate,
                                  "direct_io": float(self.direct_io), "read_s": self.read_s,
                                  "assemble_s": self.assemble_s}
         out.update({f"rows_{label}": float(n) for label, n in self.rows_by_tier.items()})
