@@ -1,46 +1,68 @@
-"""``strata bench``: one graph, one process, three policies, the same samples and the same model.
+"""``strata bench``: every policy on one graph, the same samples and model, under one memory budget.
 
-Modes (each a policy of :data:`pipelines.policies.POLICIES`, trained on the same ``sample`` artifact):
+Each policy (an entry of :data:`pipelines.policies.POLICIES`) is materialised up to ``pack`` (the shared
+stages once) and trained in a fresh worker process (:mod:`pipelines.bench_worker`), ``repeats`` times,
+alternating (A B C A B C ...) so that drift of a shared machine hits every policy alike; times are the
+median over repeats.
 
-``in_memory``
-    every feature row in RAM (the upper bound);
-``naive``
-    every needed row read from the unpacked feature file with its own aligned direct read, each time it is
-    needed (the PyG+ / DGL-OnDisk baseline: 4 KiB pages for rows of a few hundred bytes);
-``strata``
-    the configured policy (``policy``, default ``diskgnn``: caches chosen by the plan, each batch's remaining
-    rows in one aligned chunk).
+**Memory budget.** ``memory_budget`` (bytes) is what a policy may hold of the graph's data: its caches, its
+read buffers and the OS page cache its reads fill. Where a memory cgroup can be made
+(:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each worker runs in a fresh cgroup limited
+to ``memory_budget + memory_overhead``, page cache included, after the files it reads have been evicted from
+the page cache; ``memory_overhead`` is the working set every policy needs regardless of caching
+(interpreter, libraries, one batch's tensors), measured by a short calibration run of the ``naive`` policy
+(no cache, reads that bypass the page cache) unless given. Where no cgroup can be made the report says why,
+and only the policies that read with ``O_DIRECT`` are out of core.
 
-Also measured: the disk's sequential direct-read bandwidth on the feature file. All modes run in one process
-on the same artifacts, so their ratios are meaningful even where absolute times are noisy. The pipeline is
-resolved through the stage graph (:class:`pipelines.runner.StageRunner`), checks included.
+**What is reported per policy** (``policies.NAME``): ``epoch_s`` (median over repeats of the steady epochs),
+``bytes_read`` and ``read_requests`` per epoch (the feature source's own counts; the memory-mapped baseline's
+reads are page faults, so its ``bytes_read`` is the process's storage reads, ``/proc/self/io``),
+``os_read_bytes`` (everything the process read from storage per epoch, topology included),
+``bytes_needed`` (bytes of the rows the batches need), ``read_fraction`` (``bytes_read / bytes_needed``),
+``read_amplification`` (bytes read per byte of the rows that came from disk, i.e. not from a cache),
+``test_acc`` / ``val_acc``, ``peak_rss_mb``, ``peak_cgroup_mb`` (page cache included), ``disk_bytes`` (its
+``plan`` + ``pack`` artifacts) and ``disk_blowup`` (over the feature file), ``preprocess_s`` (its ``plan`` and
+``pack`` build times), ``hit_rate_predicted`` (the plan's) and ``hit_rate_measured`` (rows served by the
+caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipelines.config import PipelineConfig
+from pipelines.confine import CgroupSupport, MemoryCgroup, cgroup_support, evict_page_cache
 from pipelines.runner import StageRunner
 from pipelines.settings import StrataPaths
-from pipelines.stages.common import Progress, peak_rss_mb
-from pipelines.stages.train import open_features
+from pipelines.stages.common import Progress
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.sampleset import SampleSet
 
-__all__ = ["MODES", "measure_sequential_read", "run_bench", "write_report"]
+__all__ = ["BenchError", "measure_sequential_read", "resolve_policies", "run_bench", "write_plot", "write_report"]
 
-#: Report mode -> policy (``None``: the configured policy).
-MODES: dict[str, str | None] = {"in_memory": "in_memory", "naive": "naive", "strata": None}
 _SEQ_READ_BLOCK = 8 << 20
 _SEQ_READ_MAX = 1 << 30
+_POLICY_STAGES = ("plan", "pack")
+_CALIBRATION_BATCHES = 8
+_PREPARE_OVERHEAD = 512 << 20  # interpreter and libraries of a preprocessing worker, beyond the budget
+_MB = 1 << 20
+
+
+class BenchError(RuntimeError):
+    """A worker failed (its stderr tail is in the message)."""
 
 
 def write_report(path: str | Path, report: dict[str, Any]) -> None:
@@ -76,75 +98,253 @@ def measure_sequential_read(path: Path, max_bytes: int = _SEQ_READ_MAX) -> dict[
     return {"seq_read_mb_s": done / 1e6 / elapsed if elapsed > 0 else 0.0, "bytes": done, "direct_io": direct}
 
 
+def resolve_policies(names: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``"all"`` / None -> every registered policy (baselines last); ``"a,b"`` or a list -> checked names."""
+    from pipelines.policies import POLICIES
+
+    known = list(POLICIES)
+    if names is None or names == "all":
+        baselines = [n for n in ("in_memory", "mmap", "naive") if n in known]
+        return tuple([n for n in known if n not in baselines] + baselines)
+    items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    unknown = [n for n in items if n not in known]
+    if unknown or not items:
+        raise ValueError(f"'--policies' expected 'all' or a comma-separated list of {', '.join(known)} (got {names!r})")
+    return tuple(dict.fromkeys(items))
+
+
 def _bytes_needed(samples: SampleSet, row_bytes: int) -> int:
     """Feature bytes one training epoch's batches need (every input row of every batch)."""
     return sum(int(np.diff(samples.node_range(b))[0]) * row_bytes for b in samples.batch_ids("train", 0))
 
 
+def _steady(values: Sequence[float], last_has_eval: bool) -> float:
+    """The median of a run's steady epochs: without the first (cold) and, when it evaluated, the last."""
+    vals = list(values)
+    if last_has_eval and len(vals) > 2:
+        vals = vals[:-1]
+    if len(vals) > 1:
+        vals = vals[1:]
+    return float(statistics.median(vals)) if vals else 0.0
+
+
+class _Workers:
+    """Runs bench workers, confined when a budget is set and a cgroup can be made."""
+
+    def __init__(self, root: Path, cfg: PipelineConfig, support: CgroupSupport | None, evict: list[Path]) -> None:
+        self.root, self.cfg, self.support, self.evict = root, cfg, support, evict
+        self.limit: int | None = None  # cgroup limit in bytes (None: unconfined)
+
+    def run(self, policy: str, phase: str, cfg: PipelineConfig | None = None, limit: int | None = None,
+            **extra: Any) -> dict[str, Any]:
+        cfg = cfg or self.cfg
+        job = {"root": str(self.root), "config": cfg.model_dump(mode="json"), "policy": policy, "phase": phase,
+               **extra}
+        with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
+            job_path, out_path = Path(tmp, "job.json"), Path(tmp, "out.json")
+            job_path.write_text(json.dumps(job))
+            evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache
+            limit = self.limit if limit is None else limit
+            cgroup = MemoryCgroup(limit, self.support) if limit is not None and self.support else None
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "pipelines.bench_worker", str(job_path), str(out_path)],
+                    preexec_fn=cgroup.join_argv() if cgroup else None, capture_output=True, text=True,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+                peak = cgroup.peak_bytes() if cgroup else None
+                oom = cgroup.oom_kills() if cgroup else 0
+            finally:
+                if cgroup is not None:
+                    cgroup.close()
+            if proc.returncode != 0 or not out_path.exists():
+                tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+                if oom:
+                    return {"error": f"OOM-killed at the cgroup limit of {limit / _MB:.0f} MB", "oom_killed": True,
+                            "peak_cgroup_mb": peak / _MB if peak else None}
+                raise BenchError(f"bench worker ({policy}, {phase}) exited with {proc.returncode}:\n{tail}")
+            out = json.loads(out_path.read_text())
+        out["peak_cgroup_mb"] = peak / _MB if peak is not None else None
+        out["oom_killed"] = False
+        return out
+
+
+def _confinement(memory_budget: int | None) -> tuple[CgroupSupport | None, str]:
+    if memory_budget is None:
+        return None, "none (no --memory-budget: unconfined, the page cache may hold the whole graph)"
+    support = cgroup_support()
+    if support.available:
+        return support, support.label
+    return None, (f"none ({support.reason}); only the policies that read with O_DIRECT bypass the page cache, "
+                  "mmap and in_memory are unconfined")
+
+
+def _artifact_bytes(*artifacts: Any) -> int:
+    return sum(int(f.get("bytes", 0)) for a in artifacts for f in a.manifest.get("files", []))
+
+
 def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | None = None,
-              progress: Progress | None = None, modes: tuple[str, ...] = tuple(MODES)) -> dict[str, Any]:
-    """Materialize the pipeline up to ``pack`` for each mode's policy and train once per mode; returns (and
-    writes) the report."""
-    import dataclasses
-
-    from trainer.device import resolve_device
-    from trainer.train import train
-
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise ValueError(f"'mode' expected one of {sorted(MODES)} (got {unknown})")
+              progress: Progress | None = None, policies: str | Sequence[str] | None = "all",
+              memory_budget: int | None = None, memory_overhead: int | None = None,
+              repeats: int = 1) -> dict[str, Any]:
+    """Materialise and train every policy of ``policies`` (see the module docstring); returns (and writes, with
+    its plot) the report."""
+    names = resolve_policies(policies)
+    if repeats < 1:
+        raise ValueError(f"'--repeats' expected at least 1 (got {repeats})")
+    support, confinement = _confinement(memory_budget)
     store = paths.store()
-    shared = StageRunner(cfg, store)
-    shared.run_until("sample", progress=lambda stage: progress)
-    graph, ordering, samples = shared.artifact("ingest"), shared.artifact("reorder"), shared.artifact("sample")
-    sample_set = SampleSet(samples.path)
-    labels = np.asarray(ordering.array("labels.npy"), dtype=np.int64)
-    features_path = ordering.file("features.npy")
+    report: dict[str, Any] = {"dataset": cfg.dataset, "memory_budget": memory_budget, "confinement": confinement,
+                              "repeats": repeats}
+    workers = _Workers(store.root, cfg, support, [])
+
+    # 1. preprocessing, per policy (confined like training where a budget is set)
+    prepared: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(names):
+        pcfg = cfg.model_copy(update={"policy": name})
+        if support is not None and memory_budget is not None:
+            limit = memory_budget + (memory_overhead if memory_overhead is not None else _PREPARE_OVERHEAD)
+            report["preprocess_cgroup_limit"] = limit
+            prepared[name] = workers.run(name, "prepare", pcfg, limit=limit)
+        else:
+            start = time.perf_counter()
+            StageRunner(pcfg, store).run_until("pack")
+            prepared[name] = {"wall_s": time.perf_counter() - start, "peak_cgroup_mb": None}
+        if progress:
+            progress("bench: preprocessing", i + 1, len(names))
+    shared = StageRunner(cfg.model_copy(update={"policy": names[0]}), store)
+    graph, ordering = shared.artifact("ingest"), shared.artifact("reorder")
+    sample_set = SampleSet(shared.artifact("sample").path)
+    features_path = Path(ordering.file("features.npy"))
     row_bytes = int(np.load(features_path, mmap_mode="r").shape[1]) * 4
-    device = resolve_device(cfg.train.device)
-    tcfg = dataclasses.replace(cfg.train, device=device)
-    report: dict[str, Any] = {
-        "dataset": cfg.dataset,
+    feature_bytes = int(graph.stats.get("num_nodes", 0)) * row_bytes
+    workers.evict = [ordering.path.parent.parent]  # the dataset's artifacts (every stage)
+    needed = _bytes_needed(sample_set, row_bytes)
+    report.update({
         "graph": {k: graph.stats.get(k) for k in ("num_nodes", "num_edges", "feature_dim", "feature_bytes")},
         "config": {"fanouts": list(cfg.sample.fanouts), "batch_size": cfg.sample.batch_size,
                    "epochs": cfg.train.epochs, "cpu_cache_fraction": cfg.plan.cpu_cache_fraction,
-                   "gpu_cache_fraction": cfg.plan.gpu_cache_fraction, "policy": cfg.policy, "device": device,
+                   "gpu_cache_fraction": cfg.plan.gpu_cache_fraction, "device": cfg.train.device,
                    "cpu_count": os.cpu_count()},
-        "disk": measure_sequential_read(Path(features_path)),
-        "modes": {},
-    }
-    needed = _bytes_needed(sample_set, row_bytes)
-    # Evaluation is not what is measured: it reads from RAM in every mode (same results either way).
-    eval_source = open_features(cfg, "in_memory", ordering, None, sample_set, device)
-    for i, mode in enumerate(modes):
-        policy = MODES[mode] or cfg.policy
-        runner = shared.derive(cfg.model_copy(update={"policy": policy}))  # ingest .. sample resolved once
-        pack = runner.run_until("pack", progress=lambda stage: progress)[-1].artifact
-        source = open_features(cfg, policy, ordering, pack, sample_set, device)
-        try:
-            result = train(tcfg, sample_set, source, labels, eval_source=eval_source)
-        finally:
-            source.close()
-        steady = result.epoch_s[1:] if len(result.epoch_s) > 1 else result.epoch_s
-        report["modes"][mode] = {
-            "policy": policy,
-            "epoch_s": float(np.mean(steady)),
-            "epoch_s_all": [round(float(x), 4) for x in result.epoch_s],
-            "bytes_read": int(result.bytes_read / len(result.epoch_s)),
-            "bytes_needed": needed,
-            "test_acc": float(result.test_acc),
-            "val_acc": float(result.val_acc),
-            "cache_hit_rate": float(result.cache_hit_rate),
-            "direct_io": bool(source.direct_io),
-            "timers": {k: round(float(v), 4) for k, v in result.timers.items()},
-        }
-        if progress:
-            progress("bench: modes", i + 1, len(modes))
-    eval_source.close()
-    base = report["modes"].get("naive", {}).get("epoch_s")
-    for entry in report["modes"].values():
-        entry["speedup_vs_naive"] = base / entry["epoch_s"] if base and entry["epoch_s"] > 0 else None
-    report["peak_rss_mb"] = round(peak_rss_mb(), 1)
+        "disk": measure_sequential_read(features_path),
+        "shared_preprocess_s": sum(float(r.artifact.timings.get("total_s", 0.0))
+                                   for r in shared.run_until("pack", checks=False)
+                                   if r.artifact.stage not in _POLICY_STAGES),
+    })
+
+    # 2. the working set every policy needs, measured on the cache-less baseline
+    if support is not None and memory_budget is not None:
+        if memory_overhead is None:
+            calib = workers.run("naive", "train", cfg.model_copy(update={
+                "policy": "naive", "train": dataclasses.replace(cfg.train, epochs=1)}),
+                limit=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=1)
+            memory_overhead = -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB  # whole MiB
+        workers.limit = memory_budget + memory_overhead
+        report["memory_overhead"] = memory_overhead
+        report["cgroup_limit"] = workers.limit
+
+    # 3. training, alternating policies across repeats
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    total = repeats * len(names)
+    for r in range(repeats):
+        for i, name in enumerate(names):
+            runs[name].append(workers.run(name, "train", cfg.model_copy(update={"policy": name})))
+            if progress:
+                progress("bench: training", r * len(names) + i + 1, total)
+
+    report["policies"] = {}
+    for name in names:
+        runner = shared.derive(cfg.model_copy(update={"policy": name}))
+        plan, pack = runner.artifact("plan"), runner.artifact("pack")
+        report["policies"][name] = _summarise(name, runs[name], prepared[name], plan, pack, needed, feature_bytes)
+    base = report["policies"].get("naive", {}).get("epoch_s")
+    for entry in report["policies"].values():
+        epoch_s = entry.get("epoch_s")
+        entry["speedup_vs_naive"] = base / epoch_s if base and epoch_s else None
     if out_path is not None:
         write_report(out_path, report)
+        write_plot(Path(out_path).with_suffix(".png"), report)
     return report
+
+
+def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], plan: Any, pack: Any,
+               needed: int, feature_bytes: int) -> dict[str, Any]:
+    """One policy's entry from its repeated runs (medians) and its artifacts."""
+    done = [r for r in runs if not r.get("error")]
+    entry: dict[str, Any] = {
+        "disk_bytes": _artifact_bytes(plan, pack),
+        "disk_blowup": _artifact_bytes(plan, pack) / feature_bytes if feature_bytes else None,
+        "preprocess_s": sum(float(a.timings.get("total_s", 0.0)) for a in (plan, pack)),
+        "preprocess_peak_mb": prepared.get("peak_cgroup_mb") or prepared.get("peak_rss_mb"),
+        "hit_rate_predicted": plan.stats.get("predicted_hit_rate"),
+        "bytes_needed": needed,
+        "runs": len(runs),
+    }
+    if not done:
+        entry.update({"error": runs[0].get("error") if runs else "no run", "oom_killed": True})
+        return entry
+    epoch_runs = [_steady(r["epoch_s"], last_has_eval=False) for r in done]
+    os_bytes = [_steady(r["os_read_bytes"], last_has_eval=True) for r in done]
+    faults = [_steady(r["major_faults"], last_has_eval=True) for r in done]
+    source_bytes = statistics.median(r["bytes_read"] / max(r["epochs"], 1) for r in done)
+    paged = "memory-mapped" in done[0]["fallback_reason"]  # reads are page faults the source cannot count
+    bytes_read = statistics.median(os_bytes) if paged else source_bytes
+    entry.update({
+        "epoch_s": float(statistics.median(epoch_runs)),
+        "epoch_s_runs": [round(x, 4) for x in epoch_runs],
+        "bytes_read": int(bytes_read),
+        "bytes_read_counted_by": "os (page faults of the memory map, topology included)" if paged else "source",
+        "read_requests": int(statistics.median(faults)) if paged else
+        int(statistics.median(r["read_requests"] / max(r["epochs"], 1) for r in done)),
+        "os_read_bytes": int(statistics.median(os_bytes)),
+        "read_fraction": bytes_read / needed if needed else None,
+        "read_amplification": _amplification(bytes_read, needed, None if paged else done[0]["hit_rate_measured"]),
+        "test_acc": done[0]["test_acc"],
+        "val_acc": done[0]["val_acc"],
+        "hit_rate_measured": None if paged else done[0]["hit_rate_measured"],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in done),
+        "peak_cgroup_mb": max((r["peak_cgroup_mb"] or 0.0) for r in done) or None,
+        "direct_io": done[0]["direct_io"],
+        "oom_killed": len(done) < len(runs),
+        "timers": {k: round(statistics.median(r["timers"].get(k, 0.0) for r in done), 4)
+                   for k in done[0]["timers"]},
+    })
+    if len({(r["test_acc"], r["val_acc"]) for r in done}) > 1:
+        entry["accuracy_varies_across_repeats"] = [(r["val_acc"], r["test_acc"]) for r in done]
+    return entry
+
+
+def _amplification(bytes_read: float, needed: int, hit_rate: float | None) -> float | None:
+    """Bytes read per byte of the rows that came from disk (the rows the caches did not serve); with no hit
+    rate (a memory map), per byte of every needed row. None when nothing came from disk."""
+    from_disk = needed * (1.0 - hit_rate) if hit_rate is not None else needed
+    return bytes_read / from_disk if from_disk > 0 and bytes_read > 0 else None
+
+
+def write_plot(path: str | Path, report: dict[str, Any]) -> None:
+    """A PNG with two bar charts: epoch time and bytes read per epoch, one bar per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {n: e for n, e in report.get("policies", {}).items() if e.get("epoch_s") is not None}
+    names = list(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes[0].bar(names, [rows[n]["epoch_s"] for n in names], color="tab:blue")
+    axes[0].set_ylabel("epoch time (s, median)")
+    axes[1].bar(names, [rows[n]["bytes_read"] / _MB for n in names], color="tab:orange")
+    axes[1].set_ylabel("bytes read per epoch (MiB)")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30)
+    budget = report.get("memory_budget")
+    fig.suptitle(f"strata bench: {report.get('dataset')} -- budget "
+                 f"{f'{budget / _MB:.0f} MiB' if budget else 'none'}, confinement {report.get('confinement')}",
+                 fontsize=9)
+    fig.tight_layout()
+    out = Path(path)
+    tmp = out.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, out)

@@ -702,8 +702,22 @@ def bench(
     config: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
     suite: str = typer.Option(
-        "training", "--suite", help="training: in-memory vs naive vs packed; locality: reorder and partition."
+        "training", "--suite", help="training: every policy under one memory budget; locality: reorder and partition."
     ),
+    policies: str = typer.Option(
+        "all", "--policies", help="training: 'all' or a comma-separated list of policies (pipelines.policies)."
+    ),
+    memory_budget: str | None = typer.Option(
+        None, "--memory-budget",
+        help="training: memory for the graph's data (caches, buffers, page cache), e.g. 512M or 2G; each run is "
+        "confined to it plus the measured working set by a memory cgroup (needs root).",
+    ),
+    memory_overhead: str | None = typer.Option(
+        None, "--memory-overhead",
+        help="training: the working set beyond the budget (default: measured on the naive policy).",
+    ),
+    repeats: int = typer.Option(1, "--repeats", help="training: alternating repeats per policy (median reported).",
+                                min=1),
     strategies: str | None = typer.Option(
         None, "--strategies", help="locality: comma-separated reorder strategies (default: all)."
     ),
@@ -734,22 +748,38 @@ def bench(
     if suite != "training":
         err.print(f"'--suite' expected training or locality (got {suite!r})")
         raise typer.Exit(2)
-    from pipelines.bench import run_bench
+    from pipelines.bench import BenchError, resolve_policies, run_bench
+    from pipelines.confine import parse_bytes
 
-    with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
-        report = run_bench(cfg, paths, out_path, progress=progress)
+    try:
+        names = resolve_policies(policies)
+        budget = parse_bytes(memory_budget) if memory_budget is not None else None
+        overhead = parse_bytes(memory_overhead, "--memory-overhead") if memory_overhead is not None else None
+    except ValueError as e:
+        err.print(str(e))
+        raise typer.Exit(2) from None
+    try:
+        with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
+            report = run_bench(cfg, paths, out_path, progress=progress, policies=names, memory_budget=budget,
+                               memory_overhead=overhead, repeats=repeats)
+    except BenchError as e:
+        err.print(str(e))
+        raise typer.Exit(1) from None
     table = Table(title=f"strata bench: {report.get('dataset', cfg.dataset)}", title_justify="left")
-    columns = ("epoch_s", "bytes_read", "bytes_needed", "test_acc", "cache_hit_rate", "speedup_vs_naive")
-    table.add_column("mode")
+    columns = ("epoch_s", "bytes_read", "read_requests", "read_amplification", "test_acc", "hit_rate_predicted",
+               "hit_rate_measured", "peak_cgroup_mb", "disk_blowup", "speedup_vs_naive")
+    table.add_column("policy")
     for column in columns:
         table.add_column(column, justify="right")
-    for mode, row in report.get("modes", {}).items():
+    for name, row in report.get("policies", {}).items():
         cells = [_human_bytes(row.get(c)) if c.startswith("bytes") else _fmt(row.get(c)) for c in columns]
-        table.add_row(mode, *cells)
-    out.print(table)
+        table.add_row(name, *cells)
+    # ten numeric columns: wider than a terminal rather than truncated to "…"
+    Console(width=max(out.width, 180), soft_wrap=True).print(table)
     disk = report.get("disk", {})
-    out.print(f"disk sequential read: {_fmt(disk.get('seq_read_mb_s'))} MB/s "
-              f"(direct I/O: {disk.get('direct_io')}); report written to {out_path}", highlight=False)
+    out.print(f"memory budget: {_human_bytes(report.get('memory_budget'))}, confinement: {report.get('confinement')}; "
+              f"disk sequential read: {_fmt(disk.get('seq_read_mb_s'))} MB/s (direct I/O: {disk.get('direct_io')}); "
+              f"report written to {out_path} (plot: {Path(out_path).with_suffix('.png')})", highlight=False)
 
 
 def _names(value: str | None, option: str) -> tuple[str, ...] | None:

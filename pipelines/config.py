@@ -237,9 +237,8 @@ class PipelineConfig(_Section):
     dataset: str = setting("tiny", "Built-in dataset name or a source spec (see `strata datasets`).")
     policy: str = setting(
         "diskgnn",
-        "Cache/batching policy (pipelines.policies): diskgnn (GPU/CPU caches chosen from the sampled trace, "
-        "each batch's other rows packed in one aligned chunk), in_memory (every row in RAM), naive (one aligned "
-        "direct read per row, no cache).",
+        "Cache/batching policy, an entry of pipelines.policies.POLICIES (the seed systems and the baselines "
+        "in_memory, mmap, naive; README 'Choosing a policy' compares them).",
     )
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     reorder: ReorderConfig = Field(default_factory=ReorderConfig)

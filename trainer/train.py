@@ -86,6 +86,7 @@ class TrainResult:
     best_epoch: int
     epoch_s: list[float]  # train-loop wall time per epoch (evaluation excluded)
     bytes_read: int  # feature bytes read from disk by the training batches (evaluation excluded)
+    read_requests: int  # read requests the training batches issued to the disk (evaluation excluded)
     cache_hit_rate: float  # fraction of training rows served from the GPU/CPU caches
     best_state_dict: dict[str, torch.Tensor]
     timers: dict[str, float]  # loader stages summed over epochs, plus eval_s and train_s
@@ -101,6 +102,7 @@ class EpochStats:
     train_acc: float  # accuracy over the labelled seeds, dropout on
     epoch_s: float  # wall time of the pass, up to the last step's completion
     bytes_read: int  # feature bytes the source read during the pass
+    read_requests: int  # read requests the source issued during the pass
     rows: dict[str, int]  # rows served per tier label during the pass
     timers: dict[str, float]  # the loader's stage timers (seconds)
 
@@ -113,7 +115,8 @@ class EpochStats:
     def metrics(self) -> dict[str, float]:
         """Flat per-epoch metrics for the tracker (validation accuracy is added by the caller)."""
         return {"loss": self.loss, "train_acc": self.train_acc, "epoch_s": self.epoch_s,
-                "bytes_read": float(self.bytes_read), "cache_hit_rate": self.cache_hit_rate, **self.timers}
+                "bytes_read": float(self.bytes_read), "read_requests": float(self.read_requests),
+                "cache_hit_rate": self.cache_hit_rate, **self.timers}
 
 
 def _cpu_copy(model: GraphModel) -> dict[str, torch.Tensor]:
@@ -127,8 +130,8 @@ class TrainState:
 
     ``epoch`` is the last finished epoch (-1 before the first); ``best`` holds ``val_acc``, ``test_acc`` and
     ``epoch`` of the best validation so far and ``best_state`` its CPU weights; ``counters`` the training
-    batches' ``bytes_read`` and ``rows`` per tier label; ``rng_state`` / ``cuda_rng_state`` the generators
-    at the last checkpoint (dropout continues where it stopped).
+    batches' ``bytes_read``, ``read_requests`` and ``rows`` per tier label; ``rng_state`` / ``cuda_rng_state``
+    the generators at the last checkpoint (dropout continues where it stopped).
     """
 
     model: GraphModel
@@ -141,7 +144,7 @@ class TrainState:
     best: dict[str, Any] = field(default_factory=lambda: {"val_acc": -1.0, "test_acc": float("nan"), "epoch": -1})
     best_state: dict[str, torch.Tensor] = field(default_factory=dict)
     counters: dict[str, Any] = field(default_factory=lambda: {
-        "bytes_read": 0, "rows": {t.label: 0 for t in Tier.readable()}})
+        "bytes_read": 0, "read_requests": 0, "rows": {t.label: 0 for t in Tier.readable()}})
     rng_state: torch.Tensor | None = None
     cuda_rng_state: torch.Tensor | None = None
 
@@ -155,6 +158,7 @@ class TrainState:
         for key, value in zip(_HISTORY, (stats.loss, stats.train_acc, val_acc, stats.epoch_s), strict=True):
             self.history[key].append(value)
         self.counters["bytes_read"] += stats.bytes_read
+        self.counters["read_requests"] += stats.read_requests
         for k, v in stats.rows.items():
             self.counters["rows"][k] = self.counters["rows"].get(k, 0) + v
         self.epoch = epoch
@@ -192,7 +196,9 @@ class TrainState:
             history={k: list(v) for k, v in ckpt["history"].items()},
             best=dict(ckpt["best"]),
             best_state={k: v.cpu() for k, v in ckpt["best_state_dict"].items()},
-            counters={"bytes_read": int(ckpt["counters"]["bytes_read"]), "rows": dict(ckpt["counters"]["rows"])},
+            counters={"bytes_read": int(ckpt["counters"]["bytes_read"]),
+                      "read_requests": int(ckpt["counters"].get("read_requests", 0)),
+                      "rows": dict(ckpt["counters"]["rows"])},
             rng_state=ckpt["rng_state"].cpu(),
             cuda_rng_state=ckpt["cuda_rng_state"].cpu() if "cuda_rng_state" in ckpt else None,
         )
@@ -212,6 +218,7 @@ class TrainState:
             losses=self.history["losses"], train_acc=self.history["train_acc"], val_accs=self.history["val_accs"],
             val_acc=self.best["val_acc"], test_acc=self.best["test_acc"], best_epoch=self.best["epoch"],
             epoch_s=self.history["epoch_s"], bytes_read=self.counters["bytes_read"],
+            read_requests=self.counters["read_requests"],
             cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
             best_state_dict=self.best_state, timers=timers, model_args=self.model_args, config=self.config,
         )
@@ -272,6 +279,7 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource) -
     source (its counters give the pass's I/O)."""
     model, optimizer, device = state.model, state.optimizer, state.device
     bytes_before, rows_before = source.bytes_read, dict(source.rows_by_tier)
+    requests_before = source.read_requests
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
     seen = torch.zeros((), dtype=torch.int64, device=device)
@@ -294,7 +302,9 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource) -
     train_acc = correct.item() / max(seen.item(), 1)  # already synced above: no extra wait
     rows = {k: v - rows_before.get(k, 0) for k, v in source.rows_by_tier.items()}
     return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=epoch_s,
-                      bytes_read=source.bytes_read - bytes_before, rows=rows, timers=dict(loader.timers))
+                      bytes_read=source.bytes_read - bytes_before,
+                      read_requests=source.read_requests - requests_before, rows=rows,
+                      timers=dict(loader.timers))
 
 
 @torch.no_grad()

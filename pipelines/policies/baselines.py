@@ -1,7 +1,12 @@
-"""The baselines every policy is measured against: ``in_memory`` and ``naive``.
+"""The baselines every policy is measured against: ``in_memory``, ``mmap`` and ``naive``.
 
 ``in_memory``
     every feature row in RAM (the upper bound; the artifact's ``features.npy`` loaded whole).
+``mmap``
+    the ordered feature file memory-mapped (``np.load(mmap_mode="r")``): rows are gathered from the map and
+    the OS page cache decides what stays in memory -- what PyG users do today. Its reads are page faults,
+    invisible to the source's counters (``bytes_read`` 0); ``strata bench`` counts them from the process's
+    I/O accounting instead (``/proc/self/io``, major faults), and confines the page cache with a memory cgroup.
 ``naive``
     every needed row read from the ordered feature file with its own aligned direct read of the 4 KiB
     block(s) holding it, each time it is needed, no cache (the PyG+ / DGL-OnDisk baseline).
@@ -20,7 +25,7 @@ from pipelines.policies.base import FeatureInputs, Policy, register_policy
 if TYPE_CHECKING:
     from trainer.features import FeatureSource
 
-__all__ = ["InMemory", "Naive"]
+__all__ = ["InMemory", "Mmap", "Naive"]
 
 
 @register_policy
@@ -32,6 +37,17 @@ class InMemory(Policy):
         from trainer.features import InMemoryFeatures
 
         return InMemoryFeatures(np.load(inputs.reorder.file("features.npy")), device=inputs.device)
+
+
+@register_policy
+class Mmap(Policy):
+    name = "mmap"
+    description = "The feature file memory-mapped; the OS page cache is the only cache (what PyG users do)."
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        from trainer.features import InMemoryFeatures
+
+        return InMemoryFeatures(np.load(inputs.reorder.file("features.npy"), mmap_mode="r"), device=inputs.device)
 
 
 @register_policy

@@ -1,4 +1,5 @@
-"""`strata bench` on the tiny graph: report shape, and the three feature paths train identically."""
+"""`strata bench` on the tiny graph: the report's shape, what each policy reads, equal accuracy, and a run
+confined by a memory cgroup (where this process may create one)."""
 
 from __future__ import annotations
 
@@ -6,40 +7,76 @@ import json
 
 import pytest
 
-from pipelines.bench import run_bench
+from pipelines.bench import resolve_policies, run_bench
 from pipelines.config import PipelineConfig
+from pipelines.confine import cgroup_support
+from pipelines.policies import POLICIES
 from pipelines.settings import StrataPaths
+
+OVERRIDES = ["train.epochs=3", "sample.epochs=1", "train.hidden_dim=32", "train.device=cpu"]
+POLICY_NAMES = ("diskgnn", "in_memory", "mmap", "naive")
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bench")
-    cfg = PipelineConfig.load(
-        overrides=["train.epochs=2", "sample.epochs=1", "train.hidden_dim=32", "train.device=cpu"], dataset="tiny"
-    )
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+@pytest.fixture(scope="module")
+def report(root):
+    cfg = PipelineConfig.load(overrides=OVERRIDES, dataset="tiny")
     out = root / "bench.json"
-    result = run_bench(cfg, StrataPaths.at(root), out_path=out)
+    result = run_bench(cfg, StrataPaths.at(root), out_path=out, policies=POLICY_NAMES)
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return result
 
 
 def test_report_has_the_documented_shape(report):
-    assert report["dataset"] == "tiny"
+    assert report["dataset"] == "tiny" and report["memory_budget"] is None
+    assert report["confinement"].startswith("none")
     assert report["disk"]["seq_read_mb_s"] > 0
-    assert set(report["modes"]) == {"in_memory", "naive", "strata"}
-    for entry in report["modes"].values():
-        for key in ("epoch_s", "bytes_read", "bytes_needed", "test_acc"):
-            assert key in entry
+    assert tuple(report["policies"]) == POLICY_NAMES
+    for entry in report["policies"].values():
+        for key in ("epoch_s", "bytes_read", "bytes_needed", "read_requests", "test_acc", "val_acc", "peak_rss_mb",
+                    "disk_bytes", "preprocess_s", "hit_rate_predicted", "hit_rate_measured"):
+            assert key in entry, key
 
 
-def test_feature_paths_read_what_they_should(report):
-    modes = report["modes"]
-    assert modes["in_memory"]["bytes_read"] == 0
-    # naive reads whole 4 KiB blocks per row: more than the rows it needs; packing reads less than naive
-    assert modes["naive"]["bytes_read"] > modes["naive"]["bytes_needed"]
-    assert 0 < modes["strata"]["bytes_read"] < modes["naive"]["bytes_read"]
+def test_policies_read_what_they_should(report):
+    p = report["policies"]
+    assert p["in_memory"]["bytes_read"] == 0 and p["in_memory"]["read_requests"] == 0
+    # naive: one request per needed row, a whole 4 KiB block for a 128-byte row
+    assert p["naive"]["read_amplification"] == pytest.approx(4096 / 128)
+    assert p["naive"]["read_requests"] * 128 == p["naive"]["bytes_needed"]
+    # diskgnn: one aligned chunk per batch, padding only; its measured hit rate is the plan's
+    assert 0 < p["diskgnn"]["bytes_read"] < p["naive"]["bytes_read"]
+    assert 1.0 <= p["diskgnn"]["read_amplification"] < 1.1
+    assert p["diskgnn"]["hit_rate_measured"] == pytest.approx(p["diskgnn"]["hit_rate_predicted"])
+    assert p["mmap"]["bytes_read_counted_by"].startswith("os")  # page faults, not the source's reads
 
 
 def test_out_of_core_trains_exactly_like_in_memory(report):
-    accs = {mode: (e["val_acc"], e["test_acc"]) for mode, e in report["modes"].items()}
-    assert accs["strata"] == accs["in_memory"] == accs["naive"]
+    accs = {name: (e["val_acc"], e["test_acc"]) for name, e in report["policies"].items()}
+    assert len(set(accs.values())) == 1, accs
+
+
+def test_policy_lists_are_checked():
+    assert set(resolve_policies("all")) == set(POLICIES)
+    assert resolve_policies("all")[-3:] == ("in_memory", "mmap", "naive")  # baselines last
+    assert resolve_policies("naive, diskgnn,naive") == ("naive", "diskgnn")
+    with pytest.raises(ValueError, match="'--policies' expected"):
+        resolve_policies("diskgnn,lru")
+
+
+@pytest.mark.skipif(not cgroup_support().available, reason=f"no memory cgroup: {cgroup_support().reason}")
+def test_a_budget_confines_every_run_with_the_page_cache_counted(root):
+    cfg = PipelineConfig.load(overrides=OVERRIDES, dataset="tiny")
+    budget, overhead = 64 << 10, 400 << 20
+    result = run_bench(cfg, StrataPaths.at(root), policies=("mmap",), memory_budget=budget,
+                       memory_overhead=overhead)
+    assert result["confinement"] == cgroup_support().label
+    assert result["cgroup_limit"] == budget + overhead
+    for entry in result["policies"].values():
+        assert not entry["oom_killed"]
+        assert 0 < entry["peak_cgroup_mb"] * (1 << 20) <= budget + overhead

@@ -126,25 +126,39 @@ def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: py
     assert (tmp_path / "dagster_home" / "dagster.yaml").read_text().startswith("telemetry:")
 
 
-def test_bench_prints_one_row_per_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_prints_one_row_per_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pipelines.bench
 
     seen: dict[str, Any] = {}
 
-    def fake_run_bench(cfg: Any, paths: Any, out_path: Any, progress: Any = None) -> dict[str, Any]:
-        seen.update(cfg=cfg, root=paths.root, out=out_path)
-        progress("bench: modes", 1, 2)
-        row = {"epoch_s": 1.5, "bytes_read": 2048, "bytes_needed": 4096, "test_acc": 0.8, "cache_hit_rate": 0.5}
-        return {"dataset": "tiny", "modes": {"in_memory": row, "strata": row}, "disk": {"seq_read_mb_s": 900.0}}
+    def fake_run_bench(cfg: Any, paths: Any, out_path: Any, progress: Any = None, **options: Any) -> dict[str, Any]:
+        seen.update(cfg=cfg, root=paths.root, out=out_path, **options)
+        progress("bench: training", 1, 2)
+        row = {"epoch_s": 1.5, "bytes_read": 2048, "bytes_needed": 4096, "test_acc": 0.8, "hit_rate_measured": 0.5}
+        return {"dataset": "tiny", "memory_budget": 512 << 20, "confinement": "cgroup-v1",
+                "policies": {"in_memory": row, "diskgnn": row}, "disk": {"seq_read_mb_s": 900.0}}
 
     monkeypatch.setattr(pipelines.bench, "run_bench", fake_run_bench)
     out = tmp_path / "bench.json"
     result = runner.invoke(app, ["bench", "--dataset", "tiny", "--out", str(out), "--root", str(tmp_path),
-                                 "--set", "train.epochs=1"])
+                                 "--set", "train.epochs=1", "--policies", "diskgnn,in_memory",
+                                 "--memory-budget", "512M", "--repeats", "3"])
     assert result.exit_code == 0, result.output
     assert seen["cfg"].train.epochs == 1 and seen["out"] == out and seen["root"] == tmp_path.resolve()
-    for text in ("in_memory", "strata", "2.0 KiB", "900", "epoch_s"):
+    assert (seen["policies"], seen["memory_budget"], seen["repeats"]) == (("diskgnn", "in_memory"), 512 << 20, 3)
+    for text in ("in_memory", "diskgnn", "2.0 KiB", "900", "epoch_s", "cgroup-v1"):
         assert text in result.stdout
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("--policies", "diskgnn,lru", "'--policies' expected 'all' or a comma-separated list of"),
+    ("--memory-budget", "lots", "'--memory-budget' expected a size such as 512M"),
+    ("--memory-budget", "0G", "'--memory-budget' expected a positive size"),
+])
+def test_bench_rejects_bad_policies_and_budgets(tmp_path: Path, option: str, value: str, expected: str) -> None:
+    result = runner.invoke(app, ["bench", "--dataset", "tiny", "--out", str(tmp_path / "b.json"),
+                                 "--root", str(tmp_path), option, value])
+    assert result.exit_code == 2 and expected in result.output, result.output
 
 
 @pytest.mark.parametrize(("option", "value", "expected"), [

@@ -29,7 +29,7 @@ def _state(seed: int) -> TrainState:
 
 def test_checkpoint_round_trip_restores_every_field(tmp_path: Path) -> None:
     state = _state(0)
-    stats = EpochStats(loss=1.5, train_acc=0.25, epoch_s=0.1, bytes_read=4096,
+    stats = EpochStats(loss=1.5, train_acc=0.25, epoch_s=0.1, bytes_read=4096, read_requests=2,
                        rows={"gpu": 1, "cpu": 2, "packed": 3, "file": 4}, timers={"read_s": 0.5})
     state.record_epoch(0, stats, val_acc=0.5)
     state.record_best(0.5, 0.4, 0)
@@ -40,7 +40,8 @@ def test_checkpoint_round_trip_restores_every_field(tmp_path: Path) -> None:
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     restored = TrainState.from_checkpoint(ckpt, other.model, other.optimizer, state.config, state.device)
     assert restored.epoch == 0 and restored.history == state.history and restored.best == state.best
-    assert restored.counters == {"bytes_read": 4096, "rows": {"gpu": 1, "cpu": 2, "packed": 3, "file": 4}}
+    rows = {"gpu": 1, "cpu": 2, "packed": 3, "file": 4}
+    assert restored.counters == {"bytes_read": 4096, "read_requests": 2, "rows": rows}
     assert restored.model_args == ARGS
     for k, v in state.model.state_dict().items():
         assert torch.equal(restored.model.state_dict()[k], v) and torch.equal(restored.best_state[k], v)

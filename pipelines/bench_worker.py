@@ -1,0 +1,145 @@
+"""One measured run of ``strata bench`` in its own process: ``python -m pipelines.bench_worker JOB OUT``.
+
+``strata bench`` starts one worker per (policy, repeat) so each run gets a fresh process -- and, under a
+memory budget, a fresh memory cgroup the worker joins before it starts (:mod:`pipelines.confine`). ``JOB``
+is a JSON file written by :mod:`pipelines.bench`:
+
+``{"root", "config" (a PipelineConfig dict), "policy", "phase": "prepare" | "train",
+"max_train_batches" (0 = all), "max_eval_batches" (0 = all)}``
+
+``prepare`` materialises the pipeline up to ``pack`` for the policy (checks included). ``train`` resolves the
+same artifacts, opens the policy's feature source and trains ``train.epochs`` epochs, evaluating once after
+the last (so every earlier epoch's I/O is training I/O only). The result written to ``OUT`` holds the epoch
+times, the source's counters (bytes read, read requests, rows per tier), the process's own I/O accounting
+per epoch (``/proc/self/io`` ``read_bytes``: what the disk delivered, page-cache misses of a memory map
+included; major page faults), accuracies and peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TruncatedSamples", "main", "os_io"]
+
+
+def os_io() -> dict[str, int]:
+    """This process's storage reads so far: ``read_bytes`` (``/proc/self/io``; 0 where absent) and
+    ``major_faults`` (page faults that waited for the disk)."""
+    out = {"read_bytes": 0, "major_faults": int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)}
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "read_bytes":
+                out["read_bytes"] = int(value)
+    except OSError:
+        pass
+    return out
+
+
+class TruncatedSamples:
+    """A sample set whose splits list at most ``max_train`` / ``max_eval`` batches (0 = all): a short
+    calibration run over the same batches, with everything else delegated to ``samples``."""
+
+    def __init__(self, samples: Any, max_train: int = 0, max_eval: int = 0) -> None:
+        self._samples, self._max = samples, {"train": max_train, "val": max_eval, "test": max_eval}
+
+    def batch_ids(self, split: str, epoch: int | None = None) -> list[int]:
+        ids = self._samples.batch_ids(split, epoch)
+        limit = self._max.get(split, 0)
+        return ids[:limit] if limit else ids
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._samples, name)
+
+
+def _prepare(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
+    from pipelines.runner import StageRunner
+    from pipelines.stages.common import peak_rss_mb
+
+    start = time.perf_counter()
+    results = StageRunner(cfg, store).run_until("pack")
+    return {"wall_s": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb(),
+            "built": [r.artifact.stage for r in results if not r.reused]}
+
+
+def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
+    import dataclasses
+
+    import numpy as np
+
+    from pipelines.runner import StageRunner
+    from pipelines.stages.common import peak_rss_mb
+    from pipelines.stages.train import open_features
+    from storage_kernels.sampleset import SampleSet
+    from trainer.device import resolve_device
+    from trainer.train import train
+
+    runner = StageRunner(cfg, store)
+    runner.run_until("pack", checks=False)  # built and checked by the prepare phase: only looked up here
+    ordering, pack = runner.artifact("reorder"), runner.artifact("pack")
+    samples: Any = SampleSet(runner.artifact("sample").path)
+    if job.get("max_train_batches") or job.get("max_eval_batches"):
+        samples = TruncatedSamples(samples, int(job.get("max_train_batches", 0)), int(job.get("max_eval_batches", 0)))
+    labels = np.asarray(ordering.array("labels.npy"), dtype=np.int64)
+    device = resolve_device(cfg.train.device)
+    # evaluate once, after the last epoch: every earlier epoch's I/O is the training batches' alone
+    tcfg = dataclasses.replace(cfg.train, device=device, eval_every=cfg.train.epochs)
+    io_marks = [os_io()]
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        io_marks.append(os_io())
+
+    source = open_features(cfg, job["policy"], ordering, pack, samples, device)
+    try:
+        result = train(tcfg, samples, source, labels, progress=on_epoch)
+        counters = {"rows_by_tier": dict(source.rows_by_tier), "direct_io": bool(source.direct_io),
+                    "fallback_reason": source.fallback_reason}
+    finally:
+        source.close()
+    epochs = len(result.epoch_s)
+    return {
+        "epoch_s": [float(x) for x in result.epoch_s],
+        "bytes_read": int(result.bytes_read),  # the source's count, training batches only
+        "read_requests": int(result.read_requests),
+        "os_read_bytes": [b["read_bytes"] - a["read_bytes"] for a, b in zip(io_marks, io_marks[1:], strict=False)],
+        "major_faults": [b["major_faults"] - a["major_faults"] for a, b in zip(io_marks, io_marks[1:], strict=False)],
+        "epochs": epochs,
+        "test_acc": float(result.test_acc),
+        "val_acc": float(result.val_acc),
+        "losses": [float(x) for x in result.losses],
+        "hit_rate_measured": float(result.cache_hit_rate),
+        "timers": {k: float(v) for k, v in result.timers.items()},
+        "peak_rss_mb": peak_rss_mb(),
+        **counters,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job in ``argv[0]``, write its result (or its error) as JSON to ``argv[1]``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m pipelines.bench_worker JOB.json OUT.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text())
+    from pipelines.config import PipelineConfig
+    from pipelines.settings import StrataPaths
+
+    cfg = PipelineConfig.model_validate({**job["config"], "policy": job["policy"]})
+    store = StrataPaths.at(job["root"]).store()
+    phase = {"prepare": _prepare, "train": _train}.get(job["phase"])
+    if phase is None:
+        raise ValueError(f"'phase' expected prepare or train (got {job['phase']!r})")
+    out = phase(job, cfg, store)
+    tmp = Path(args[1] + ".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
