@@ -11,8 +11,9 @@ read buffers and the OS page cache its reads fill. Where a memory cgroup can be 
 to ``memory_budget + memory_overhead``, page cache included, after the files it reads have been evicted from
 the page cache; ``memory_overhead`` is the working set every policy needs regardless of caching
 (interpreter, libraries, one batch's tensors), measured by a short calibration run of the ``naive`` policy
-(no cache, reads that bypass the page cache) unless given. Where no cgroup can be made the report says why,
-and only the policies that read with ``O_DIRECT`` are out of core.
+(no cache, reads that bypass the page cache) unless given. The ``in_memory`` reference (a policy with
+``out_of_core = False``) runs unconfined. Where no cgroup can be made the report says why, and only the
+policies that read with ``O_DIRECT`` are out of core.
 
 **What is reported per policy** (``policies.NAME``): ``epoch_s`` (median over repeats of the steady epochs),
 ``bytes_read`` and ``read_requests`` per epoch (the feature source's own counts; the memory-mapped baseline's
@@ -137,7 +138,10 @@ class _Workers:
 
     def run(self, policy: str, phase: str, cfg: PipelineConfig | None = None, limit: int | None = None,
             **extra: Any) -> dict[str, Any]:
+        from pipelines.policies import POLICIES
+
         cfg = cfg or self.cfg
+        confined = POLICIES.get(policy).out_of_core  # the in-memory reference runs unconfined
         job = {"root": str(self.root), "config": cfg.model_dump(mode="json"), "policy": policy, "phase": phase,
                **extra}
         with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
@@ -145,7 +149,7 @@ class _Workers:
             job_path.write_text(json.dumps(job))
             evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache
             limit = self.limit if limit is None else limit
-            cgroup = MemoryCgroup(limit, self.support) if limit is not None and self.support else None
+            cgroup = MemoryCgroup(limit, self.support) if confined and limit is not None and self.support else None
             try:
                 proc = subprocess.run(
                     [sys.executable, "-m", "pipelines.bench_worker", str(job_path), str(out_path)],
@@ -166,6 +170,7 @@ class _Workers:
             out = json.loads(out_path.read_text())
         out["peak_cgroup_mb"] = peak / _MB if peak is not None else None
         out["oom_killed"] = False
+        out["confined"] = cgroup is not None
         return out
 
 
@@ -306,6 +311,7 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "peak_rss_mb": max(r["peak_rss_mb"] for r in done),
         "peak_cgroup_mb": max((r["peak_cgroup_mb"] or 0.0) for r in done) or None,
         "direct_io": done[0]["direct_io"],
+        "confined": done[0]["confined"],
         "oom_killed": len(done) < len(runs),
         "timers": {k: round(statistics.median(r["timers"].get(k, 0.0) for r in done), 4)
                    for k in done[0]["timers"]},

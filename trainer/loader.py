@@ -1,13 +1,26 @@
-"""Pipelined batch loader: a reader thread reads and assembles batches ahead of the training step.
+"""Pipelined batch loader: batches flow through stages on their own threads, joined by bounded queues.
 
-The reader thread runs ``samples.batch(i)`` (topology from the memory-mapped sample set), converts the blocks
-to edge tensors and calls ``source.load(batch)`` (feature read + assemble), then puts a :class:`LoadedBatch`
-into a bounded queue of depth ``prefetch``; SSD reads and host work overlap the consumer's compute. With
-``sequential=True`` there is no thread (the ablation baseline).
+The stages, after DiskGNN (section 5.3), each a thread (``sequential=True`` runs them inline, in turn: the
+ablation baseline):
 
-Timers (seconds, cumulative over the loader's life): ``graph_s`` (topology + block conversion), ``read_s`` and
-``assemble_s`` (the source's two stages), ``label_s``, ``wait_s`` (consumer blocked on an empty queue: the
-loader is the bottleneck) and ``stall_s`` (reader blocked on a full queue: compute is the bottleneck).
+``load``
+    ``samples.batch(i)`` (the batch's record in the memory-mapped sample set) and the source's I/O stage
+    (``source.read``: direct reads of packed chunks and file blocks, GIL released);
+``assemble``
+    the source's gather stage (``source.assemble``: caches and loaded rows in input-node order, on the
+    device), then the topology (blocks to edge tensors) and the labels;
+``compute``
+    the consumer (forward, backward, update).
+
+Queues between stages hold at most ``prefetch`` batches. A source that is not split into ``read`` and
+``assemble`` is loaded whole in the ``load`` stage. A source's ``max_reads_ahead`` (read buffers it
+rotates; 0 = any) bounds how many batches may have been read and not yet assembled, so a chunk buffer is
+never overwritten before its rows are gathered.
+
+Timers (seconds, cumulative over the loader's life): ``load_busy_s`` and ``assemble_busy_s`` (each stage's
+work), ``graph_s`` (topology: batch record + block conversion), ``read_s`` and ``assemble_s`` (the source's
+two stages), ``label_s``, ``wait_s`` (consumer blocked on an empty queue: the loader is the bottleneck) and
+``stall_s`` (stages blocked on a full queue or a read buffer: compute is the bottleneck).
 """
 
 from __future__ import annotations
@@ -17,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -76,8 +89,8 @@ class BatchLoader:
     >>> for lb in BatchLoader(samples, source, samples.batch_ids("train", 0), labels, prefetch=2):
     ...     loss = F.cross_entropy(model(lb.x, lb.blocks), lb.y)
 
-    Each iteration starts a fresh reader thread; leaving the loop early (``break``, an exception, or
-    :meth:`close`) stops and joins it. A reader exception is re-raised in the consumer as
+    Each iteration starts fresh stage threads; leaving the loop early (``break``, an exception, or
+    :meth:`close`) stops and joins them. A stage's exception is re-raised in the consumer as
     :class:`BatchLoaderError` chained (``from``) to the original.
     """
 
@@ -92,73 +105,126 @@ class BatchLoader:
         self.batch_ids = [int(b) for b in batch_ids]
         self.prefetch, self.sequential = int(prefetch), bool(sequential)
         self.device = torch.device(device)
-        self.timers = dict.fromkeys(("graph_s", "read_s", "assemble_s", "label_s", "wait_s", "stall_s"), 0.0)
-        self._thread: threading.Thread | None = None
+        self.split = callable(getattr(source, "read", None)) and callable(getattr(source, "assemble", None))
+        self.timers = dict.fromkeys(("load_busy_s", "assemble_busy_s", "graph_s", "read_s", "assemble_s", "label_s",
+                                     "wait_s", "stall_s"), 0.0)
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
-        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch)
+        self._queues: list[queue.Queue[Any]] = []
 
     def __len__(self) -> int:
         return len(self.batch_ids)
 
     @property
     def is_running(self) -> bool:
-        """Whether a reader thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether a stage thread is alive."""
+        return any(t.is_alive() for t in self._threads)
 
-    # ----------------------------------------------------------------------------------------------------
-    def _load_one(self, batch_id: int) -> LoadedBatch:
-        """Topology, features and labels of one batch (runs in the reader thread, or inline if sequential)."""
+    # ---------------------------------------------------------------------------------------------- stages
+    def _load(self, batch_id: int) -> tuple[SampledBatch, Any]:
+        """The load stage: the batch record and the source's I/O (or the whole ``load`` of an unsplit source)."""
         t0 = time.perf_counter()
         batch = self.samples.batch(batch_id)
-        blocks = to_tensor_blocks(batch.blocks(), self.device)
         t1 = time.perf_counter()
         r0, a0 = self.source.read_s, self.source.assemble_s
-        x = self.source.load(batch)  # (num_nodes, F)
+        data = self.source.read(batch) if self.split else self.source.load(batch)
         self.timers["read_s"] += self.source.read_s - r0
         self.timers["assemble_s"] += self.source.assemble_s - a0
+        self.timers["graph_s"] += t1 - t0
+        self.timers["load_busy_s"] += time.perf_counter() - t0
+        return batch, data
+
+    def _assemble(self, batch_id: int, batch: SampledBatch, data: Any) -> LoadedBatch:
+        """The assemble stage: rows in node order on the device, the edge tensors and the labels."""
+        t0 = time.perf_counter()
+        if self.split:
+            a0 = self.source.assemble_s
+            x = self.source.assemble(data)  # (num_nodes, F)
+            self.timers["assemble_s"] += self.source.assemble_s - a0
+        else:
+            x = data
+        t1 = time.perf_counter()
+        blocks = to_tensor_blocks(batch.blocks(), self.device)
         t2 = time.perf_counter()
         seeds = np.asarray(batch.nodes[: int(batch.hop_counts[0])])  # (num_seeds,)
         y = torch.from_numpy(self.labels[seeds])  # (num_seeds,)
         if self.device.type != "cpu":
             y = y.to(self.device, non_blocking=True)
-        self.timers["graph_s"] += t1 - t0
-        self.timers["label_s"] += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        self.timers["graph_s"] += t2 - t1
+        self.timers["label_s"] += t3 - t2
+        self.timers["assemble_busy_s"] += t3 - t0
         return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks)
 
-    def _put(self, item: _Item) -> bool:
+    def _load_one(self, batch_id: int) -> LoadedBatch:
+        """Every stage of one batch in turn (the sequential mode)."""
+        return self._assemble(batch_id, *self._load(batch_id))
+
+    # ---------------------------------------------------------------------------------------------- threads
+    def _put(self, q: queue.Queue[Any], item: Any) -> bool:
         """Put unless stopped; returns False when the consumer asked to stop."""
         t0 = time.perf_counter()
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=_POLL_S)
+                q.put(item, timeout=_POLL_S)
                 self.timers["stall_s"] += time.perf_counter() - t0
                 return True
             except queue.Full:
                 continue
         return False
 
-    def _reader(self) -> None:
-        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+    def _acquire(self, slots: threading.Semaphore | None) -> bool:
+        """Wait for a free read buffer (when the source bounds reads ahead) unless stopped."""
+        if slots is None:
+            return True
+        t0 = time.perf_counter()
+        while not self._stop.is_set():
+            if slots.acquire(timeout=_POLL_S):
+                self.timers["stall_s"] += time.perf_counter() - t0
+                return True
+        return False
+
+    def _loader(self, out: queue.Queue[Any], slots: threading.Semaphore | None) -> None:
         batch_id = -1
         try:
             for batch_id in self.batch_ids:
-                if self._stop.is_set():
+                if not self._acquire(slots):
                     return
+                if not self._put(out, (batch_id, *self._load(batch_id))):
+                    return
+            self._put(out, _END)
+        except Exception as e:  # forwarded to the consumer, which raises it chained
+            self._put(out, _Failure(batch_id, e))
+
+    def _assembler(self, inp: queue.Queue[Any], out: queue.Queue[_Item], slots: threading.Semaphore | None) -> None:
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        batch_id = -1
+        try:
+            while not self._stop.is_set():
+                try:
+                    item = inp.get(timeout=_POLL_S)
+                except queue.Empty:
+                    continue
+                if isinstance(item, (_End, _Failure)):
+                    self._put(out, item)
+                    return
+                batch_id = item[0]
                 if stream is None:
-                    item = self._load_one(batch_id)
+                    loaded = self._assemble(*item)
                 else:
                     # copies and cache gathers run on a side stream; the consumer waits on this event
                     with torch.cuda.stream(stream):
-                        item = self._load_one(batch_id)
-                        item.ready = torch.cuda.Event()
-                        item.ready.record(stream)
-                if not self._put(item):
+                        loaded = self._assemble(*item)
+                        loaded.ready = torch.cuda.Event()
+                        loaded.ready.record(stream)
+                if slots is not None:
+                    slots.release()  # the batch's read buffer may be reused
+                if not self._put(out, loaded):
                     return
-            self._put(_END)
-        except Exception as e:  # forwarded to the consumer, which raises it chained
-            self._put(_Failure(batch_id, e))
+        except Exception as e:
+            self._put(out, _Failure(batch_id, e))
 
-    # ----------------------------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------------------------- consumer
     def __iter__(self) -> Iterator[LoadedBatch]:
         if self.sequential:
             for batch_id in self.batch_ids:
@@ -166,17 +232,26 @@ class BatchLoader:
             return
         self.close()  # a previous, unfinished iteration
         self._stop.clear()
-        self._queue = queue.Queue(maxsize=self.prefetch)
-        self._thread = threading.Thread(target=self._reader, name="strata-batch-reader", daemon=True)
-        self._thread.start()
+        ahead = int(getattr(self.source, "max_reads_ahead", 0)) if self.split else 0
+        slots = threading.Semaphore(ahead) if ahead > 0 else None
+        loaded: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
+        ready: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch)
+        self._queues = [loaded, ready]
+        self._threads = [
+            threading.Thread(target=self._loader, args=(loaded, slots), name="strata-load", daemon=True),
+            threading.Thread(target=self._assembler, args=(loaded, ready, slots), name="strata-assemble",
+                             daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
         try:
             while True:
-                item = self._get()
+                item = self._get(ready)
                 if isinstance(item, _End):
                     return
                 if isinstance(item, _Failure):
                     raise BatchLoaderError(
-                        f"'BatchLoader' reader expected to load batch {item.batch_id} "
+                        f"'BatchLoader' stage expected to load batch {item.batch_id} "
                         f"(got {type(item.error).__name__}: {item.error})"
                     ) from item.error
                 if item.ready is not None:
@@ -188,33 +263,34 @@ class BatchLoader:
         finally:
             self.close()
 
-    def _get(self) -> _Item:
+    def _get(self, q: queue.Queue[_Item]) -> _Item:
         t0 = time.perf_counter()
         try:
             while True:
                 try:
-                    return self._queue.get(timeout=_POLL_S)
+                    return q.get(timeout=_POLL_S)
                 except queue.Empty:
                     if not self.is_running:
                         try:
-                            return self._queue.get_nowait()
+                            return q.get_nowait()
                         except queue.Empty as e:
-                            raise BatchLoaderError("'BatchLoader' reader expected to send a result "
-                                                   "(got a thread that exited silently)") from e
+                            raise BatchLoaderError("'BatchLoader' stages expected to send a result "
+                                                   "(got threads that exited silently)") from e
         finally:
             self.timers["wait_s"] += time.perf_counter() - t0
 
     def close(self) -> None:
-        """Stop the reader thread (if any), drop queued batches and join it."""
+        """Stop the stage threads (if any), drop queued batches and join them."""
         self._stop.set()
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        for q in self._queues:
+            while True:
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
+        for t in self._threads:
+            t.join()
+        self._threads = []
 
     def __enter__(self) -> BatchLoader:
         return self

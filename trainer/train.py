@@ -36,6 +36,7 @@ from trainer.models import GraphModel, build_model
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "STAGE_BUSY_TIMERS",
     "EpochStats",
     "TrainResult",
     "TrainSamples",
@@ -43,6 +44,7 @@ __all__ = [
     "Tracker",
     "eval_batch_ids",
     "evaluate",
+    "overlap",
     "load_checkpoint",
     "save_checkpoint",
     "train",
@@ -116,7 +118,18 @@ class EpochStats:
         """Flat per-epoch metrics for the tracker (validation accuracy is added by the caller)."""
         return {"loss": self.loss, "train_acc": self.train_acc, "epoch_s": self.epoch_s,
                 "bytes_read": float(self.bytes_read), "read_requests": float(self.read_requests),
-                "cache_hit_rate": self.cache_hit_rate, **self.timers}
+                "cache_hit_rate": self.cache_hit_rate, "overlap": overlap(self.epoch_s, self.timers), **self.timers}
+
+
+#: The pipeline's stages, by busy timer (``BatchLoader`` and :func:`train_epoch`).
+STAGE_BUSY_TIMERS = ("load_busy_s", "assemble_busy_s", "compute_busy_s")
+
+
+def overlap(epoch_s: float, timers: dict[str, float]) -> float:
+    """Epoch time over the slowest stage's busy time: 1.0 when the stages overlap perfectly, up to the number
+    of stages when they run in turn (0.0 without busy times)."""
+    slowest = max((timers.get(k, 0.0) for k in STAGE_BUSY_TIMERS), default=0.0)
+    return epoch_s / slowest if slowest > 0 else 0.0
 
 
 def _cpu_copy(model: GraphModel) -> dict[str, torch.Tensor]:
@@ -301,10 +314,11 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource) -
     epoch_s = time.perf_counter() - t0
     train_acc = correct.item() / max(seen.item(), 1)  # already synced above: no extra wait
     rows = {k: v - rows_before.get(k, 0) for k, v in source.rows_by_tier.items()}
+    timers = dict(loader.timers)
+    timers["compute_busy_s"] = max(epoch_s - timers.get("wait_s", 0.0), 0.0)  # the consumer stage's work
     return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=epoch_s,
                       bytes_read=source.bytes_read - bytes_before,
-                      read_requests=source.read_requests - requests_before, rows=rows,
-                      timers=dict(loader.timers))
+                      read_requests=source.read_requests - requests_before, rows=rows, timers=timers)
 
 
 @torch.no_grad()
@@ -416,6 +430,7 @@ def train(
             for k, v in stats.timers.items():
                 timers[k] = timers.get(k, 0.0) + v
             timers["train_s"] += stats.epoch_s
+            timers["overlap"] = overlap(timers["train_s"], timers)
             metrics = stats.metrics()
             if not math.isnan(val_acc):
                 metrics["val_acc"] = val_acc

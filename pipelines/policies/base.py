@@ -93,6 +93,8 @@ class Policy(ABC):
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: False for a reference that holds the whole graph in RAM: ``strata bench`` runs it without a budget.
+    out_of_core: ClassVar[bool] = True
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         """Default: no cache; every node a batch reads is read from disk (or RAM) by the feature source."""

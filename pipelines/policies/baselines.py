@@ -32,6 +32,7 @@ __all__ = ["InMemory", "Mmap", "Naive"]
 class InMemory(Policy):
     name = "in_memory"
     description = "Every feature row in RAM (the upper bound)."
+    out_of_core = False
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import InMemoryFeatures

@@ -147,7 +147,7 @@ def test_read_and_assemble_are_separate_stages(dataset, packed_dir: Path) -> Non
         x = source.assemble(read)  # no I/O
         assert source.bytes_read == read.addresses.chunk_bytes
         assert torch.equal(x, torch.from_numpy(dataset.features[batch.nodes]))
-        assert source.read_s == 0.0  # only load() times the stages
+        assert source.read_s > 0.0 and source.assemble_s > 0.0  # each stage times itself
         source.reset_counters()
         assert source.bytes_read == 0 and sum(source.rows_by_tier.values()) == 0
 

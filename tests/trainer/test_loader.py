@@ -1,4 +1,5 @@
-"""BatchLoader: order and content, reader failures reach the consumer, early exit stops the thread."""
+"""BatchLoader: order and content, stage threads, read-ahead bounds, failures reach the consumer, early exit
+stops the threads."""
 
 from __future__ import annotations
 
@@ -52,10 +53,72 @@ def test_loader_yields_batches_in_order_with_features_and_labels(dataset, sequen
     assert loader.timers["read_s"] > 0 and loader.timers["graph_s"] > 0
 
 
-def test_loader_runs_the_source_in_a_reader_thread(dataset) -> None:
+def test_an_unsplit_source_loads_in_the_load_stage(dataset) -> None:
     source = FlakySource(dataset.features)
     list(BatchLoader(dataset.samples, source, [0, 1], dataset.labels))
-    assert source.threads == {"strata-batch-reader"}
+    assert source.threads == {"strata-load"}
+
+
+class StagedSource(InMemoryFeatures):
+    """A real in-memory source that records which thread ran each stage and how many batches were read and
+    not yet assembled; ``assemble_delay_s`` makes the assemble stage the slow one."""
+
+    def __init__(self, features: np.ndarray, reads_ahead: int, assemble_delay_s: float = 0.0) -> None:
+        super().__init__(features)
+        self.reads_ahead, self.assemble_delay_s = reads_ahead, assemble_delay_s
+        self.threads: dict[str, set[str]] = {"read": set(), "assemble": set()}
+        self.outstanding = self.max_outstanding = 0
+        self._count_lock = threading.Lock()
+
+    @property
+    def max_reads_ahead(self) -> int:
+        return self.reads_ahead
+
+    def read(self, batch):
+        self.threads["read"].add(threading.current_thread().name)
+        with self._count_lock:
+            self.outstanding += 1
+            self.max_outstanding = max(self.max_outstanding, self.outstanding)
+        return super().read(batch)
+
+    def assemble(self, read):
+        self.threads["assemble"].add(threading.current_thread().name)
+        time.sleep(self.assemble_delay_s)
+        x = super().assemble(read)
+        with self._count_lock:
+            self.outstanding -= 1
+        return x
+
+
+@pytest.mark.parametrize("reads_ahead", [1, 3])
+def test_stages_run_on_their_own_threads_within_the_read_ahead_bound(dataset, reads_ahead: int) -> None:
+    ids = dataset.samples.batch_ids("train", 0)
+    source = StagedSource(dataset.features, reads_ahead, assemble_delay_s=0.02)
+    loader = BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2)
+    for lb in loader:
+        assert torch.equal(lb.x, torch.from_numpy(dataset.features[dataset.samples.batch(lb.batch_id).nodes]))
+    assert source.threads == {"read": {"strata-load"}, "assemble": {"strata-assemble"}}
+    # the slow assemble stage lets reads run ahead exactly as far as the source allows
+    assert source.max_outstanding == min(reads_ahead, len(ids))
+    assert loader.timers["load_busy_s"] > 0 and loader.timers["assemble_busy_s"] >= 0.02 * len(ids)
+
+
+def test_packed_chunks_survive_reads_ahead_of_assembly(dataset, packed_dir) -> None:
+    from trainer.features import PackedFeatures
+
+    ids = dataset.samples.batch_ids("train", 0)
+    with PackedFeatures(packed_dir, dataset.samples, features_path=dataset.features_path) as source:
+        assert source.max_reads_ahead == 3  # its chunk buffers
+        slow = source.assemble
+
+        def slow_assemble(read):
+            time.sleep(0.01)  # let the load stage fill every chunk buffer
+            return slow(read)
+
+        source.assemble = slow_assemble  # type: ignore[method-assign]
+        for lb in BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2):
+            nodes = dataset.samples.batch(lb.batch_id).nodes
+            assert torch.equal(lb.x, torch.from_numpy(dataset.features[nodes])), lb.batch_id
 
 
 def test_reader_exception_is_reraised_chained(dataset) -> None:
@@ -70,7 +133,7 @@ def test_reader_exception_is_reraised_chained(dataset) -> None:
     cause = info.value.__cause__
     assert isinstance(cause, OSError)
     frames = [f.name for f in traceback.extract_tb(cause.__traceback__)]
-    assert "load" in frames and "_reader" in frames  # the reader thread's own traceback survives
+    assert "load" in frames and "_loader" in frames  # the load stage's own traceback survives
     assert not loader.is_running
 
 
@@ -82,7 +145,7 @@ def test_early_exit_stops_the_reader(dataset) -> None:
         if i == 1:
             break
     assert not loader.is_running  # generator close -> stop event -> join
-    assert len(source.loaded) <= 2 + 2 + 1  # consumed + queued + one in flight
+    assert len(source.loaded) <= 2 + 2 * 2 + 2  # consumed + two queues + one in each stage
     n = len(source.loaded)
     time.sleep(0.1)
     assert len(source.loaded) == n  # nothing reads after shutdown

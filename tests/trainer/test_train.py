@@ -23,9 +23,9 @@ class RecordingSource(InMemoryFeatures):
         super().__init__(features)
         self.served: list[int] = []
 
-    def load(self, batch):
+    def read(self, batch):  # the first stage of every load, pipelined or not
         self.served.append(batch.batch)
-        return super().load(batch)
+        return super().read(batch)
 
 
 def test_training_is_deterministic_and_learns(dataset) -> None:
@@ -126,3 +126,16 @@ def test_bad_config_and_inputs_are_rejected(dataset, tmp_path: Path) -> None:
     assert TrainConfig.from_dict(CFG.to_dict()) == CFG
     with pytest.raises(ValueError, match="unknown"):
         TrainConfig.from_dict({"nope": 1})
+
+
+def test_stage_busy_times_and_the_overlap_figure(dataset) -> None:
+    from trainer.train import STAGE_BUSY_TIMERS, overlap
+
+    assert overlap(2.0, {"load_busy_s": 1.0, "assemble_busy_s": 0.5, "compute_busy_s": 0.25}) == 2.0
+    assert overlap(1.0, {}) == 0.0
+    result = train(dataclasses.replace(CFG, epochs=1), dataset.samples, InMemoryFeatures(dataset.features),
+                   dataset.labels)
+    assert all(result.timers[k] > 0 for k in STAGE_BUSY_TIMERS)
+    slowest = max(result.timers[k] for k in STAGE_BUSY_TIMERS)
+    assert result.timers["overlap"] == pytest.approx(result.timers["train_s"] / slowest)
+    assert result.timers["overlap"] >= 1.0 - 1e-9  # an epoch cannot be shorter than its slowest stage

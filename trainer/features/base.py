@@ -127,6 +127,7 @@ class FeatureTier:
 
     on_device = False  # rows are written on the target device, not staged on the host
     reads_disk = False  # does I/O (``bytes_read``, ``direct_io`` and ``fallback_reason`` are meaningful)
+    max_reads_ahead = 0  # read buffers the tier rotates: reads that may precede their gather (0 = any)
 
     def __init__(self, tier: Tier, feature_dim: int, fallback: FeatureTier | None, name: str) -> None:
         self.tier = Tier(tier)

@@ -32,6 +32,7 @@ class PackedChunkTier(FeatureTier):
         if num_buffers < 1:
             raise ValueError(f"'num_buffers' expected >= 1 (got {num_buffers})")
         self.store = store
+        self.max_reads_ahead = int(num_buffers)  # a chunk stays valid for num_buffers - 1 further reads
         self.num_threads = int(num_threads)
         # packed.bin: opened once, O_DIRECT when the filesystem accepts it
         self._file = DirectFile(store.packed_path, "chunks")

@@ -154,8 +154,23 @@ class TieredSource:
             return self.store.addresses(int(batch.batch), len(batch.nodes))
         return BatchAddresses.single_tier(int(batch.batch), batch.nodes, self.top.tier)
 
+    @property
+    def max_reads_ahead(self) -> int:
+        """How many batches may be read before the first of them is assembled (the fewest read buffers a
+        tier rotates; 0 = any number): a pipelined loader keeps within it."""
+        bounds = [t.max_reads_ahead for t in self.tiers if t.max_reads_ahead > 0]
+        return min(bounds) if bounds else 0
+
     def read(self, batch: NodeBatch) -> BatchRead:
-        """The I/O stage: validate the batch's addresses, let each tier take its nodes and read."""
+        """The I/O stage: validate the batch's addresses, let each tier take its nodes and read (timed into
+        ``read_s``)."""
+        t0 = time.perf_counter()
+        try:
+            return self._read(batch)
+        finally:
+            self.read_s += time.perf_counter() - t0
+
+    def _read(self, batch: NodeBatch) -> BatchRead:
         addr = self.addresses(batch)
         addr.check_tiers()
         counts = np.bincount(addr.tier.astype(np.intp), minlength=len(Tier.readable()))  # rows per tier code
@@ -182,7 +197,15 @@ class TieredSource:
         return BatchRead(addr, parts, staging, host_pos)
 
     def assemble(self, read: BatchRead) -> torch.Tensor:
-        """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device``."""
+        """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device`` (timed into
+        ``assemble_s``)."""
+        t0 = time.perf_counter()
+        try:
+            return self._assemble(read)
+        finally:
+            self.assemble_s += time.perf_counter() - t0
+
+    def _assemble(self, read: BatchRead) -> torch.Tensor:
         n = len(read.addresses.tier)
         for p in read.parts:
             if len(p.pos) and not p.tier.on_device:
@@ -203,13 +226,7 @@ class TieredSource:
     def load(self, batch: NodeBatch) -> torch.Tensor:
         """Features of ``batch.nodes`` in order, ``(len(batch.nodes), feature_dim)`` float32 on ``device``."""
         with self._lock:
-            t0 = time.perf_counter()
-            read = self.read(batch)
-            t1 = time.perf_counter()
-            x = self.assemble(read)
-            self.read_s += t1 - t0
-            self.assemble_s += time.perf_counter() - t1
-        return x
+            return self.assemble(self.read(batch))
 
     def _to_device(self, host: torch.Tensor) -> torch.Tensor:
         # non_blocking from pinned memory: the copy is queued on the current stream, no host sync
@@ -233,7 +250,7 @@ class TieredSource:
 # ------------------------------------------------------------------------------------------------ factory
 def compose_tiers(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
                   *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
-                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> FeatureTier:
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 3) -> FeatureTier:
     """The tier chain :func:`tiered_source` wraps (outermost returned); see there for the arguments."""
     device = torch.device(device)
     pin = device.type == "cuda"  # host rows that go to a GPU are page-locked, for async copies
@@ -252,7 +269,7 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
     if features_path is not None:
         tier = FileTier(features_path, merge=merge, num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
     if store is not None and packed:
-        tier = PackedChunkTier(store, tier, num_threads=num_threads)
+        tier = PackedChunkTier(store, tier, num_threads=num_threads, num_buffers=num_buffers)
     for cache in reversed(wanted):  # innermost first, so that caches[0] ends outermost
         assert store is not None  # checked above
         rows = store.cache(cache)  # (rows, F) loaded into memory
@@ -268,12 +285,13 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
 
 def tiered_source(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
                   *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
-                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20) -> TieredSource:
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 3) -> TieredSource:
     """Compose a feature source from parts, innermost first:
 
     1. ``features_path`` (optional): the feature file (``Tier.FILE``, slot = node id), read with aligned
        direct reads, block-merged (``merge=False``: one read per row, the naive baseline);
-    2. ``store`` with ``packed``: each batch's chunk of ``packed.bin`` (``Tier.PACKED``);
+    2. ``store`` with ``packed``: each batch's chunk of ``packed.bin`` (``Tier.PACKED``), read into one of
+       ``num_buffers`` rotating buffers (a pipelined loader reads that many batches ahead of assembly);
     3. ``caches`` (``"gpu"``, ``"cpu"`` or :class:`Tier`, outermost first; default both with a store, none
        without): the store's cache blocks, the CPU one pinned with CUDA and the GPU one in ``device`` memory.
 
@@ -286,7 +304,7 @@ def tiered_source(store: PackedStore | None, features_path: str | Path | None, d
     >>> source = tiered_source(None, features_path, merge=False)                # the naive baseline
     """
     top = compose_tiers(store, features_path, device, caches=caches, packed=packed, merge=merge,
-                        num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
+                        num_threads=num_threads, max_buffer_bytes=max_buffer_bytes, num_buffers=num_buffers)
     return TieredSource(top, device, store)
 
 
@@ -322,9 +340,10 @@ class PackedFeatures(TieredSource):
     """
 
     def __init__(self, packed_dir: str | Path, samples: NodeRanges, device: torch.device | str = "cpu",
-                 features_path: str | Path | None = None, num_threads: int = 0) -> None:
+                 features_path: str | Path | None = None, num_threads: int = 0, num_buffers: int = 3) -> None:
         store = PackedStore(packed_dir, samples)
-        super().__init__(compose_tiers(store, features_path, device, num_threads=num_threads), device, store)
+        super().__init__(compose_tiers(store, features_path, device, num_threads=num_threads,
+                                       num_buffers=num_buffers), device, store)
         self.packed_dir = Path(packed_dir)
 
     @property
