@@ -317,7 +317,7 @@ def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -
     (``policy`` for plan, pack and train), included whole.
     """
     section = getattr(cfg, stage)
-    reads = section.selected_reads() if isinstance(section, _Section) else frozenset()
+    reads = section.selected_reads() if hasattr(section, "selected_reads") else frozenset()  # train: its model's
     params = _section_params(section, reads)
     own = section_fields(section)
     for name in [*sorted(r for r in reads if r not in own), *also]:

@@ -60,6 +60,8 @@ class TrainConfig:
     num_layers: int = setting(0, "Layers; 0 = one per sampled hop (len(sample.fanouts)), otherwise must equal it.")
     num_classes: int = setting(0, "Output classes; 0 = labels.max() + 1.")
     dropout: float = setting(0.5, "Dropout between layers, training only.")
+    heads: int = setting(4, "gat: attention heads (hidden layers concatenate them, hidden_dim / heads channels "
+                         "each; the last layer averages them).", artifact="selected")
     # optimizer
     lr: float = setting(0.01, "Adam learning rate.")
     weight_decay: float = setting(5e-4, "Adam weight decay (L2 penalty).")
@@ -85,6 +87,7 @@ class TrainConfig:
             "num_layers": self.num_layers >= 0,
             "num_classes": self.num_classes >= 0,
             "dropout": 0.0 <= self.dropout < 1.0,
+            "heads": self.heads >= 1,
             "lr": self.lr > 0.0,
             "weight_decay": self.weight_decay >= 0.0,
             "epochs": self.epochs >= 1,
@@ -97,6 +100,12 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"'TrainConfig.{name}' expected a value in range (got {getattr(self, name)!r})")
+
+    def selected_reads(self) -> frozenset[str]:
+        """The ``artifact="selected"`` fields the selected model reads (its registry entry's ``reads``)."""
+        from trainer.models import model_reads
+
+        return frozenset(model_reads(self.model))
 
     def to_dict(self) -> dict[str, Any]:
         """Flat ``{field: primitive}`` dict (MLflow params, checkpoint ``config``)."""

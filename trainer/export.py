@@ -1,7 +1,8 @@
 """Export a trained model: ONNX with dynamic subgraph shapes, and a compact WASM-ready bundle.
 
 Any :data:`trainer.models.MODELS` architecture exports to ONNX (through its ``forward_dst_pos``); the bundle
-needs the model to describe its layers for the runtime (``bundle_descriptor()``, which ``GraphSAGE`` has).
+needs the model to describe its layers for the runtime (``bundle_descriptor()``, which ``GraphSAGE`` has; GCN
+and GAT are ONNX only, see :func:`supports_bundle`).
 
 ONNX graph (``export_onnx``): inputs ``x`` (num_nodes, in_dim) float32 and, per layer ``i`` (input layer
 first), ``edge_src_i`` / ``edge_dst_i`` (num_edges_i,) int64 and ``dst_pos_i`` (num_dst_i,) int64, the positions
@@ -185,9 +186,35 @@ def _inline_rank_ifs(path: Path) -> int:
         total += inlined
         if not inlined:
             break
+    _redeclare_outputs(proto)
     onnx.checker.check_model(proto)
     onnx.save(proto, str(path))
     return total
+
+
+def _redeclare_outputs(proto: onnx.ModelProto) -> None:
+    """Declare each output with the rank shape inference finds once the guards are gone: the exporter took a
+    model output straight from a guarded scatter (GCN's last layer) as rank 1 from the then-branch, which
+    onnxruntime warns about on every run. A dynamic dimension keeps its declared name (``num_seeds``)."""
+    import onnx
+
+    declared = {o.name: [d.dim_param for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
+    for output in proto.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(proto).graph.output}
+    for output in proto.graph.output:
+        names = declared[output.name]
+        if not inferred[output.name].type.tensor_type.HasField("shape"):
+            output.type.tensor_type.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_param=n) for n in names)
+            continue
+        for i, dim in enumerate(inferred[output.name].type.tensor_type.shape.dim):
+            new = output.type.tensor_type.shape.dim.add()
+            if dim.HasField("dim_value"):
+                new.dim_value = dim.dim_value
+            elif i < len(names) and names[i]:
+                new.dim_param = names[i]  # the export's dynamic axis name
+            else:
+                new.dim_param = f"{output.name}_dim_{i}"
 
 
 def _inline_rank_ifs_once(proto: onnx.ModelProto) -> int:
@@ -276,7 +303,9 @@ def _quantize_int8(w: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def supports_bundle(model: GraphModel) -> bool:
-    """Whether ``model`` describes its layers for the bundle's runtime (has ``bundle_descriptor()``)."""
+    """Whether ``model`` describes its layers for the bundle's runtime (has ``bundle_descriptor()``): the
+    built-in ``graphsage`` does; ``gcn`` and ``gat`` do not (their layers are not in the runtime), so they
+    export as ONNX only and :func:`export_bundle` refuses them."""
     return callable(getattr(model, "bundle_descriptor", None))
 
 

@@ -1,5 +1,6 @@
-"""Models over layered sampled blocks -- GraphSAGE (mean aggregation) and the registry of architectures --
-in plain PyTorch and exportable to ONNX.
+"""Models over layered sampled blocks -- GraphSAGE (mean aggregation) and the registry of architectures
+(``graphsage``; ``gcn`` from :mod:`trainer.gcn`, ``gat`` from :mod:`trainer.gat`) -- in plain PyTorch and
+exportable to ONNX.
 
 A sampled batch (``storage_kernels.sampleset.SampledBatch``) has nodes ``nodes[:hop_counts[L]]`` with the
 seeds first, and one CSR block per hop. Layer ``i`` of the model consumes ``blocks()[i]`` (hop ``L-1-i``):
@@ -14,8 +15,9 @@ ScatterElements(reduction="add") (opset >= 16).
 Architectures are entries of :data:`MODELS` (``TrainConfig.model`` names one). An entry is a constructor
 ``(in_dim, hidden_dim, out_dim, num_layers, dropout) -> nn.Module`` whose module follows :class:`GraphModel`:
 ``forward(x, blocks)``, ``forward_dst_pos(x, edges)`` (the ONNX form), ``in_dim``, ``num_layers`` and
-``model_args`` (its constructor arguments). :func:`build_model` builds one by name; :func:`load_trained`
-rebuilds a trained one from the train stage's ``model.json`` and ``state_dict.pt``.
+``model_args`` (its constructor arguments). An entry may declare ``reads``: further ``train`` settings it
+takes as keywords (GAT's ``heads``, see :func:`model_reads`). :func:`build_model` builds one by name;
+:func:`load_trained` rebuilds a trained one from the train stage's ``model.json`` and ``state_dict.pt``.
 
 >>> @MODELS.register("my-gnn")
 ... class MyGNN(nn.Module): ...            # (in_dim, hidden_dim, out_dim, num_layers, dropout)
@@ -35,10 +37,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from storage_kernels.registry import Registry
+from trainer.gat import GAT
+from trainer.gcn import GCN
 
 __all__ = [
     "MODELS",
     "MODEL_ARGS",
+    "GAT",
+    "GCN",
     "BlockLike",
     "GraphModel",
     "GraphSAGE",
@@ -48,6 +54,8 @@ __all__ = [
     "build_model",
     "load_trained",
     "mean_aggregate",
+    "model_options",
+    "model_reads",
     "to_tensor_blocks",
 ]
 
@@ -265,19 +273,35 @@ class ModelConstructor(Protocol):
 #: Architectures by name (``TrainConfig.model``); register one with ``@MODELS.register("name")``.
 MODELS: Registry[ModelConstructor] = Registry("train.model")
 MODELS.register("graphsage", GraphSAGE)
+MODELS.register("gcn", GCN)
+MODELS.register("gat", GAT)
+
+
+def model_reads(model: str) -> tuple[str, ...]:
+    """The ``train`` settings entry ``model`` takes beyond :data:`MODEL_ARGS` (its ``reads``, e.g. GAT's
+    ``heads``): constructor keywords with defaults, recorded in ``model_args``, and the only
+    ``artifact="selected"`` train settings that enter the train artifact's version when ``model`` is selected."""
+    return tuple(getattr(MODELS.get(model), "reads", ()))
+
+
+def model_options(cfg: Any) -> dict[str, Any]:
+    """``{setting: value}`` of ``cfg`` (a ``TrainConfig``) for the settings ``cfg.model`` reads."""
+    return {name: getattr(cfg, name) for name in model_reads(cfg.model)}
 
 
 def build_model(model: str, **model_args: Any) -> GraphModel:
-    """An untrained ``model`` (a :data:`MODELS` name) with the constructor arguments :data:`MODEL_ARGS`.
+    """An untrained ``model`` (a :data:`MODELS` name) with the constructor arguments :data:`MODEL_ARGS` and,
+    optionally, the settings the model reads (:func:`model_reads`).
 
     The keyword is ``model`` so a checkpoint's or a ``TrainResult``'s ``model_args`` (which record the
     name under that key) rebuild their model as ``build_model(**model_args)``.
     """
-    unknown, missing = sorted(set(model_args) - set(MODEL_ARGS)), [k for k in MODEL_ARGS if k not in model_args]
+    entry = MODELS.get(model)
+    known = [*MODEL_ARGS, *model_reads(model)]  # the model's own settings are optional (defaults)
+    unknown, missing = sorted(set(model_args) - set(known)), [k for k in MODEL_ARGS if k not in model_args]
     if unknown or missing:
-        raise ValueError(f"'model_args' expected exactly {list(MODEL_ARGS)} (got unknown {unknown}, "
-                         f"missing {missing})")
-    return MODELS.get(model)(**model_args)
+        raise ValueError(f"'model_args' expected exactly {known} (got unknown {unknown}, missing {missing})")
+    return entry(**model_args)
 
 
 def load_trained(info: Mapping[str, Any], state_path: str | Path, map_location: str | torch.device = "cpu"
@@ -292,7 +316,7 @@ def load_trained(info: Mapping[str, Any], state_path: str | Path, map_location: 
     name = info.get("model", info.get("architecture"))
     if not isinstance(name, str):
         raise ValueError(f"'model.json' expected a model name under 'model' (got keys {sorted(info)})")
-    args = {k: info[k] for k in MODEL_ARGS if k in info}
+    args = {k: info[k] for k in (*MODEL_ARGS, *model_reads(name)) if k in info}
     args.setdefault("dropout", 0.0)
     path = Path(state_path)
     if not path.exists():

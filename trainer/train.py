@@ -32,7 +32,7 @@ from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.features import FeatureSource
 from trainer.loader import BatchLoader, Samples
-from trainer.models import GraphModel, build_model
+from trainer.models import GraphModel, build_model, model_options
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -387,7 +387,8 @@ def train(
 
     # ------------------------------------------------------------------ model init (scratch or resume)
     model_args = {"model": cfg.model, "in_dim": int(source.feature_dim), "hidden_dim": cfg.hidden_dim,
-                  "out_dim": num_classes, "num_layers": samples.num_layers, "dropout": cfg.dropout}
+                  "out_dim": num_classes, "num_layers": samples.num_layers, "dropout": cfg.dropout,
+                  **model_options(cfg)}  # the settings the model reads beyond these (gat: heads)
     model = build_model(**model_args).to(device)
 
     # ------------------------------------------------------------------ optimizer

@@ -1,5 +1,9 @@
 """Export stage: ONNX (checked in onnxruntime) plus a quantized WASM-ready bundle, registered in MLflow.
 
+Every model exports to ONNX; the bundle only for models that describe their layers to its runtime
+(``trainer.export.supports_bundle``: graphsage). For the others (gcn, gat) the stage records why it skipped
+the bundle under the stat ``bundle``.
+
 The ``export`` artifact holds ``model.onnx``, the bundle (``model.json`` descriptor + ``weights.bin``) and
 the registry outcome. The files are also logged to the training run, whose ``model`` directory becomes a
 new version of the registered model; the ``champion`` alias moves only when validation accuracy improves.
@@ -54,10 +58,13 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                               onnx_file="model.onnx")
                 for f in sorted(Path(tmp).iterdir()):
                     shutil.copyfile(f, builder.add_file(f.name))
+            bundle_note = "export: bundle written"
         else:  # the bundle's runtime only knows the layers it describes; the ONNX model is the export then
-            builder.stats["bundle"] = f"none: model {cfg.train.model!r} has no bundle_descriptor (ONNX only)"
+            builder.stats["bundle"] = (f"skipped: model {cfg.train.model!r} has no bundle_descriptor (the WASM "
+                                       "bundle's runtime knows graphsage layers only); exported as ONNX only")
+            bundle_note = f"export: bundle skipped ({cfg.train.model} is exported as ONNX only)"
         if progress:
-            progress("export: bundle written", 2, 3)
+            progress(bundle_note, 2, 3)
 
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
@@ -89,7 +96,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                        derived={"model_name": model_name_for(cfg)})
 
 
-_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc")
+_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc",
+                   "bundle")
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""GCN (Kipf & Welling) over layered sampled blocks, registered as ``gcn`` in :data:`trainer.models.MODELS`.
+
+Each layer is ``h' = D_dst^-1/2 (A + I) D_src^-1/2 h W + b`` on the layer's block: ``A`` (num_dst x num_src) is
+the sampled bipartite adjacency, ``I`` adds one self loop per destination (destination ``k`` is row
+``dst_pos[k]`` of the layer input), and the degrees are those of the sampled block with its self loops --
+a destination's in-degree + 1, a source's out-degree (+ 1 if it is also a destination). On a full
+neighbourhood (every edge sampled, sources = destinations) this is the paper's symmetric normalisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.message_passing import add_self_loops, check_layer_dims, count_into, scatter_sum
+
+if TYPE_CHECKING:
+    from trainer.models import TensorBlock
+
+__all__ = ["GCN", "GCNConv"]
+
+
+class GCNConv(nn.Module):
+    """One symmetric-normalised graph convolution over a block (see the module docstring)."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+
+    def forward(self, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor
+                ) -> torch.Tensor:
+        """``h`` (num_src, in_dim) -> (num_dst, out_dim); ``num_dst`` is ``dst_pos.shape[0]``."""
+        src, dst = add_self_loops(edge_src, edge_dst, dst_pos)  # (E + D,)
+        hw = self.lin(h)  # (S, out): project first, the sum then moves out_dim-wide rows
+        hw_dst = hw.index_select(0, dst_pos)  # (D, out), shapes the destination buffers
+        norm_src = count_into(hw, src).clamp(min=1.0).rsqrt()  # (S, 1), out-degree with loops
+        norm_dst = count_into(hw_dst, dst).clamp(min=1.0).rsqrt()  # (D, 1), in-degree + 1
+        msg = hw.index_select(0, src) * norm_src.index_select(0, src)  # (E + D, out)
+        return scatter_sum(hw_dst, dst, msg) * norm_dst + self.bias  # (D, out)
+
+
+class GCN(nn.Module):
+    """``num_layers`` GCN layers with ReLU + dropout between them (the :class:`trainer.models.GraphSAGE` API).
+
+    >>> model = GCN(in_dim=8, hidden_dim=16, out_dim=3, num_layers=2)
+    >>> logits = model(x, blocks)   # x (num_nodes, 8), blocks: list[TensorBlock] input layer first
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int, out_dim: int, num_layers: int, dropout: float = 0.5) -> None:
+        super().__init__()
+        check_layer_dims("GCN", in_dim=in_dim, hidden_dim=hidden_dim, out_dim=out_dim, num_layers=num_layers)
+        self.in_dim, self.hidden_dim, self.out_dim = int(in_dim), int(hidden_dim), int(out_dim)
+        self.num_layers, self.dropout = int(num_layers), float(dropout)
+        dims = [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
+        self.layers = nn.ModuleList(GCNConv(dims[i], dims[i + 1]) for i in range(self.num_layers))
+
+    @property
+    def model_args(self) -> dict[str, Any]:
+        """Constructor arguments (checkpoint ``model_args``)."""
+        return {"in_dim": self.in_dim, "hidden_dim": self.hidden_dim, "out_dim": self.out_dim,
+                "num_layers": self.num_layers, "dropout": self.dropout}
+
+    def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
+        """``x`` (num_nodes, in_dim) in the batch's node order -> logits (num_seeds, out_dim)."""
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"'blocks' expected {self.num_layers} (one per layer) (got {len(blocks)})")
+        if x.dim() != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"'x' expected shape (num_nodes, {self.in_dim}) (got {tuple(x.shape)})")
+        return self.forward_dst_pos(x, [(b.edge_src, b.edge_dst, b.dst_pos()) for b in blocks])
+
+    def forward_dst_pos(
+        self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The same computation with each layer's destinations given as positions ``dst_pos`` (ONNX form)."""
+        h = x
+        for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
+            h = layer(h, edge_src, edge_dst, dst_pos)  # (num_dst_i, dims[i+1])
+            if i < self.num_layers - 1:
+                h = F.dropout(F.relu(h), p=self.dropout, training=self.training)
+        return h
