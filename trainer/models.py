@@ -53,6 +53,7 @@ __all__ = [
     "TensorBlock",
     "build_model",
     "load_trained",
+    "gather_scatter_sum",
     "mean_aggregate",
     "model_options",
     "model_reads",
@@ -122,6 +123,35 @@ def to_tensor_blocks(blocks: Sequence[BlockLike], device: torch.device | str | N
     return [TensorBlock.from_block(b, device) for b in blocks]
 
 
+#: Messages (edges x features) materialised at once by :func:`gather_scatter_sum` without autograd: a large
+#: evaluation batch aggregates in slices of this many elements instead of one (E, F) tensor (~GBs).
+NO_GRAD_MESSAGE_ELEMENTS = 1 << 24
+
+
+def gather_scatter_sum(h_src: torch.Tensor, like: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+                       ) -> torch.Tensor:
+    """``out[i] = sum_{k: edge_dst[k] = i} h_src[edge_src[k]]``, ``out`` shaped ``like`` (D, F).
+
+    With autograd (training) or while tracing for ONNX it is one gather and one ``scatter_reduce``; without
+    (evaluation) the edges go in slices of at most :data:`NO_GRAD_MESSAGE_ELEMENTS` messages accumulated with
+    ``index_add_``, so the memory of a large evaluation batch stays bounded (equal up to float rounding: the
+    order of additions may differ).
+    """
+    feature_dim = max(int(h_src.shape[1]), 1)
+    step = max(NO_GRAD_MESSAGE_ELEMENTS // feature_dim, 1)
+    sliced = (not torch.is_grad_enabled() and edge_src.shape[0] > step
+              and not torch.jit.is_tracing() and not torch.onnx.is_in_onnx_export())
+    if not sliced:
+        msg = h_src.index_select(0, edge_src)  # (E, F)
+        index = edge_dst.unsqueeze(1).expand_as(msg)  # (E, F)
+        return torch.zeros_like(like).scatter_reduce(0, index, msg, reduce="sum", include_self=True)
+    total = torch.zeros_like(like)  # (D, F)
+    for lo in range(0, int(edge_src.shape[0]), step):
+        msg = h_src.index_select(0, edge_src[lo : lo + step])  # (e, F)
+        total.index_add_(0, edge_dst[lo : lo + step], msg)  # in place: not traced, so not exported
+    return total
+
+
 def mean_aggregate(
     h_src: torch.Tensor, h_dst: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
 ) -> torch.Tensor:
@@ -129,10 +159,8 @@ def mean_aggregate(
 
     ``h_dst`` only supplies the output shape ``(num_dst, F)`` as a tensor, so the ONNX graph stays dynamic.
     """
-    msg = h_src.index_select(0, edge_src)  # (E, F)
-    index = edge_dst.unsqueeze(1).expand_as(msg)  # (E, F)
-    total = torch.zeros_like(h_dst).scatter_reduce(0, index, msg, reduce="sum", include_self=True)  # (D, F)
-    ones = torch.ones_like(msg[:, :1])  # (E, 1)
+    total = gather_scatter_sum(h_src, h_dst, edge_src, edge_dst)  # (D, F)
+    ones = torch.ones_like(edge_dst, dtype=h_dst.dtype).unsqueeze(1)  # (E, 1)
     degree = torch.zeros_like(h_dst[:, :1]).scatter_reduce(  # (D, 1)
         0, edge_dst.unsqueeze(1), ones, reduce="sum", include_self=True
     )

@@ -82,3 +82,27 @@ def test_forward_rejects_wrong_inputs() -> None:
         model(torch.zeros(4, 3), [TensorBlock.from_block(BLOCK4)] * 2)
     with pytest.raises(ValueError, match="'GraphSAGE.num_layers' expected >= 1"):
         GraphSAGE(2, 4, 2, num_layers=0)
+
+
+def test_large_no_grad_aggregation_goes_in_bounded_slices(monkeypatch) -> None:
+    import trainer.models as models
+
+    torch.manual_seed(0)
+    h_src, like = torch.randn(50, 8), torch.empty(20, 8)
+    edge_src, edge_dst = torch.randint(0, 50, (300,)), torch.randint(0, 20, (300,))
+    whole = models.gather_scatter_sum(h_src, like, edge_src, edge_dst)  # autograd on: one scatter
+    expected = torch.zeros(20, 8).index_add_(0, edge_dst, h_src[edge_src])
+    torch.testing.assert_close(whole, expected)
+    slices: list[int] = []
+    select = torch.Tensor.index_select
+
+    def counting_select(t, dim, index):
+        slices.append(int(index.shape[0]))
+        return select(t, dim, index)
+
+    monkeypatch.setattr(models, "NO_GRAD_MESSAGE_ELEMENTS", 8 * 64)  # 64 edges of 8 features per slice
+    monkeypatch.setattr(torch.Tensor, "index_select", counting_select)
+    with torch.no_grad():
+        sliced = models.gather_scatter_sum(h_src, like, edge_src, edge_dst)
+    assert slices == [64, 64, 64, 64, 44]
+    torch.testing.assert_close(sliced, expected)

@@ -250,7 +250,7 @@ class TieredSource:
 # ------------------------------------------------------------------------------------------------ factory
 def compose_tiers(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
                   *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
-                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 3) -> FeatureTier:
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 2) -> FeatureTier:
     """The tier chain :func:`tiered_source` wraps (outermost returned); see there for the arguments."""
     device = torch.device(device)
     pin = device.type == "cuda"  # host rows that go to a GPU are page-locked, for async copies
@@ -285,7 +285,7 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
 
 def tiered_source(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
                   *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
-                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 3) -> TieredSource:
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 2) -> TieredSource:
     """Compose a feature source from parts, innermost first:
 
     1. ``features_path`` (optional): the feature file (``Tier.FILE``, slot = node id), read with aligned
@@ -340,7 +340,7 @@ class PackedFeatures(TieredSource):
     """
 
     def __init__(self, packed_dir: str | Path, samples: NodeRanges, device: torch.device | str = "cpu",
-                 features_path: str | Path | None = None, num_threads: int = 0, num_buffers: int = 3) -> None:
+                 features_path: str | Path | None = None, num_threads: int = 0, num_buffers: int = 2) -> None:
         store = PackedStore(packed_dir, samples)
         super().__init__(compose_tiers(store, features_path, device, num_threads=num_threads,
                                        num_buffers=num_buffers), device, store)
