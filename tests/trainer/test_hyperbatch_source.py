@@ -23,6 +23,7 @@ from storage_kernels.alignedstore import (
     write_aligned,
 )
 from storage_kernels.arrays import save_array
+from tests.trainer.conftest import requires_cuda
 from tests.trainer.synth import Dataset, hot_nodes, make_dataset
 from trainer.features.hyperbatch import HyperbatchSource
 
@@ -69,7 +70,7 @@ def train_epoch(source: HyperbatchSource, data: Dataset, epoch: int) -> None:
     s = data.samples
     for b in s.batch_ids("train", epoch % s.epochs):
         batch = s.batch(b)
-        assert np.array_equal(source.load(batch).numpy(), data.features[batch.nodes]), f"batch {b}"
+        assert np.array_equal(source.load(batch).cpu().numpy(), data.features[batch.nodes]), f"batch {b}"
 
 
 def expected_io(data: Dataset, pack_dir: Path, hyperbatches: range, hot: np.ndarray) -> tuple[int, int]:
@@ -160,3 +161,14 @@ def test_hotset_refresh_is_deterministic_and_follows_the_decayed_counters(data: 
     assert not np.array_equal(nodes_a, hot)  # the refresh changed the hotset
     loaded = np.setdiff1d(nodes_a, hot)
     assert read_a == expected_io_hot(loaded)  # only the new rows were read
+
+
+@requires_cuda
+def test_batches_on_a_cuda_device_equal_the_rows(data: Dataset, pack_dir: Path) -> None:
+    with open_source(pack_dir, data, device="cuda", refresh_epochs=1) as source:
+        assert source.hotset.rows.flags.c_contiguous and source.hotset.pin_memory  # page-locked hub rows
+        for epoch in range(2):  # the refresh at epoch 1 allocates pinned rows again
+            train_epoch(source, data, epoch)
+        batch = data.samples.batch(data.samples.batch_ids("val")[0])
+        x = source.load(batch)
+        assert x.device.type == "cuda" and np.array_equal(x.cpu().numpy(), data.features[batch.nodes])
