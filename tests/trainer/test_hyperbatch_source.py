@@ -26,6 +26,7 @@ from storage_kernels.arrays import save_array
 from tests.trainer.conftest import requires_cuda
 from tests.trainer.synth import Dataset, hot_nodes, make_dataset
 from trainer.features.hyperbatch import HyperbatchSource
+from trainer.loader import BatchLoader
 
 DIM = 100  # 400-byte rows: 10 per 4 KiB block, 96 bytes of padding each
 HOT_ROWS = 150
@@ -161,6 +162,26 @@ def test_hotset_refresh_is_deterministic_and_follows_the_decayed_counters(data: 
     assert not np.array_equal(nodes_a, hot)  # the refresh changed the hotset
     loaded = np.setdiff1d(nodes_a, hot)
     assert read_a == expected_io_hot(loaded)  # only the new rows were read
+
+
+def test_batches_read_ahead_of_their_assembly_across_a_refresh_get_exact_rows(data: Dataset,
+                                                                               pack_dir: Path) -> None:
+    s = data.samples
+    first, second = s.batch_ids("train", 0), s.batch_ids("train", 1)
+    with open_source(pack_dir, data, refresh_epochs=1) as source:
+        assert source.max_reads_ahead == 0  # any number of reads may precede their gathers
+        for b in first[:-2]:
+            source.load(s.batch(b))
+        ahead = [s.batch(b) for b in first[-2:] + second[:2]]
+        reads = [source.read(batch) for batch in ahead]  # the third read refreshes the hotset
+        assert source.hotset.refreshes == 1 and source.hotset.loaded > 0
+        for batch, read in zip(ahead, reads, strict=True):
+            assert np.array_equal(source.assemble(read).numpy(), data.features[batch.nodes]), batch.batch
+        # and through the pipelined loader (read and assemble on two threads), over both epochs at once
+        loader = BatchLoader(s, source, first + second, data.labels, prefetch=4)
+        assert loader.split
+        assert sum(np.array_equal(lb.x.numpy(), data.features[s.batch(lb.batch_id).nodes]) for lb in loader) == len(
+            first + second)
 
 
 @requires_cuda

@@ -99,7 +99,8 @@ class Hotset:
 
 class HotsetTier(FeatureTier):
     """The hotset as the CPU tier: serves the nodes addressed to ``Tier.CPU`` (slot = hotset row). It reads
-    the disk only when a refresh loads new rows (``bytes_read``, ``read_requests``)."""
+    the disk only when a refresh loads new rows (``bytes_read``, ``read_requests``). Any number of batches may
+    be read ahead of their assembly (``max_reads_ahead`` 0)."""
 
     reads_disk = True
 
@@ -122,8 +123,15 @@ class HotsetTier(FeatureTier):
         self.read_requests += self.source.requests - before_requests
         return out
 
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        """No I/O: pin the part to the hotset's rows as they are now. A refresh replaces the rows array
+        (never writes into it), so a batch read before a refresh and assembled after it (a pipelined loader
+        reads ahead) still gathers the rows its slots were computed against."""
+        part.buffer = self.hotset.rows
+
     def gather(self, part: TierRead) -> None:
-        kernels.gather_rows(self.hotset.rows, part.slot, part.out, self.num_threads)
+        assert part.buffer is not None  # set by the read stage
+        kernels.gather_rows(part.buffer, part.slot, part.out, self.num_threads)
 
     def close(self) -> None:
         self.source.close()

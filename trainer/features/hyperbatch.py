@@ -76,7 +76,8 @@ class HyperbatchTier(FeatureTier):
     valid, else a synchronous load); :meth:`prefetch` starts loading another on the background thread. Two
     buffers: the current hyperbatch's and the one being loaded. ``bytes_read`` / ``read_requests`` count
     every load when its result is collected (a hyperbatch's distinct cold blocks x block size, one request
-    per run of consecutive blocks).
+    per run of consecutive blocks). The read stage copies a batch's rows out of the buffer, so any number of
+    batches may be read ahead of their assembly (``max_reads_ahead`` 0).
     """
 
     reads_disk = True
@@ -263,7 +264,9 @@ class HyperbatchSource(TieredSource):
 
     def read(self, batch: NodeBatch) -> BatchRead:
         """The I/O stage, after advancing the hyperbatch (and the epoch) to ``batch``'s."""
-        self._advance(int(batch.batch))
+        t0 = time.perf_counter()
+        self._advance(int(batch.batch))  # may wait for a hyperbatch load: counted as reading
+        self.read_s += time.perf_counter() - t0
         return super().read(batch)
 
     def stats(self) -> dict[str, float]:
