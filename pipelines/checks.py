@@ -611,11 +611,14 @@ def _sampled_nodes_tiered(c: CheckInputs) -> Finding:
 
 
 def _no_layout(art: Artifact) -> Finding | None:
-    """A passing finding that says so when the policy laid nothing out (it reads the feature file or RAM)."""
-    if art.stats.get("layout") != "none":
+    """A passing finding that says so when the policy laid nothing out (it reads the feature file or RAM) or
+    wrote another layout than the packed store (checked by that layout's own checks)."""
+    layout = art.stats.get("layout", "packed")
+    if layout == "packed":
         return None
     f = Finding()
-    f.facts["layout"] = f"none (policy {art.stats.get('policy', '?')} reads the feature file or RAM)"
+    f.facts["layout"] = (f"none (policy {art.stats.get('policy', '?')} reads the feature file or RAM)"
+                         if layout == "none" else f"{layout} (not the packed store)")
     return f
 
 

@@ -207,6 +207,16 @@ class PlanConfig(_Section):
     cpu_cache_fraction: float = setting(0.1, "CPU cache size as a fraction of feature bytes.", ge=0, le=1)
     gpu_cache_bytes: int | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
     cpu_cache_bytes: int | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
+    hyperbatch_bytes: int = setting(
+        64 << 20, "hyperbatch: RAM budget of one hyperbatch (the distinct 4 KiB blocks of its batches' rows).",
+        ge=4096,
+    )
+    hotset_refresh_epochs: int = setting(
+        1, "hyperbatch: re-select the hotset from decayed access counters every this many epochs (0 = never).",
+        artifact=False, ge=0,
+    )
+    hotset_decay: float = setting(0.5, "hyperbatch: per-epoch decay of the hotset's access counters.",
+                                  artifact=False, ge=0, le=1)
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""

@@ -35,6 +35,7 @@ from pipelines.checks import (
     SEEDS_MATCH_SPLIT,
     StageCheck,
 )
+from pipelines.checks_aligned import ALIGNED_LAYOUT
 from pipelines.stages import export, ingest, pack, partition, plan, reorder, sample, train
 from pipelines.stages.common import StageResult
 from storage_kernels.store import Artifact
@@ -98,7 +99,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("pack", pack.run, ("reorder", "sample", "plan"), GROUP_PREPROCESS,
           "The policy's on-disk layout: cache blocks, packed.bin with each batch's disk rows in one aligned chunk, "
           "and per-node address tables aligned with the samples.",
-          frozenset({"numpy"}), pack.summary, (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED)),
+          frozenset({"numpy"}), pack.summary, (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED, ALIGNED_LAYOUT)),
     Stage("train", train.run, ("reorder", "sample", "plan", "pack"), GROUP_TRAINING,
           "Best-validation model weights (state_dict), architecture and training history; the MLflow run holds "
           "the same files, parameters and per-epoch metrics.",

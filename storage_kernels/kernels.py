@@ -35,12 +35,14 @@ __all__ = [
     "csr_place",
     "fennel_pass",
     "gather_rows",
+    "gather_rows_at",
     "grem_pass",
     "label_propagation",
     "open_direct",
     "pack_batches",
     "pack_partition",
     "place_rows",
+    "place_rows_at",
     "pread_ranges",
     "rabbit_order",
     "refine_pass",
@@ -403,6 +405,33 @@ def pack_batches(
         b = int(np.flatnonzero(cursor != chunk_rows)[0])
         raise ValueError(f"'batch_ids[{b}]' expected all {chunk_rows[b]} rows packed (got {cursor[b]})")
     return chunk_offsets, chunk_rows
+
+
+# ---- rows at byte offsets: the block-aligned feature layout (rows_at.c) -----------------------------------
+
+
+def place_rows_at(rows: np.ndarray, offsets, out: np.ndarray, num_threads: int = 0) -> np.ndarray:
+    """``out[offsets[k] : offsets[k] + row_bytes] = rows[k]`` (as bytes) for a flat writable uint8 ``out``.
+
+    ``rows`` is 2-D (any dtype; made C-contiguous), ``row_bytes`` its ``shape[1] * itemsize``; the offsets must
+    be ascending and the rows must not overlap (ValueError naming ``k``); IndexError naming ``k`` for a row
+    outside ``out``, before anything is written. Returns ``out``.
+    """
+    if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.flags.c_contiguous):
+        rows = np.ascontiguousarray(rows)
+    _native.place_rows_at(rows=rows, offsets=_index_array("offsets", offsets), out=out, num_threads=num_threads)
+    return out
+
+
+def gather_rows_at(src: np.ndarray, offsets, out: np.ndarray, num_threads: int = 0) -> np.ndarray:
+    """``out[k] = the out.shape[1] * itemsize bytes at src[offsets[k]]`` for a flat uint8 ``src`` (e.g. blocks
+    read with :func:`pread_ranges`) and a writable 2-D C-contiguous ``out`` of any dtype.
+
+    Offsets may repeat and come in any order; IndexError naming ``k`` for a row outside ``src``, before
+    anything is written. Returns ``out``.
+    """
+    _native.gather_rows_at(src=src, offsets=_index_array("offsets", offsets), out=out, num_threads=num_threads)
+    return out
 
 
 # ---- reordering: external permutation and community detection (permute.c, community.c) ------------------

@@ -45,6 +45,15 @@ def summary(artifact: Artifact) -> dict[str, Any]:
     if s.get("layout") == "none":
         return {"summary": markdown_table({"policy": s.get("policy", ""), "layout": "none (reads the feature "
                                                                                    "file or RAM)"})}
+    if s.get("layout") == "hyperbatch":
+        return {"summary": markdown_table({
+            "aligned.bin": format_bytes(s.get("aligned_bytes", 0)),
+            "disk blow-up (x features)": s.get("disk_blowup", ""),
+            "rows per 4 KiB block": s.get("rows_per_block", ""),
+            "hyperbatches": s.get("hyperbatches", ""),
+            "batches per hyperbatch": s.get("batches_per_hyperbatch", ""),
+            "bytes read per training epoch (planned hotset)": format_bytes(s.get("epoch_read_bytes", 0)),
+        })}
     rows = {
         "batches": s.get("num_batches", ""),
         "packed rows": s.get("packed_rows", ""),

@@ -25,6 +25,10 @@ PyObject *sk_gather_rows(PyObject *self, PyObject *args, PyObject *kwargs);
 /* io/pack.c: DiskGNN batched packing, one partition of the feature file at a time */
 PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* io/rows_at.c: rows at byte offsets of a flat buffer (the block-aligned feature layout) */
+PyObject *sk_place_rows_at(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_gather_rows_at(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* ---- graph/: CSR construction and neighbour sampling ----------------------------------------------------- */
 
 /* graph/csr.c: two-pass CSR construction from edge chunks */

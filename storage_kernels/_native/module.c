@@ -25,6 +25,10 @@ static PyMethodDef methods[] = {
     SK_METHOD(gather_rows, "src, idx, out, num_threads=0", "out[k] = src[idx[k]] for 2-D C-contiguous arrays."),
     SK_METHOD(pack_partition, "features, row_start, ids, batch_ptr, cursor, fd, chunk_offsets, num_threads=0",
               "DiskGNN batched packing of one partition of the feature file; returns the bytes written."),
+    SK_METHOD(place_rows_at, "rows, offsets, out, num_threads=0",
+              "out[offsets[k]:offsets[k] + row bytes] = rows[k] (uint8 out; ascending, non-overlapping rows)."),
+    SK_METHOD(gather_rows_at, "src, offsets, out, num_threads=0",
+              "out[k] = the row at byte offsets[k] of src (uint8 src; out 2-D C-contiguous)."),
 
     /* ---- graph/: CSR construction and neighbour sampling ---- */
     SK_METHOD(csr_count, "src, counts", "Pass 1 of CSR construction: counts[src[i]] += 1 for every edge."),

@@ -472,3 +472,20 @@ def csr_aggregate_ref(indptr, indices, weights) -> tuple[np.ndarray, np.ndarray,
     new_indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows[starts], minlength=n), out=new_indptr[1:])
     return new_indptr, cols[starts].astype(np.int64), np.add.reduceat(w, starts).astype(np.int64)
+
+
+def place_rows_at_ref(rows: np.ndarray, offsets, out: np.ndarray) -> np.ndarray:
+    """``out[offsets[k]:offsets[k] + row_bytes] = rows[k]`` as bytes, one row at a time (the kernel's twin)."""
+    raw = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), rows.shape[1] * rows.dtype.itemsize)
+    for k, off in enumerate(np.asarray(offsets, dtype=np.int64)):
+        out[off : off + raw.shape[1]] = raw[k]
+    return out
+
+
+def gather_rows_at_ref(src: np.ndarray, offsets, dtype, dim: int) -> np.ndarray:
+    """``(K, dim)`` rows of ``dtype`` read at byte ``offsets[k]`` of the flat uint8 ``src``."""
+    row_bytes = np.dtype(dtype).itemsize * dim
+    out = np.empty((len(offsets), row_bytes), dtype=np.uint8)
+    for k, off in enumerate(np.asarray(offsets, dtype=np.int64)):
+        out[k] = src[off : off + row_bytes]
+    return out.view(dtype).reshape(len(offsets), dim)

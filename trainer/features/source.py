@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from trainer.features.file import FileRows, FileTier
 from trainer.features.packed import PackedChunkTier
 
 __all__ = [
+    "AddressBook",
     "BatchRead",
     "InMemoryFeatures",
     "NaiveDiskFeatures",
@@ -30,6 +32,15 @@ __all__ = [
 ]
 
 _CACHE_TIERS = (Tier.GPU, Tier.CPU)  # rows served from them count as cache hits
+
+
+class AddressBook(Protocol):
+    """Where every node of a batch is read from: a :class:`PackedStore`, or a policy's own addressing."""
+
+    path: Path
+    feature_dim: int
+
+    def addresses(self, batch: int, num_nodes: int | None = None) -> BatchAddresses: ...
 
 
 @dataclass
@@ -62,7 +73,7 @@ class TieredSource:
     the two stages (``read_s``, ``assemble_s``).
     """
 
-    def __init__(self, top: FeatureTier, device: torch.device | str = "cpu", store: PackedStore | None = None
+    def __init__(self, top: FeatureTier, device: torch.device | str = "cpu", store: AddressBook | None = None
                  ) -> None:
         self.top = top
         self.tiers = top.chain()
