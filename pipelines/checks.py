@@ -612,10 +612,11 @@ def _sampled_nodes_tiered(c: CheckInputs) -> Finding:
 
 def _no_layout(art: Artifact) -> Finding | None:
     """A passing finding that says so when the policy laid nothing out (it reads the feature file or RAM)."""
-    if art.stats.get("layout") != "none":
+    if art.stats.get("layout") not in ("none", "outre"):  # outre lays out pruned batches, no packed store
         return None
     f = Finding()
-    f.facts["layout"] = f"none (policy {art.stats.get('policy', '?')} reads the feature file or RAM)"
+    layout = art.stats.get("layout")
+    f.facts["layout"] = f"{layout} (policy {art.stats.get('policy', '?')} has no packed store to check)"
     return f
 
 
