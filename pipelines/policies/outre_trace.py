@@ -1,6 +1,7 @@
 """OUTRE's offline analysis of the training trace: saved-I/O profiles, the Eq. 5 memory split, the staleness
-FSM and subtree pruning. Pure NumPy over one batch at a time; every step is vectorised over the batch's nodes
-and edges (one Python iteration per batch and hop, never per node).
+FSM and subtree pruning. One batch at a time; pruning runs in C (:func:`prune_batch`, with a vectorised NumPy
+reference), the rest is vectorised NumPy over the batch's nodes and edges (one Python iteration per batch and
+hop, never per node).
 
 Batch layout (``storage_kernels.sampleset``): ``nodes[:hop_counts[h]]`` are the destinations of hop ``h``;
 hop 0 is the model's last layer (destinations = seeds, sources = ``nodes[:hop_counts[1]]``, whose inputs are
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from storage_kernels import kernels
+
 __all__ = ["ID_BYTES", "AlphaSplit", "PrunedBlocks", "StalenessFSM", "alpha_sweep", "exclusive_subtrees",
-           "prune_batch", "top_ranked"]
+           "prune_batch", "prune_batch_numpy", "top_ranked"]
 
 #: Bytes of one neighbour id of a batch's topology (int64 ``cols``): the unit of ``saved_IO_hist_sample``.
 ID_BYTES = 8
@@ -143,7 +146,19 @@ class PrunedBlocks:
 
 def prune_batch(hop_counts: np.ndarray, indptrs: list[np.ndarray], cols: list[np.ndarray], pulled: np.ndarray
                 ) -> PrunedBlocks:
-    """Remove the (L-1)-deep subtrees of the ``pulled`` positions (last-layer sources, ``< hop_counts[1]``).
+    """:func:`prune_batch_numpy` in C without the GIL (``storage_kernels.kernels.prune_blocks``)."""
+    out = kernels.prune_blocks(hop_counts, indptrs, cols, pulled)
+    kept = out.state > 0
+    new_pos = np.cumsum(kept, dtype=np.int64) - 1
+    new_pos[~kept] = -1
+    return PrunedBlocks(keep=np.flatnonzero(kept), hop_counts=out.hop_counts, indptrs=out.indptrs, cols=out.cols,
+                        skip=new_pos[out.state == 2], new_pos=new_pos)
+
+
+def prune_batch_numpy(hop_counts: np.ndarray, indptrs: list[np.ndarray], cols: list[np.ndarray], pulled: np.ndarray
+                      ) -> PrunedBlocks:
+    """Remove the (L-1)-deep subtrees of the ``pulled`` positions (last-layer sources, ``< hop_counts[1]``);
+    the vectorised reference of :func:`prune_batch`.
 
     ``need`` starts as the last layer's sources minus the pulled ones (rows whose h^{L-1} must be computed);
     hop ``h >= 1`` keeps the in-edges of needed destinations only, and its inputs (needed destinations and

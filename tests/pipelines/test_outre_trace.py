@@ -11,6 +11,7 @@ from pipelines.policies.outre_trace import (
     alpha_sweep,
     exclusive_subtrees,
     prune_batch,
+    prune_batch_numpy,
     top_ranked,
 )
 from storage_kernels import kernels
@@ -52,38 +53,67 @@ def _prune_reference(hop_counts, indptrs, cols, pulled):
     return np.asarray(kept), np.asarray(counts), out_indptrs, out_cols, np.asarray(skip, dtype=np.int64)
 
 
+@pytest.mark.parametrize("prune", [prune_batch, prune_batch_numpy], ids=["c", "numpy"])
 @pytest.mark.parametrize(("seed", "fanouts", "fraction"), [(0, [4, 4], 0.3), (1, [3, 3, 3], 0.5), (2, [5, 2, 3], 1.0),
-                                                           (3, [4, 4, 4], 0.1)])
-def test_pruning_matches_the_per_node_reference(seed: int, fanouts: list[int], fraction: float) -> None:
+                                                           (3, [4, 4, 4], 0.1), (6, [2, 3, 2, 3], 0.4)])
+def test_pruning_matches_the_per_node_reference(prune, seed: int, fanouts: list[int], fraction: float) -> None:
     nodes, hc, indptrs, cols = _batch(seed, fanouts)
     rng = np.random.default_rng(seed)
     top = int(hc[1])
     pulled = np.sort(rng.choice(top, int(top * fraction), replace=False))
-    got = prune_batch(hc, indptrs, cols, pulled)
+    got = prune(hc, indptrs, cols, pulled)
     keep, counts, ref_indptrs, ref_cols, skip = _prune_reference(hc, indptrs, cols, pulled)
     assert np.array_equal(got.keep, keep) and np.array_equal(got.hop_counts, counts)
+    assert len(got.indptrs) == len(got.cols) == len(indptrs)
     for h in range(len(indptrs)):
         assert np.array_equal(got.indptrs[h], ref_indptrs[h]), h
         assert np.array_equal(got.cols[h], ref_cols[h]), h
         assert got.cols[h].max(initial=-1) < got.hop_counts[h + 1]  # still a valid layered batch
     assert np.array_equal(got.skip, skip)
+    assert np.array_equal(got.new_pos[keep], np.arange(len(keep)))
     assert set(got.skip.tolist()) <= set(got.new_pos[pulled].tolist())  # only pulled candidates are skipped
     if fraction > 0.2:
         assert len(keep) < len(nodes)  # something was pruned
 
 
-def test_pruning_nothing_is_the_identity() -> None:
+def test_c_pruning_equals_numpy_on_many_random_batches() -> None:
+    rng = np.random.default_rng(7)
+    for seed in range(20):
+        fanouts = rng.integers(1, 6, rng.integers(2, 5)).tolist()
+        _, hc, indptrs, cols = _batch(100 + seed, fanouts, num_seeds=int(rng.integers(1, 30)))
+        pulled = np.flatnonzero(rng.random(int(hc[1])) < rng.random())
+        a, b = prune_batch(hc, indptrs, cols, pulled), prune_batch_numpy(hc, indptrs, cols, pulled)
+        for field in ("keep", "hop_counts", "skip", "new_pos"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), (seed, field)
+        for x, y in zip(a.indptrs + a.cols, b.indptrs + b.cols, strict=True):
+            assert np.array_equal(x, y), seed
+
+
+@pytest.mark.parametrize("prune", [prune_batch, prune_batch_numpy], ids=["c", "numpy"])
+def test_pruning_nothing_is_the_identity(prune) -> None:
     nodes, hc, indptrs, cols = _batch(4, [4, 4, 4])
-    got = prune_batch(hc, indptrs, cols, np.empty(0, np.int64))
+    got = prune(hc, indptrs, cols, np.empty(0, np.int64))
     assert np.array_equal(got.keep, np.arange(len(nodes))) and np.array_equal(got.hop_counts, hc)
     assert all(np.array_equal(a, b) for a, b in zip(got.indptrs, indptrs, strict=True))
     assert all(np.array_equal(a, b) for a, b in zip(got.cols, cols, strict=True)) and len(got.skip) == 0
 
 
-def test_pruning_rejects_a_position_below_the_last_layer() -> None:
+def test_pruning_rejects_malformed_input() -> None:
     _, hc, indptrs, cols = _batch(5, [4, 4])
     with pytest.raises(ValueError, match="'pulled' expected positions < hop_counts"):
+        prune_batch_numpy(hc, indptrs, cols, np.asarray([int(hc[1])]))
+    with pytest.raises(IndexError, match="prune_blocks: 'pulled' expected last-layer source positions"):
         prune_batch(hc, indptrs, cols, np.asarray([int(hc[1])]))
+    bad_cols = [cols[0], cols[1].copy()]
+    bad_cols[1][0] = int(hc[2])
+    with pytest.raises(IndexError, match="'cols' of hop 1 expected positions in"):
+        prune_batch(hc, indptrs, bad_cols, np.empty(0, np.int64))
+    bad_indptr = [indptrs[0], indptrs[1].copy()]
+    bad_indptr[1][1] = -1
+    with pytest.raises(ValueError, match="'indptr' of hop 1 expected to start at 0, not decrease"):
+        prune_batch(hc, bad_indptr, cols, np.empty(0, np.int64))
+    with pytest.raises(ValueError, match="'indptr' expected length"):
+        prune_batch(hc, [indptrs[0], indptrs[1][:-1]], cols, np.empty(0, np.int64))
 
 
 def test_fsm_reuses_an_entry_for_staleness_iterations() -> None:
