@@ -1,7 +1,7 @@
 """``outre``: OUTRE's historical-embedding cache with staleness-bounded reuse, subtree pruning of the offline
 batches and the Eq. 5 split of the CPU budget between a feature cache and the historical cache
-(PVLDB 17(11), 2024; digest ``docs``/``shared/design/seeds/outre.md``). Pair it with OUTRE's partition-based
-batches: ``--set policy=outre --set sample.batching=partition``.
+(OUTRE, PVLDB 17(11), 2024). Pair it with OUTRE's partition-based batches (``sample.batching=partition``, which
+already exists): ``strata run --set policy=outre --set sample.batching=partition``.
 
 Plan (the "profiling epoch": the whole sampled training trace, caches off)
     ``saved_IO_feat[v]`` = bytes of ``v``'s row x the training batches that read it; ``saved_IO_hist[v]`` =
@@ -19,7 +19,8 @@ Pack
     The staleness FSM (``plan.staleness``, 1 = no reuse) is a pure function of the iteration count, so it is
     run offline over the training batches in training order: a candidate among a batch's last-layer sources
     is *pulled* when it was pushed less than ``staleness`` iterations ago, else *pushed*. Each training batch
-    is pruned (``outre_trace.prune_batch``: pulled candidates' (L-1)-deep subtrees removed) and stored as a
+    is pruned (``outre_trace.prune_batch``, in C: pulled candidates' (L-1)-deep subtrees removed: their
+    in-edges in the lower blocks and every node only they reach) and stored as a
     sample set in the pack artifact (``nodes.npy``, ``indptr.npy``, ``cols.npy``, ``batches.parquet``; batch
     ``j`` is the training batch ``pruned_batch.npy[j]``), with per batch the positions whose input row is
     not read (``skip_*``) and the pull and push lists (``pull_pos``/``pull_slot``, ``push_pos``/``push_slot``,
@@ -33,7 +34,13 @@ Features and training
     (:class:`trainer.history.HistoryHook`) gives the trainer the pruned batches and its forward: layers
     0..L-2, pulled candidates' rows replaced by their cached h^{L-1} (no gradient), fresh candidate rows
     pushed (detached), then the last layer. The trainer re-runs the FSM online and refuses a pull whose entry
-    is missing or too old (e.g. after resuming from a checkpoint: the cache is not checkpointed).
+    is missing or too old (e.g. after resuming from a checkpoint: the cache is not checkpointed). Training
+    epochs beyond the sampled ones replay the trace cyclically; every pull still finds its entry, because a
+    sampled epoch's pulls only reach back into earlier sampled epochs, which the replay runs just before.
+
+Limits: no neighbour cache (sampling is offline); beta assumed; ``train.hidden_dim`` sizes the historical
+rows but is not part of the plan's version (``plan.staleness`` is, for every policy); the profiling trace is
+the whole sampled trace, not one epoch.
 """
 
 from __future__ import annotations
