@@ -35,8 +35,9 @@ Features and training
     0..L-2, pulled candidates' rows replaced by their cached h^{L-1} (no gradient), fresh candidate rows
     pushed (detached), then the last layer. The trainer re-runs the FSM online and refuses a pull whose entry
     is missing or too old (e.g. after resuming from a checkpoint: the cache is not checkpointed). Training
-    epochs beyond the sampled ones replay the trace cyclically; every pull still finds its entry, because a
-    sampled epoch's pulls only reach back into earlier sampled epochs, which the replay runs just before.
+    epochs beyond the sampled ones replay the trace cyclically; every pull still finds its entry at the same
+    age, because a sampled epoch's pulls only reach back into earlier sampled epochs (the FSM starts empty),
+    and the replay runs those in the same order just before it.
 
 Limits: no neighbour cache (sampling is offline); beta assumed; ``train.hidden_dim`` sizes the historical
 rows but is not part of the plan's version (``plan.staleness`` is, for every policy); the profiling trace is

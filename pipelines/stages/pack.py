@@ -45,6 +45,10 @@ def summary(artifact: Artifact) -> dict[str, Any]:
     if s.get("layout") == "none":
         return {"summary": markdown_table({"policy": s.get("policy", ""), "layout": "none (reads the feature "
                                                                                    "file or RAM)"})}
+    if s.get("layout") == "outre":  # pruned batches and the historical cache's schedule
+        keys = ("staleness", "candidates", "pulls", "pushes", "train_rows_sampled", "train_rows_read",
+                "pruned_fraction")
+        return {"summary": markdown_table({k.replace("_", " "): s.get(k, "") for k in keys})}
     rows = {
         "batches": s.get("num_batches", ""),
         "packed rows": s.get("packed_rows", ""),
