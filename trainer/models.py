@@ -277,7 +277,9 @@ class GraphModel(Protocol):
     -> logits (num_seeds, out_dim). ``forward_dst_pos(x, edges)``: the same with ``edges[i] = (edge_src,
     edge_dst, dst_pos)`` per layer, where ``num_dst`` is ``dst_pos.shape[0]`` (ONNX-traceable: no Python int
     from a tensor). ``model_args``: the constructor's keyword arguments, so ``build_model(name,
-    **module.model_args)`` builds the same architecture.
+    **module.model_args)`` builds the same architecture. Optional, for ``policy=outre``:
+    ``forward_lower(x, blocks[:-1])`` -> the last layer's input and ``forward_last(h, blocks[-1])`` -> logits
+    (``trainer.history.HistoryModel``; :class:`GraphSAGE` has both).
     """
 
     in_dim: int
