@@ -10,7 +10,8 @@ slots its own FSM found fresh (tests compare them with the schedule).
 
 A model takes part by splitting its forward in two (:class:`HistoryModel`): ``forward_lower(x, blocks[:-1])``
 -> h^{L-1}, and ``forward_last(h, blocks[-1])`` -> logits; ``forward_last(forward_lower(...))`` must equal
-``forward`` (``trainer.models.GraphSAGE`` does; another model adds the same two methods).
+``forward`` (``trainer.models.GraphSAGE`` has them; GCN and GAT inherit them from
+``trainer.split.LayerwiseSplit``; another model adds the same two methods).
 
 :class:`HistoryHook` is what ``trainer.train`` picks up as a feature source's ``train_hook``: the pruned
 training topology (``samples``) and the training step's ``forward``.

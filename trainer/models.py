@@ -279,7 +279,8 @@ class GraphModel(Protocol):
     from a tensor). ``model_args``: the constructor's keyword arguments, so ``build_model(name,
     **module.model_args)`` builds the same architecture. Optional, for ``policy=outre``:
     ``forward_lower(x, blocks[:-1])`` -> the last layer's input and ``forward_last(h, blocks[-1])`` -> logits
-    (``trainer.history.HistoryModel``; :class:`GraphSAGE` has both).
+    (``trainer.history.HistoryModel``; :class:`GraphSAGE` has both, GCN and GAT through
+    ``trainer.split.LayerwiseSplit``).
     """
 
     in_dim: int

@@ -15,11 +15,20 @@ from storage_kernels.sampleset import SampleSet
 from trainer.features.base import NodeBatch
 from trainer.features.cache import CPUCacheTier
 from trainer.features.file import FileTier
-from trainer.features.source import TieredSource
+from trainer.features.source import BatchRead, TieredSource
 from trainer.history import HistoricalCache, HistoryHook
 from trainer.pruned import PrunedSamples
 
-__all__ = ["NodeTable", "PrunedFeatures"]
+__all__ = ["NodeTable", "PrunedFeatures", "SkipRead"]
+
+
+@dataclass(frozen=True)
+class SkipRead:
+    """A pruned batch after the read stage: the read of its ``pos`` rows (of ``num_nodes``)."""
+
+    rows: BatchRead
+    num_nodes: int
+    pos: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -77,16 +86,22 @@ class PrunedFeatures(TieredSource):
     def addresses(self, batch: NodeBatch) -> BatchAddresses:
         return self.table.for_nodes(int(batch.batch), batch.nodes)
 
-    def load(self, batch: NodeBatch) -> torch.Tensor:
+    def read(self, batch: NodeBatch) -> BatchRead | SkipRead:
+        """The I/O stage; a pruned batch reads only the rows some layer reads (its ``skip`` rows are not)."""
         skip = getattr(batch, "skip", None)
         if skip is None or not len(skip):
-            return super().load(batch)
-        n = len(batch.nodes)
-        read = np.ones(n, dtype=bool)
+            return super().read(batch)
+        read = np.ones(len(batch.nodes), dtype=bool)
         read[skip] = False
         pos = np.flatnonzero(read)  # (k,) rows some layer reads
-        rows = super().load(_Rows(int(batch.batch), np.asarray(batch.nodes)[pos]))  # (k, F)
-        x = torch.zeros((n, self.feature_dim), dtype=torch.float32, device=rows.device)  # (n, F)
-        index = torch.from_numpy(pos)
+        return SkipRead(super().read(_Rows(int(batch.batch), np.asarray(batch.nodes)[pos])), len(read), pos)
+
+    def assemble(self, read: BatchRead | SkipRead) -> torch.Tensor:  # type: ignore[override]
+        """The gather stage; a pruned batch's skipped rows are zeros."""
+        if not isinstance(read, SkipRead):
+            return super().assemble(read)
+        rows = super().assemble(read.rows)  # (k, F)
+        x = torch.zeros((read.num_nodes, self.feature_dim), dtype=torch.float32, device=rows.device)  # (n, F)
+        index = torch.from_numpy(read.pos)
         x.index_copy_(0, index.to(rows.device, non_blocking=True) if rows.device.type != "cpu" else index, rows)
         return x
