@@ -217,6 +217,8 @@ class PlanConfig(_Section):
     )
     hotset_decay: float = setting(0.5, "hyperbatch: per-epoch decay of the hotset's access counters.",
                                   artifact=False, ge=0, le=1)
+    staleness: int = setting(100, "outre: iterations a historical embedding is reused before it is recomputed "
+                             "(1 = no reuse).", ge=1)
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""

@@ -24,6 +24,7 @@ from storage_kernels import _native
 
 __all__ = [
     "DIRECT_ALIGN",
+    "PrunedBlocks",
     "SampledBlocks",
     "aligned_empty",
     "bucket_rows",
@@ -44,6 +45,7 @@ __all__ = [
     "place_rows",
     "place_rows_at",
     "pread_ranges",
+    "prune_blocks",
     "rabbit_order",
     "refine_pass",
     "relabel_ids",
@@ -220,6 +222,44 @@ def sample_blocks(
             num_threads=num_threads,
         )
     )
+
+
+class PrunedBlocks(NamedTuple):
+    """Output of :func:`prune_blocks`: ``state`` per old position (uint8: 0 dropped, 1 kept and read, 2 kept
+    but never read) and the compacted blocks in :class:`SampledBlocks`' layout (kept nodes in order)."""
+
+    state: np.ndarray  # uint8 (hop_counts[-1],)
+    hop_counts: np.ndarray  # int64 (L + 1,)
+    indptrs: list[np.ndarray]  # L arrays, int64 (hop_counts[h] + 1,)
+    cols: list[np.ndarray]  # L arrays, int64 (indptrs[h][-1],)
+
+
+def prune_blocks(hop_counts, indptrs: Sequence[np.ndarray], cols: Sequence[np.ndarray], pulled) -> PrunedBlocks:
+    """OUTRE's subtree pruning of one sampled batch (``SampledBlocks`` layout, hop 0 = the last layer): the
+    (L-1)-deep subtrees of the ``pulled`` last-layer sources (positions ``< hop_counts[1]``) are removed.
+
+    Hop ``h >= 1`` keeps the in-edges of the destinations still needed at that hop; a node is kept when a
+    layer reads it or it is a last-layer source (hop 0 is untouched); order is preserved, so destinations
+    stay prefixes. In C without the GIL; ``pipelines.policies.outre_trace.prune_batch_numpy`` is the
+    reference. Raises ValueError on malformed blocks, IndexError on out-of-range positions.
+    """
+    hc = _int64_array("hop_counts", hop_counts)
+    indptr = _int64_array("indptr", np.concatenate([np.asarray(p, dtype=np.int64) for p in indptrs])
+                          if len(indptrs) else np.empty(0, np.int64))
+    col = _int64_array("cols", np.concatenate([np.asarray(c, dtype=np.int64) for c in cols])
+                       if len(cols) else np.empty(0, np.int64))
+    if len(hc) != len(indptrs) + 1 or len(cols) != len(indptrs):
+        raise ValueError(f"'hop_counts' expected {len(indptrs) + 1} entries for {len(indptrs)} hops "
+                         f"(got {len(hc)}, and {len(cols)} cols arrays)")
+    state = np.empty(int(hc[-1]) if len(hc) else 0, dtype=np.uint8)
+    new_indptr, new_cols = np.empty_like(indptr), np.empty_like(col)
+    new_hc, edge_counts = np.empty_like(hc), np.empty(max(len(hc) - 1, 0), dtype=np.int64)
+    _native.prune_blocks(hop_counts=hc, indptr=indptr, cols=col, pulled=_index_array("pulled", pulled), state=state,
+                         new_indptr=new_indptr, new_cols=new_cols, new_hop_counts=new_hc, edge_counts=edge_counts)
+    ip_ends = np.cumsum(new_hc[:-1] + 1)
+    col_ends = np.cumsum(edge_counts)
+    return PrunedBlocks(state, new_hc, np.split(new_indptr[: ip_ends[-1]], ip_ends[:-1]),
+                        np.split(new_cols[: col_ends[-1]], col_ends[:-1]))
 
 
 # ---- gathers ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, edge_softmax, scatter_sum
+from trainer.split import LayerwiseSplit  # forward_lower / forward_last for policy=outre
 
 if TYPE_CHECKING:
     from trainer.models import TensorBlock
@@ -65,7 +66,7 @@ class GATConv(nn.Module):
         return out + self.bias
 
 
-class GAT(nn.Module):
+class GAT(LayerwiseSplit, nn.Module):
     """``num_layers`` multi-head GAT layers (see the module docstring), the :class:`trainer.models.GraphSAGE`
     API plus ``heads``.
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, count_into, scatter_sum
+from trainer.split import LayerwiseSplit  # forward_lower / forward_last for policy=outre
 
 if TYPE_CHECKING:
     from trainer.models import TensorBlock
@@ -44,7 +45,7 @@ class GCNConv(nn.Module):
         return scatter_sum(hw_dst, dst, msg) * norm_dst + self.bias  # (D, out)
 
 
-class GCN(nn.Module):
+class GCN(LayerwiseSplit, nn.Module):
     """``num_layers`` GCN layers with ReLU + dropout between them (the :class:`trainer.models.GraphSAGE` API).
 
     >>> model = GCN(in_dim=8, hidden_dim=16, out_dim=3, num_layers=2)

@@ -235,6 +235,23 @@ class GraphSAGE(nn.Module):
             h = self._between_layers(h, i)
         return h
 
+    def forward_lower(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
+        """Layers ``0..L-2`` on ``blocks`` (the first ``L-1``): the last layer's input h^{L-1}, before its
+        dropout, ``(blocks[-1].num_dst, hidden_dim)`` (``x`` itself for one layer). With :meth:`forward_last`
+        it is :meth:`forward`, same operations in the same order (OUTRE's historical cache swaps rows
+        between the two: ``trainer.history``)."""
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers[:-1], blocks, strict=True)):
+            h = layer(h, h[: block.num_dst], block.edge_src, block.edge_dst)  # (num_dst_i, hidden)
+            h = F.relu(h) if i == self.num_layers - 2 else self._between_layers(h, i)
+        return h
+
+    def forward_last(self, h: torch.Tensor, block: TensorBlock) -> torch.Tensor:
+        """The last layer on its input ``h`` (from :meth:`forward_lower`) -> logits (num_seeds, out_dim)."""
+        if self.num_layers > 1:
+            h = F.dropout(h, p=self.dropout, training=self.training)
+        return self.layers[-1](h, h[: block.num_dst], block.edge_src, block.edge_dst)
+
     def forward_dst_pos(
         self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     ) -> torch.Tensor:
@@ -260,7 +277,10 @@ class GraphModel(Protocol):
     -> logits (num_seeds, out_dim). ``forward_dst_pos(x, edges)``: the same with ``edges[i] = (edge_src,
     edge_dst, dst_pos)`` per layer, where ``num_dst`` is ``dst_pos.shape[0]`` (ONNX-traceable: no Python int
     from a tensor). ``model_args``: the constructor's keyword arguments, so ``build_model(name,
-    **module.model_args)`` builds the same architecture.
+    **module.model_args)`` builds the same architecture. Optional, for ``policy=outre``:
+    ``forward_lower(x, blocks[:-1])`` -> the last layer's input and ``forward_last(h, blocks[-1])`` -> logits
+    (``trainer.history.HistoryModel``; :class:`GraphSAGE` has both, GCN and GAT through
+    ``trainer.split.LayerwiseSplit``).
     """
 
     in_dim: int

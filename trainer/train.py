@@ -31,7 +31,7 @@ from storage_kernels.packstore import Tier
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.features import FeatureSource
-from trainer.loader import BatchLoader, Samples
+from trainer.loader import BatchLoader, LoadedBatch, Samples
 from trainer.models import GraphModel, build_model, model_options
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "STAGE_BUSY_TIMERS",
     "EpochStats",
     "TrainResult",
+    "TrainHook",
     "TrainSamples",
     "TrainState",
     "Tracker",
@@ -62,6 +63,16 @@ class Tracker(Protocol):
     def log_params(self, params: dict[str, Any]) -> None: ...
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+
+
+class TrainHook(Protocol):
+    """A feature source's ``train_hook`` (optional): the training batches' topology (``samples``, same batch
+    ids) and the training step's forward -- OUTRE's pruned batches and historical cache
+    (``trainer.history.HistoryHook``). Evaluation is unchanged."""
+
+    samples: Samples
+
+    def forward(self, model: GraphModel, batch: LoadedBatch) -> torch.Tensor: ...
 
 
 class TrainSamples(Samples, Protocol):
@@ -287,9 +298,11 @@ def _torch_modes(deterministic: bool, num_threads: int) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------- phases
-def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource) -> EpochStats:
+def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
+                forward: Callable[[GraphModel, LoadedBatch], torch.Tensor] | None = None) -> EpochStats:
     """One pass over ``loader``'s batches: forward, backward, update. ``source`` is the loader's feature
-    source (its counters give the pass's I/O)."""
+    source (its counters give the pass's I/O); ``forward(model, batch)`` replaces ``model(x, blocks)``
+    (a policy's :class:`TrainHook`)."""
     model, optimizer, device = state.model, state.optimizer, state.device
     bytes_before, rows_before = source.bytes_read, dict(source.rows_by_tier)
     requests_before = source.read_requests
@@ -300,7 +313,7 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource) -
     t0 = time.perf_counter()
     for lb in loader:
         # forward backward update
-        logits = model(lb.x, lb.blocks)  # (num_seeds, C)
+        logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
         loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -414,8 +427,10 @@ def train(
             if not train_ids:
                 raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} "
                                  "(got none)")
-            loader = BatchLoader(samples, source, train_ids, labels, cfg.prefetch, device, cfg.sequential)
-            stats = train_epoch(state, loader, source)
+            hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
+            loader = BatchLoader(hook.samples if hook else samples, source, train_ids, labels, cfg.prefetch, device,
+                                 cfg.sequential)
+            stats = train_epoch(state, loader, source, hook.forward if hook else None)
 
             # evaluate
             val_acc = float("nan")

@@ -51,8 +51,9 @@ class PlanInputs:
 @dataclass
 class TierPlan:
     """A plan: ``tier`` (int8, ``storage_kernels.packstore.Tier`` codes) and ``slot`` (int64, row within its
-    cache, -1 otherwise) per node, the cache node lists (sorted), the access ``frequency`` per node, and
-    statistics (budgets, predicted hit rates) for the artifact."""
+    cache, -1 otherwise) per node, the cache node lists (sorted), the access ``frequency`` per node,
+    statistics (budgets, predicted hit rates) for the artifact, and any further ``arrays`` the policy's pack
+    stage reads (saved under their file names)."""
 
     tier: np.ndarray
     slot: np.ndarray
@@ -60,6 +61,7 @@ class TierPlan:
     cpu_nodes: np.ndarray
     frequency: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,10 @@ def summary(artifact: Artifact) -> dict[str, Any]:
             "batches per hyperbatch": s.get("batches_per_hyperbatch", ""),
             "bytes read per training epoch (planned hotset)": format_bytes(s.get("epoch_read_bytes", 0)),
         })}
+    if s.get("layout") == "outre":  # pruned batches and the historical cache's schedule
+        keys = ("staleness", "candidates", "pulls", "pushes", "train_rows_sampled", "train_rows_read",
+                "pruned_fraction")
+        return {"summary": markdown_table({k.replace("_", " "): s.get(k, "") for k in keys})}
     rows = {
         "batches": s.get("num_batches", ""),
         "packed rows": s.get("packed_rows", ""),

@@ -47,6 +47,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.save_array("gpu_nodes.npy", plan.gpu_nodes)
         builder.save_array("cpu_nodes.npy", plan.cpu_nodes)
         builder.save_array("frequency.npy", plan.frequency)
+        for name, arr in plan.arrays.items():  # policy-specific (outre: candidates.npy)
+            builder.save_array(name, arr)
         builder.stats.update({"policy": cfg.policy, **plan.stats})
 
     return materialize(store, cfg, "plan", FORMAT_VERSION, {"reorder": reorder, "sample": sample}, build,

@@ -37,6 +37,9 @@ static PyMethodDef methods[] = {
     SK_METHOD(sample_blocks, "indptr, indices, seeds, fanouts, seed, num_threads=0",
               "Multi-hop uniform neighbour sampling without replacement, relabelled into layered blocks.\n"
               "Returns (nodes, hop_counts, indptrs, cols)."),
+    SK_METHOD(prune_blocks, "hop_counts, indptr, cols, pulled, state, new_indptr, new_cols, new_hop_counts, "
+              "edge_counts", "OUTRE's pruning of one batch's blocks: fills state (0 dropped, 1 read, 2 kept unread) "
+              "and the compacted blocks."),
     {"_set_dense_map_limit", (PyCFunction)sk_set_dense_map_limit, METH_VARARGS,
      "_set_dense_map_limit($module, num_nodes, /)\n--\n\n"
      "Testing hook: sample_blocks uses the direct-address id map for graphs up to num_nodes nodes (2**23 by\n"
