@@ -11,7 +11,9 @@ read buffers and the OS page cache its reads fill. Where a memory cgroup can be 
 to ``memory_budget + memory_overhead``, page cache included, after the files it reads have been evicted from
 the page cache; ``memory_overhead`` is the working set every policy needs regardless of caching
 (interpreter, libraries, one batch's tensors), measured by a short calibration run of the ``naive`` policy
-(no cache, reads that bypass the page cache) unless given. The ``in_memory`` reference (a policy with
+(no cache, reads that bypass the page cache) on a few training and evaluation batches, unless given; under a
+budget, evaluation batches are as large as training ones (``sample.eval_batch_size``, unless set), so that
+no phase of a run needs more working memory than the calibration saw. The ``in_memory`` reference (a policy with
 ``out_of_core = False``) runs unconfined. Where no cgroup can be made the report says why, and only the
 policies that read with ``O_DIRECT`` are out of core.
 
@@ -195,6 +197,10 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     """Materialise and train every policy of ``policies`` (see the module docstring); returns (and writes, with
     its plot) the report."""
     names = resolve_policies(policies)
+    if memory_budget is not None and "eval_batch_size" not in cfg.sample.model_fields_set:
+        # evaluation batches the size of training ones: the working set stays what calibration measures
+        sample = cfg.sample.model_copy(update={"eval_batch_size": cfg.sample.batch_size})
+        cfg = cfg.model_copy(update={"sample": sample})
     if repeats < 1:
         raise ValueError(f"'--repeats' expected at least 1 (got {repeats})")
     support, confinement = _confinement(memory_budget)
@@ -228,6 +234,7 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     report.update({
         "graph": {k: graph.stats.get(k) for k in ("num_nodes", "num_edges", "feature_dim", "feature_bytes")},
         "config": {"fanouts": list(cfg.sample.fanouts), "batch_size": cfg.sample.batch_size,
+                   "eval_batch_size": cfg.sample.eval_batch_size,
                    "epochs": cfg.train.epochs, "cpu_cache_fraction": cfg.plan.cpu_cache_fraction,
                    "gpu_cache_fraction": cfg.plan.gpu_cache_fraction, "device": cfg.train.device,
                    "cpu_count": os.cpu_count()},
@@ -243,7 +250,7 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
             calib = workers.run("naive", "train", cfg.model_copy(update={
                 "policy": "naive", "train": dataclasses.replace(cfg.train, epochs=1)}),
                 limit=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=1)
+                max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
             memory_overhead = -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB  # whole MiB
         workers.limit = memory_budget + memory_overhead
         report["memory_overhead"] = memory_overhead
