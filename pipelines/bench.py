@@ -134,8 +134,10 @@ def _steady(values: Sequence[float], last_has_eval: bool) -> float:
 class _Workers:
     """Runs bench workers, confined when a budget is set and a cgroup can be made."""
 
-    def __init__(self, root: Path, cfg: PipelineConfig, support: CgroupSupport | None, evict: list[Path]) -> None:
+    def __init__(self, root: Path, cfg: PipelineConfig, support: CgroupSupport | None, evict: list[Path],
+                 timeout_s: float | None = None) -> None:
         self.root, self.cfg, self.support, self.evict = root, cfg, support, evict
+        self.timeout_s = timeout_s  # per training run (None: none)
         self.limit: int | None = None  # cgroup limit in bytes (None: unconfined)
 
     def run(self, policy: str, phase: str, cfg: PipelineConfig | None = None, limit: int | None = None,
@@ -152,17 +154,19 @@ class _Workers:
             evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache
             limit = self.limit if limit is None else limit
             cgroup = MemoryCgroup(limit, self.support) if confined and limit is not None and self.support else None
+            timeout = self.timeout_s if phase == "train" else None
             try:
-                proc = subprocess.run(
+                proc, read_at_kill = _run_worker(
                     [sys.executable, "-m", "pipelines.bench_worker", str(job_path), str(out_path)],
-                    preexec_fn=cgroup.join_argv() if cgroup else None, capture_output=True, text=True,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                )
+                    cgroup.join_argv() if cgroup else None, timeout)
                 peak = cgroup.peak_bytes() if cgroup else None
                 oom = cgroup.oom_kills() if cgroup else 0
             finally:
                 if cgroup is not None:
                     cgroup.close()
+            if read_at_kill is not None:
+                return {"error": f"timed out after {timeout:.0f} s (--timeout)", "timed_out": True,
+                        "os_read_bytes_until_timeout": read_at_kill, "peak_cgroup_mb": peak / _MB if peak else None}
             if proc.returncode != 0 or not out_path.exists():
                 tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
                 if oom:
@@ -174,6 +178,33 @@ class _Workers:
         out["oom_killed"] = False
         out["confined"] = cgroup is not None
         return out
+
+
+def _run_worker(argv: list[str], preexec: Any, timeout_s: float | None
+                ) -> tuple[subprocess.CompletedProcess[str], int | None]:
+    """Run a worker; past ``timeout_s`` kill it and return the bytes it had read from storage (else None)."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen(argv, preexec_fn=preexec, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        read_at_kill = None
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            read_at_kill = _proc_read_bytes(proc.pid)
+            proc.kill()
+            proc.wait()
+        stderr.seek(0)
+        return subprocess.CompletedProcess(argv, proc.returncode, "", stderr.read()), read_at_kill
+
+
+def _proc_read_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split(":")[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _confinement(memory_budget: int | None) -> tuple[CgroupSupport | None, str]:
@@ -193,7 +224,7 @@ def _artifact_bytes(*artifacts: Any) -> int:
 def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | None = None,
               progress: Progress | None = None, policies: str | Sequence[str] | None = "all",
               memory_budget: int | None = None, memory_overhead: int | None = None,
-              repeats: int = 1) -> dict[str, Any]:
+              repeats: int = 1, timeout_s: float | None = None) -> dict[str, Any]:
     """Materialise and train every policy of ``policies`` (see the module docstring); returns (and writes, with
     its plot) the report."""
     names = resolve_policies(policies)
@@ -204,10 +235,12 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     if repeats < 1:
         raise ValueError(f"'--repeats' expected at least 1 (got {repeats})")
     support, confinement = _confinement(memory_budget)
+    if support is not None:
+        MemoryCgroup.remove_stale(support)  # groups of a bench that was killed
     store = paths.store()
     report: dict[str, Any] = {"dataset": cfg.dataset, "memory_budget": memory_budget, "confinement": confinement,
-                              "repeats": repeats}
-    workers = _Workers(store.root, cfg, support, [])
+                              "repeats": repeats, "timeout_s": timeout_s}
+    workers = _Workers(store.root, cfg, support, [], timeout_s)
 
     # 1. preprocessing, per policy (confined like training where a budget is set)
     prepared: dict[str, dict[str, Any]] = {}
@@ -294,7 +327,11 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "runs": len(runs),
     }
     if not done:
-        entry.update({"error": runs[0].get("error") if runs else "no run", "oom_killed": True})
+        first = runs[0] if runs else {}
+        entry.update({"error": first.get("error", "no run"), "oom_killed": bool(first.get("oom_killed")),
+                      "timed_out": bool(first.get("timed_out"))})
+        if first.get("timed_out"):
+            entry["os_read_bytes_until_timeout"] = first.get("os_read_bytes_until_timeout")
         return entry
     epoch_runs = [_steady(r["epoch_s"], last_has_eval=False) for r in done]
     os_bytes = [_steady(r["os_read_bytes"], last_has_eval=True) for r in done]
@@ -319,7 +356,8 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "peak_cgroup_mb": max((r["peak_cgroup_mb"] or 0.0) for r in done) or None,
         "direct_io": done[0]["direct_io"],
         "confined": done[0]["confined"],
-        "oom_killed": len(done) < len(runs),
+        "oom_killed": any(r.get("oom_killed") for r in runs),
+        "timed_out": any(r.get("timed_out") for r in runs),
         "timers": {k: round(statistics.median(r["timers"].get(k, 0.0) for r in done), 4)
                    for k in done[0]["timers"]},
     })

@@ -718,6 +718,9 @@ def bench(
     ),
     repeats: int = typer.Option(1, "--repeats", help="training: alternating repeats per policy (median reported).",
                                 min=1),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="training: seconds one policy's run may take; past it the run is stopped and "
+        "reported as timed out, with the bytes it had read.", min=1),
     strategies: str | None = typer.Option(
         None, "--strategies", help="locality: comma-separated reorder strategies (default: all)."
     ),
@@ -761,7 +764,7 @@ def bench(
     try:
         with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
             report = run_bench(cfg, paths, out_path, progress=progress, policies=names, memory_budget=budget,
-                               memory_overhead=overhead, repeats=repeats)
+                               memory_overhead=overhead, repeats=repeats, timeout_s=timeout)
     except BenchError as e:
         err.print(str(e))
         raise typer.Exit(1) from None

@@ -209,7 +209,7 @@ class PlanConfig(_Section):
     cpu_cache_bytes: int | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
     hyperbatch_bytes: int = setting(
         64 << 20, "hyperbatch: RAM budget of one hyperbatch (the distinct 4 KiB blocks of its batches' rows).",
-        ge=4096,
+        artifact="selected", ge=4096,
     )
     hotset_refresh_epochs: int = setting(
         1, "hyperbatch: re-select the hotset from decayed access counters every this many epochs (0 = never).",
@@ -218,7 +218,7 @@ class PlanConfig(_Section):
     hotset_decay: float = setting(0.5, "hyperbatch: per-epoch decay of the hotset's access counters.",
                                   artifact=False, ge=0, le=1)
     staleness: int = setting(100, "outre: iterations a historical embedding is reused before it is recomputed "
-                             "(1 = no reuse).", ge=1)
+                             "(1 = no reuse).", artifact="selected", ge=1)
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""
@@ -326,12 +326,17 @@ def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -
     ``stage``'s own section contributes its ``artifact=True`` fields and the ``artifact="selected"`` fields its
     selected method reads; a name the method reads that is not one of the section's fields is another section
     (or top-level field), included whole. ``also`` names further sections or top-level fields the stage reads
-    (``policy`` for plan, pack and train), included whole.
+    (``policy`` for plan, pack and train), included whole; with ``policy`` among them, the policy's ``reads``
+    (its ``artifact="selected"`` fields of this section, e.g. ``plan.staleness`` for ``outre``) count too.
     """
     section = getattr(cfg, stage)
     reads = section.selected_reads() if hasattr(section, "selected_reads") else frozenset()  # train: its model's
-    params = _section_params(section, reads)
     own = section_fields(section)
+    if "policy" in also:  # a stage shaped by the policy: the policy's own knobs of this section count too
+        from pipelines.policies import POLICIES
+
+        reads = reads | (frozenset(POLICIES.get(cfg.policy).reads) & frozenset(own))
+    params = _section_params(section, reads)
     for name in [*sorted(r for r in reads if r not in own), *also]:
         value = getattr(cfg, name)
         params[name] = _section_params(value, None) if is_section(value) else value

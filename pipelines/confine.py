@@ -187,6 +187,27 @@ class MemoryCgroup:
                     return int(value)
         return 0
 
+    @staticmethod
+    def remove_stale(support: CgroupSupport | None = None, name: str = "strata") -> list[Path]:
+        """Remove groups ``name-PID-*`` left by a process ``PID`` that no longer runs (a killed bench); returns
+        the paths removed. Groups that still hold processes are left alone."""
+        support = support or cgroup_support()
+        removed: list[Path] = []
+        if not support.available or support.parent is None:
+            return removed
+        for path in support.parent.glob(f"{name}-*-*"):
+            pid = path.name.split("-")[-2]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            with contextlib.suppress(OSError):
+                if (path / "cgroup.procs").read_text().strip():
+                    continue
+                if support.version == 1:
+                    (path / "memory.force_empty").write_text("0")
+                path.rmdir()
+                removed.append(path)
+        return removed
+
     def close(self) -> None:
         """Drop the group's page cache (v1) and remove it (its processes must have exited)."""
         if not self.path.exists():

@@ -97,6 +97,9 @@ class Policy(ABC):
     description: ClassVar[str] = ""
     #: False for a reference that holds the whole graph in RAM: ``strata bench`` runs it without a budget.
     out_of_core: ClassVar[bool] = True
+    #: The ``artifact="selected"`` settings of the plan/pack/train sections this policy reads: they change
+    #: this policy's artifacts only (``pipelines.config.artifact_params``).
+    reads: ClassVar[frozenset[str]] = frozenset()
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         """Default: no cache; every node a batch reads is read from disk (or RAM) by the feature source."""

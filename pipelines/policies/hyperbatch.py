@@ -82,6 +82,7 @@ class Hyperbatch(Policy):
     name = "hyperbatch"
     description = ("AGNES hyperbatches: a degree x frequency hotset in RAM; runs of batches read as the distinct "
                    "blocks of a block-aligned feature file, once each, prefetched by a background thread.")
+    reads = frozenset({"hyperbatch_bytes"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         graph, samples = inputs.graph, inputs.samples

@@ -84,6 +84,7 @@ class Outre(Policy):
     name = "outre"
     description = ("OUTRE: historical embeddings of the last layer's inputs reused for plan.staleness iterations, "
                    "their subtrees pruned from the batches; the CPU budget split (Eq. 5) with a feature cache.")
+    reads = frozenset({"staleness"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         graph, samples, cfg = inputs.graph, inputs.samples, inputs.cfg

@@ -184,3 +184,15 @@ def test_describe_settings_lists_every_field_with_its_default() -> None:
     assert rows["reorder.seed"]["artifact"] == "selected" and rows["pack.memory_mb"]["artifact"] is False
     assert {"dataset", "policy", "train.model", "train.eval_every", "export.opset"} <= set(rows)
     assert all(r["description"] for r in rows.values())
+
+
+def test_a_policys_own_knobs_change_only_its_artifacts() -> None:
+    from pipelines.config import PipelineConfig, artifact_params
+
+    def plan_params(policy: str, *sets: str) -> dict:
+        cfg = PipelineConfig.load(overrides=[f"policy={policy}", *sets], dataset="tiny")
+        return artifact_params(cfg, "plan", also=("policy",))
+
+    for knob, owner in (("plan.staleness=7", "outre"), ("plan.hyperbatch_bytes=8192", "hyperbatch")):
+        assert plan_params(owner, knob) != plan_params(owner)
+        assert plan_params("diskgnn", knob) == plan_params("diskgnn")
