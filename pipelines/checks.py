@@ -611,11 +611,14 @@ def _sampled_nodes_tiered(c: CheckInputs) -> Finding:
 
 
 def _no_layout(art: Artifact) -> Finding | None:
-    """A passing finding that says so when the policy laid nothing out (it reads the feature file or RAM)."""
-    if art.stats.get("layout") != "none":
+    """A passing finding that says so when the policy laid out no packed store (it reads the feature file or
+    RAM, or wrote a layout of its own, ``ginex``'s changesets say)."""
+    layout = art.stats.get("layout")
+    if layout not in ("none", "changesets"):
         return None
     f = Finding()
-    f.facts["layout"] = f"none (policy {art.stats.get('policy', '?')} reads the feature file or RAM)"
+    what = "reads the feature file or RAM" if layout == "none" else "wrote no packed store"
+    f.facts["layout"] = f"{layout} (policy {art.stats.get('policy', '?')} {what})"
     return f
 
 

@@ -207,6 +207,10 @@ class PlanConfig(_Section):
     cpu_cache_fraction: float = setting(0.1, "CPU cache size as a fraction of feature bytes.", ge=0, le=1)
     gpu_cache_bytes: int | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
     cpu_cache_bytes: int | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
+    superbatch_size: int = setting(
+        0, "ginex: training batches per superbatch, whose cache changesets are precomputed together (never "
+        "spanning two sampled epochs); 0 = one superbatch per sampled epoch.", ge=0,
+    )
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""

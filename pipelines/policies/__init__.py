@@ -4,7 +4,11 @@ The interface is in :mod:`pipelines.policies.base`; each module below registers 
 new module plus one line here, ``docs/EXTENDING.md``).
 """
 
-from pipelines.policies import baselines, diskgnn  # noqa: F401  (registration)
+from pipelines.policies import (  # noqa: F401  (registration)
+    baselines,
+    diskgnn,
+    ginex,
+)
 from pipelines.policies.base import (
     POLICIES,
     FeatureInputs,
