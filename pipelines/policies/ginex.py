@@ -23,8 +23,10 @@ superbatch's first batch. Evaluation batches read the cached rows from the cache
 
 Not here: the GPU budget (Ginex's feature cache lives in host memory; ``plan.gpu_cache_*`` is unused), the
 superbatch pipelining (precomputation of superbatch k+1 during training of k: here it is offline, in pack),
-and Ginex's neighbor cache (Strata's batches are sampled offline, so training reads no adjacency: there is
-nothing for it to cache at training time; see ``docs/EXTENDING.md``, "ginex").
+and Ginex's neighbor cache. Strata samples every epoch offline in the ``sample`` stage, from a memory-mapped
+CSR, so training reads no adjacency and a policy (plan, pack, features) has nothing to cache for it; the
+neighbor cache would be a sampler (``pipelines/samplers/``) reading uncached adjacency lists with direct
+reads. Its ranking, out-degree / in-degree, is also 1 for every node of Strata's symmetrised graphs.
 """
 
 from __future__ import annotations
