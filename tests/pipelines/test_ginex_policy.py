@@ -3,6 +3,7 @@ simulated hit rate, and training measures exactly that hit rate (and learns like
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +34,10 @@ def test_pack_holds_the_changesets_and_the_checks_say_so(runner: StageRunner) ->
     assert pack.stats["superbatches"] > 2 and pack.stats["changes"] > 0  # superbatches of 3 batches, cache moving
     store = ChangesetStore(pack.path, len(runner.artifact("sample").parquet("batches.parquet")))
     assert store.superbatch_size == 3 and np.diff(store.superbatch_ptr).max() == 3
-    facts = {o.check.name: o.finding.facts for o in runner.check("pack")}
-    assert all("changesets" in f["layout"] for f in facts.values())
+    outcomes = {o.check.name: o.finding for o in runner.check("pack")}
+    assert all(f.passed for f in outcomes.values())
+    assert "changesets" in outcomes["addresses_in_bounds"].facts["layout"]  # no packed store to check
+    assert outcomes["changesets_replay"].facts["changes"] == pack.stats["changes"]
 
 
 def test_training_measures_the_predicted_hit_rate(runner: StageRunner) -> None:
@@ -49,3 +52,32 @@ def test_learns_exactly_like_in_memory(runner: StageRunner, tmp_path: Path) -> N
     assert in_memory.artifact("sample") is runner.artifact("sample")
     ours, theirs = runner.artifact("train").stats, in_memory.artifact("train").stats
     assert (ours["val_acc"], ours["test_acc"]) == (theirs["val_acc"], theirs["test_acc"])
+
+
+def test_the_replay_check_catches_a_wrong_changeset(runner: StageRunner, tmp_path: Path) -> None:
+    from pipelines.checks import _batch_index, check_changesets
+    from storage_kernels.changesets import HITS, IN_IDS
+
+    pack, samples = runner.artifact("pack"), runner.artifact("sample")
+    idx = _batch_index(samples)
+    args = (samples.array("nodes.npy"), idx["node_offset"], idx["hop_counts"][:, -1])
+    copy = tmp_path / "pack"
+    shutil.copytree(pack.path, copy)
+    for p in copy.iterdir():
+        p.chmod(0o644)
+    finding = check_changesets(ChangesetStore(copy, len(idx["node_offset"])), *args)
+    assert finding.passed and finding.facts["changes"] == pack.stats["changes"]
+    hits = np.load(copy / HITS)
+    hits[5] += 1
+    np.save(copy / HITS, hits)
+    store = ChangesetStore(copy, len(idx["node_offset"]))
+    finding = check_changesets(store, *args)
+    assert finding.problems == [f"'ginex_hits[5]' expected {hits[5] - 1}, batch {int(store.trace[5])}'s cached "
+                                f"nodes (got {hits[5]})"]
+    hits[5] -= 1
+    np.save(copy / HITS, hits)
+    ins = np.load(copy / IN_IDS)
+    ins[0] = (ins[0] + 1) % 2500  # another node than the batch's at that position
+    np.save(copy / IN_IDS, ins)
+    finding = check_changesets(ChangesetStore(copy, len(idx["node_offset"])), *args)
+    assert not finding.passed and "expected the positions of in_ids" in finding.problems[0]

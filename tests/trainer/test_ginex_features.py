@@ -11,6 +11,7 @@ import pytest
 
 from storage_kernels.changesets import ChangesetStore, write_changesets
 from storage_kernels.store import ArtifactStore
+from tests.trainer.conftest import requires_cuda
 from tests.trainer.synth import Dataset
 from trainer.features import GinexFeatures, InMemoryFeatures
 
@@ -124,3 +125,15 @@ def test_trains_through_the_loader(dataset: Dataset, changes_root: Path) -> None
         result = train(cfg, dataset.samples, source, dataset.labels)
     assert result.cache_hit_rate == pytest.approx(stats["predicted_hit_rate"], abs=1e-12)
     assert result.test_acc > 1.0 / dataset.num_classes
+
+
+@requires_cuda
+def test_cuda_target_equals_in_memory(dataset: Dataset, changes_root: Path) -> None:
+    path, stats = _changes(changes_root, dataset, 40, 3)
+    reference = InMemoryFeatures(dataset.features)
+    with GinexFeatures(path, dataset.samples, dataset.features_path, device="cuda") as source:
+        assert source.cache.tensor.is_pinned()
+        for b in _train_ids(dataset):
+            batch = dataset.samples.batch(b)
+            np.testing.assert_array_equal(source.load(batch).cpu().numpy(), reference.load(batch).numpy())
+        assert source.rows_by_tier["cpu"] == stats["predicted_hits"]
