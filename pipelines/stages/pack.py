@@ -45,6 +45,13 @@ def summary(artifact: Artifact) -> dict[str, Any]:
     if s.get("layout") == "none":
         return {"summary": markdown_table({"policy": s.get("policy", ""), "layout": "none (reads the feature "
                                                                                    "file or RAM)"})}
+    if s.get("layout") == "changesets":  # ginex: no rows written, the cache's changes per superbatch
+        return {"summary": markdown_table({
+            "policy": s.get("policy", ""), "cache rows": s.get("cache_rows", ""),
+            "superbatches": s.get("superbatches", ""), "training batches": s.get("trace_batches", ""),
+            "predicted hit rate": s.get("predicted_hit_rate", ""), "cache changes": s.get("changes", ""),
+            "initial prefetch rows": s.get("prefetch_rows", ""),
+        })}
     rows = {
         "batches": s.get("num_batches", ""),
         "packed rows": s.get("packed_rows", ""),

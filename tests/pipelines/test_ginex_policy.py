@@ -81,3 +81,10 @@ def test_the_replay_check_catches_a_wrong_changeset(runner: StageRunner, tmp_pat
     np.save(copy / IN_IDS, ins)
     finding = check_changesets(ChangesetStore(copy, len(idx["node_offset"])), *args)
     assert not finding.passed and "expected the positions of in_ids" in finding.problems[0]
+
+
+def test_pack_summary_describes_the_changesets(runner: StageRunner) -> None:
+    from pipelines.stages import pack
+
+    text = pack.summary(runner.artifact("pack"))["summary"]
+    assert "predicted hit rate" in text and "superbatches" in text and "packed.bin" not in text
