@@ -137,3 +137,17 @@ def test_cuda_target_equals_in_memory(dataset: Dataset, changes_root: Path) -> N
             batch = dataset.samples.batch(b)
             np.testing.assert_array_equal(source.load(batch).cpu().numpy(), reference.load(batch).numpy())
         assert source.rows_by_tier["cpu"] == stats["predicted_hits"]
+
+
+def test_batches_read_ahead_of_their_assembly_stay_exact(dataset: Dataset, changes_root: Path) -> None:
+    # a pipelined loader may read several batches before assembling the first: the cache changes between
+    path, stats = _changes(changes_root, dataset, 40, 3)
+    reference = InMemoryFeatures(dataset.features)
+    ids = _train_ids(dataset)
+    with GinexFeatures(path, dataset.samples, dataset.features_path) as source:
+        assert source.max_reads_ahead == 0  # any number
+        reads = [source.read(dataset.samples.batch(b)) for b in ids]
+        for b, read in zip(ids, reads, strict=True):
+            np.testing.assert_array_equal(source.assemble(read).numpy(),
+                                          reference.load(dataset.samples.batch(b)).numpy())
+        assert source.rows_by_tier["cpu"] == stats["predicted_hits"] and source.changes_applied == stats["changes"]

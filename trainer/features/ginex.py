@@ -8,7 +8,7 @@ Per training batch (at trace position ``t`` of superbatch ``b``):
 2. the read stage: each node is addressed through the address table (``address_table[node]`` = its cache
    slot, -1 when not cached): cached rows are served by the CPU cache tier, the others read from the feature
    file (:class:`~trainer.features.file.FileTier`, block-merged aligned direct reads);
-3. the assemble stage gathers the cached rows, in node order, into the batch's staging block;
+3. the cached rows are gathered into the batch's staging block (still in the read stage);
 4. the *cache update* (``kernels.cache_update``): the slot of every evicted node receives the row of an
    inserted node straight from the staging block -- no I/O.
 
@@ -20,13 +20,16 @@ leave the cache as it is.
 
 Counters, beyond :class:`~trainer.features.source.TieredSource`'s: the switch's reads (``prefetch_bytes``,
 ``prefetch_requests``, ``prefetch_rows``, included in ``bytes_read`` / ``read_requests``), ``switches``,
-``resyncs``, ``changes`` (cache rows replaced), ``switch_s`` and ``update_s`` (within ``read_s`` and
-``assemble_s``).
+``resyncs``, ``changes_applied`` (cache rows replaced), ``switch_s`` and ``update_s`` (both within ``read_s``).
+
+All the cache's state changes happen in the read stage (``read``), the gather of cached rows included, so
+the assemble stage is stateless and a pipelined loader may read any number of batches ahead.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -113,28 +116,32 @@ class GinexFeatures(TieredSource):
         b = int(batch.batch)
         return int(self.changes.position[b]) if 0 <= b < len(self.changes.position) else -1
 
-    # ---------------------------------------------------------------------------------------- loading
-    def load(self, batch: NodeBatch) -> torch.Tensor:
-        """Features of ``batch.nodes`` in order; a training batch also moves the cache on (switch, update)."""
-        with self._lock:
-            t0 = time.perf_counter()
-            position = self.position(batch)
-            if position >= 0:
-                self._prepare(position)
+    # ---------------------------------------------------------------------------------------- stages
+    def _read(self, batch: NodeBatch) -> BatchRead:
+        """The read stage does all the stateful work, so that any number of batches may be read ahead of
+        their assembly: a training batch first moves the cache to its position (switch, resync), then its
+        file rows are read, its cached rows gathered (before the update may overwrite their slots) and the
+        cache updated from its rows. Evaluation batches leave the cache as it is."""
+        position = self.position(batch)
+        t0 = time.perf_counter()
+        if position >= 0:
+            self._prepare(position)
+        self.switch_s += time.perf_counter() - t0
+        read = super()._read(batch)
+        for part in read.parts:
+            if part.tier is self.cache and len(part.pos):
+                self.cache.gather(part)  # (k, F) into the part's slice of the staging block
+        if position >= 0:
             t1 = time.perf_counter()
-            read = self.read(batch)
-            t2 = time.perf_counter()
-            x = self.assemble(read)
-            t3 = time.perf_counter()
-            if position >= 0:
-                self._update(position, read)
-                self._next = position + 1
-            t4 = time.perf_counter()
-            self.switch_s += t1 - t0
-            self.update_s += t4 - t3
-            self.read_s += t2 - t0
-            self.assemble_s += t4 - t2
-        return x
+            self._update(position, read)
+            self._next = position + 1
+            self.update_s += time.perf_counter() - t1
+        return read
+
+    def _assemble(self, read: BatchRead) -> torch.Tensor:
+        """The staging block is complete after the read stage (the cache's rows included): only the transfer
+        and the node order remain."""
+        return super()._assemble(replace(read, parts=[p for p in read.parts if p.tier is not self.cache]))
 
     def _prepare(self, position: int) -> None:
         """Bring the cache to its state before ``position``: a switch at a superbatch's first batch, a resync
