@@ -1,7 +1,7 @@
 """Build the C extension ``storage_kernels._native`` (everything else lives in pyproject.toml).
 
 The C sources sit in one folder per kernel family under ``storage_kernels/_native/`` (``io/``, ``graph/``,
-``reorder/``, ``partition/``) with ``module.c``, ``common.c`` and the headers at the top; every ``.c`` below
+``reorder/``, ``partition/``, ``cache/``) with ``module.c``, ``common.c`` and the headers at the top; every ``.c`` below
 it is compiled, and the top folder is the include path (``#include "common.h"`` from any family folder).
 """
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from storage_kernels.arrays import segment_ranges
+from storage_kernels.changesets import ChangesetStore
 from storage_kernels.packstore import (
     ADDR_SLOT,
     ADDR_TIER,
@@ -49,6 +50,7 @@ __all__ = [
     "check_plan_tiers",
     "check_packed_addresses",
     "check_packed_chunks",
+    "check_changesets",
 ]
 
 _CHUNK = 1 << 22  # elements per streamed chunk (32 MiB of int64)
@@ -499,6 +501,45 @@ def check_packed_chunks(chunk_offset: np.ndarray, chunk_rows: np.ndarray, row_by
 
 
 
+def check_changesets(changes: ChangesetStore, nodes: np.ndarray, node_offset: np.ndarray,
+                     batch_nodes: np.ndarray) -> Finding:
+    """Ginex's changesets replay: from each superbatch's initial cache (distinct nodes, at most ``cache_rows``),
+    every inserted node is its batch's node at its ``in_position`` and was not cached, every evicted node was,
+    and each position's predicted hits are its batch's cached nodes (one NumPy pass per batch)."""
+    f = Finding()
+    f.facts.update({"superbatches": changes.num_superbatches, "positions": len(changes.trace),
+                    "cache_rows": changes.cache_rows, "changes": len(changes.in_ids)})
+    cached = np.zeros(changes.num_nodes, dtype=bool)
+    for sb in range(changes.num_superbatches):
+        cached[:] = False
+        init = changes.init(sb)
+        if len(init) and (int(init.min()) < 0 or int(init.max()) >= changes.num_nodes
+                          or len(np.unique(init)) != len(init)):
+            f.fail(f"'ginex_init_ids' of superbatch {sb} expected distinct node ids below {changes.num_nodes}")
+            return f
+        cached[init] = True
+        for t in range(int(changes.superbatch_ptr[sb]), int(changes.superbatch_ptr[sb + 1])):
+            b = int(changes.trace[t])
+            batch = np.asarray(nodes[node_offset[b] : node_offset[b] + batch_nodes[b]])
+            hits = int(np.count_nonzero(cached[batch]))
+            if hits != int(changes.hits[t]):
+                f.fail(f"'ginex_hits[{t}]' expected {hits}, batch {b}'s cached nodes (got {int(changes.hits[t])})")
+                return f
+            ins, outs, pos = changes.update(t)
+            if len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= len(batch)
+                             or not np.array_equal(batch[pos], ins)):
+                f.fail(f"'ginex_in_positions' of position {t} expected the positions of in_ids in batch {b}")
+                return f
+            if cached[ins].any() or not cached[outs].all() or len(np.unique(ins)) != len(ins) \
+                    or len(np.unique(outs)) != len(outs):
+                f.fail(f"changeset of position {t} (batch {b}) expected distinct uncached in_ids and distinct "
+                       "cached out_ids")
+                return f
+            cached[outs] = False
+            cached[ins] = True
+    return f
+
+
 # ------------------------------------------------------------------------------------ artifact bindings
 
 
@@ -645,6 +686,18 @@ def _chunks_aligned(c: CheckInputs) -> Finding:
                                art.file(PACKED_BIN).stat().st_size)
 
 
+def _changesets_replay(c: CheckInputs) -> Finding:
+    art = c.artifact
+    if art.stats.get("layout") != "changesets":
+        f = Finding()
+        f.facts["layout"] = f"{art.stats.get('layout')} (policy {art.stats.get('policy', '?')}: no changesets)"
+        return f
+    samples = c.upstream("sample")
+    idx = _batch_index(samples)
+    return check_changesets(ChangesetStore(art.path, len(idx["node_offset"])), samples.array("nodes.npy"),
+                            idx["node_offset"], idx["hop_counts"][:, -1])
+
+
 CSR_VALID = StageCheck("csr_valid", "CSR valid: indptr from 0, non-decreasing, ending at len(indices); every "
                        "index in [0, N).", _csr_valid)
 PERMUTATION_BIJECTIVE = StageCheck("permutation_bijective", "perm is a bijection on [0, N) and inverse is its "
@@ -668,3 +721,6 @@ ADDRESSES_IN_BOUNDS = StageCheck("addresses_in_bounds", "Every (batch, node) add
                                  "slot inside that tier (cache rows or the batch's chunk rows).", _addresses_in_bounds)
 CHUNKS_ALIGNED = StageCheck("chunks_aligned", f"Chunk offsets {CHUNK_ALIGN}-aligned; chunks do not overlap and "
                             "end inside packed.bin.", _chunks_aligned)
+CHANGESETS_REPLAY = StageCheck("changesets_replay", "ginex: replaying each superbatch's changesets from its initial "
+                               "cache inserts only batch nodes that were not cached, evicts only cached ones, and "
+                               "reproduces every predicted hit count.", _changesets_replay)

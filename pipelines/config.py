@@ -219,6 +219,10 @@ class PlanConfig(_Section):
                                   artifact=False, ge=0, le=1)
     staleness: int = setting(100, "outre: iterations a historical embedding is reused before it is recomputed "
                              "(1 = no reuse).", artifact="selected", ge=1)
+    superbatch_size: int = setting(
+        0, "ginex: training batches per superbatch, whose cache changesets are precomputed together (never "
+        "spanning two sampled epochs); 0 = one superbatch per sampled epoch.", artifact="selected", ge=0,
+    )
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""

@@ -25,6 +25,7 @@ from pipelines.checks import (
     ADDRESSES_IN_BOUNDS,
     BLOCKS_IN_RANGE,
     BUDGETS_RESPECTED,
+    CHANGESETS_REPLAY,
     CHUNKS_ALIGNED,
     CSR_VALID,
     PARTS_BALANCED,
@@ -99,7 +100,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("pack", pack.run, ("reorder", "sample", "plan"), GROUP_PREPROCESS,
           "The policy's on-disk layout: cache blocks, packed.bin with each batch's disk rows in one aligned chunk, "
           "and per-node address tables aligned with the samples.",
-          frozenset({"numpy"}), pack.summary, (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED, ALIGNED_LAYOUT)),
+          frozenset({"numpy"}), pack.summary,
+          (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED, ALIGNED_LAYOUT, CHANGESETS_REPLAY)),
     Stage("train", train.run, ("reorder", "sample", "plan", "pack"), GROUP_TRAINING,
           "Best-validation model weights (state_dict), architecture and training history; the MLflow run holds "
           "the same files, parameters and per-epoch metrics.",

@@ -24,11 +24,14 @@ from storage_kernels import _native
 
 __all__ = [
     "DIRECT_ALIGN",
+    "Changesets",
     "PrunedBlocks",
     "SampledBlocks",
     "aligned_empty",
+    "belady_changesets",
     "bucket_rows",
     "build_csr",
+    "cache_update",
     "close_fd",
     "cluster_pass",
     "csr_aggregate",
@@ -707,3 +710,51 @@ def csr_aggregate(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray) 
     new_indptr, nnz = _native.csr_aggregate(indptr=_int64_array("indptr", indptr), indices=indices, weights=weights)
     return new_indptr, int(nnz)
 
+
+
+# ---- feature-cache changesets (Ginex) ----------------------------------------------------------------------
+
+
+class Changesets(NamedTuple):
+    """The Belady-optimal cache changesets of one superbatch (:func:`belady_changesets`), int64 arrays:
+    ``init_ids`` the initial cache; per iteration ``i`` the entries ``update_ptr[i]:update_ptr[i+1]`` of
+    ``in_ids`` / ``out_ids`` / ``in_positions`` (the slot of ``out_ids[k]`` receives the batch row at
+    ``in_positions[k]``, node ``in_ids[k]``); ``hits[i]`` the batch's nodes found in the cache."""
+
+    init_ids: np.ndarray
+    update_ptr: np.ndarray
+    in_ids: np.ndarray
+    out_ids: np.ndarray
+    in_positions: np.ndarray
+    hits: np.ndarray
+
+
+def belady_changesets(batch_ptr, ids, num_nodes: int, num_entries: int) -> Changesets:
+    """Simulate a cache of ``num_entries`` nodes over one superbatch under Belady's rule (Ginex).
+
+    Iteration ``i`` reads ``ids[batch_ptr[i]:batch_ptr[i+1]]`` (node ids < ``num_nodes``). The initial cache is
+    the first ``num_entries`` distinct nodes in trace order; after each iteration the cache keeps the
+    candidates (cached or just read) whose next access is soonest (ties: cached first, then smaller id).
+    Single-threaded without the GIL (superbatches may run on several threads). Raises ValueError for a bad
+    ``batch_ptr``, IndexError for an id out of range.
+    """
+    out = _native.belady_changesets(batch_ptr=_index_array("batch_ptr", batch_ptr), ids=_index_array("ids", ids),
+                                    num_nodes=int(num_nodes), num_entries=int(num_entries))
+    return Changesets(*out)
+
+
+def cache_update(cache: np.ndarray, address_table: np.ndarray, batch_rows: np.ndarray, in_ids, out_ids,
+                 in_positions, num_threads: int = 0) -> None:
+    """Ginex's in-place cache update: for every ``k`` the slot of ``out_ids[k]`` (``address_table``) receives
+    ``batch_rows[in_positions[k]]``; ``address_table[in_ids[k]]`` becomes that slot and
+    ``address_table[out_ids[k]]`` -1.
+
+    ``cache`` (K, F) and ``address_table`` (N,) int64 are updated in place (writable, C-contiguous);
+    ``batch_rows`` (n, F) has the cache's dtype. Everything is checked first (ValueError / IndexError naming
+    the entry; nothing changed then).
+    """
+    if not (isinstance(batch_rows, np.ndarray) and batch_rows.ndim == 2 and batch_rows.flags.c_contiguous):
+        batch_rows = np.ascontiguousarray(batch_rows)
+    _native.cache_update(cache=cache, address_table=address_table, batch_rows=batch_rows,
+                         in_ids=_index_array("in_ids", in_ids), out_ids=_index_array("out_ids", out_ids),
+                         in_positions=_index_array("in_positions", in_positions), num_threads=num_threads)

@@ -58,6 +58,13 @@ def summary(artifact: Artifact) -> dict[str, Any]:
         keys = ("staleness", "candidates", "pulls", "pushes", "train_rows_sampled", "train_rows_read",
                 "pruned_fraction")
         return {"summary": markdown_table({k.replace("_", " "): s.get(k, "") for k in keys})}
+    if s.get("layout") == "changesets":  # ginex: no rows written, the cache's changes per superbatch
+        return {"summary": markdown_table({
+            "policy": s.get("policy", ""), "cache rows": s.get("cache_rows", ""),
+            "superbatches": s.get("superbatches", ""), "training batches": s.get("trace_batches", ""),
+            "predicted hit rate": s.get("predicted_hit_rate", ""), "cache changes": s.get("changes", ""),
+            "initial prefetch rows": s.get("prefetch_rows", ""),
+        })}
     rows = {
         "batches": s.get("num_batches", ""),
         "packed rows": s.get("packed_rows", ""),

@@ -68,4 +68,12 @@ PyObject *sk_cluster_pass(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_refine_pass(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* ---- cache/: feature-cache simulation and maintenance (Ginex) ------------------------------------------- */
+
+/* cache/belady.c: Belady-optimal changesets of one superbatch (two-pass occurrence CSR, O(K + batch) per step) */
+PyObject *sk_belady_changesets(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* cache/update.c: in-place cache update from a batch's rows through the address table */
+PyObject *sk_cache_update(PyObject *self, PyObject *args, PyObject *kwargs);
+
 #endif /* STRATA_NATIVE_KERNELS_H */

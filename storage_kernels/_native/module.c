@@ -1,5 +1,5 @@
 /* storage_kernels._native: method table and module init. The kernels live in one folder per family (io/,
- * graph/, reorder/, partition/), one .c file per kernel family; their prototypes are in kernels.h. */
+ * graph/, reorder/, partition/, cache/), one .c file per kernel family; their prototypes are in kernels.h. */
 #define STRATA_NATIVE_IMPORT_ARRAY
 #include "common.h"
 #include "kernels.h"
@@ -82,6 +82,13 @@ static PyMethodDef methods[] = {
     SK_METHOD(csr_aggregate, "indptr, indices, weights",
               "Sort each row by column and merge duplicate columns (weights summed) in place.\n"
               "Returns (indptr, nnz)."),
+
+    /* ---- cache/: feature-cache simulation and maintenance (Ginex) ---- */
+    SK_METHOD(belady_changesets, "batch_ptr, ids, num_nodes, num_entries",
+              "Belady-optimal cache changesets of one superbatch (iteration i reads ids[batch_ptr[i]:batch_ptr[i+1]]).\n"
+              "Returns (init_ids, update_ptr, in_ids, out_ids, in_positions, hits)."),
+    SK_METHOD(cache_update, "cache, address_table, batch_rows, in_ids, out_ids, in_positions, num_threads=0",
+              "In-place cache update: the slot of out_ids[k] receives batch_rows[in_positions[k]] for in_ids[k]."),
     {NULL, NULL, 0, NULL},
 };
 
@@ -89,7 +96,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "storage_kernels._native",
     "Native kernels of Strata: storage I/O (direct reads, gathers, packing), CSR construction and sampling,\n"
-    "reordering and partitioning.\n\n"
+    "reordering and partitioning, feature-cache changesets.\n\n"
     "Import the wrappers in storage_kernels.kernels rather than this module.",
     -1,
     methods,

@@ -10,7 +10,7 @@ by the pack stage) names its tier, and leaves the rest to the tier it wraps (its
 
 :class:`TieredSource` turns a chain into a :class:`FeatureSource` (what ``BatchLoader`` and ``train`` call),
 with a read stage (I/O) separate from the assemble stage (gathers in node order, H2D copies).
-:func:`tiered_source` composes one from parts; the three sources Strata trains from are compositions:
+:func:`tiered_source` composes one from parts; the sources Strata trains from are compositions:
 
 ``InMemoryFeatures(features)``
     one :class:`MemoryTier` over the whole matrix (counted as the CPU tier). The reference.
@@ -18,6 +18,9 @@ with a read stage (I/O) separate from the assemble stage (gathers in node order,
     the whole chain over a ``pack`` artifact (DiskGNN's store without its disk-cache level).
 ``NaiveDiskFeatures(features_path)``
     one :class:`FileTier` without merging: each needed row is its own aligned direct read, every time.
+``GinexFeatures(changes_dir, samples, features_path)``
+    a CPU cache changed after every training batch by precomputed Belady-optimal changesets (Ginex), over
+    the feature file (:mod:`trainer.features.ginex`).
 
 Counters (units in the names): ``bytes_read`` (per tier and summed), ``rows_by_tier`` (keys ``gpu``, ``cpu``,
 ``packed``, ``file``: ``Tier.label``), ``hit_rate``, ``direct_io`` / ``fallback_reason`` (why ``O_DIRECT`` is
@@ -30,6 +33,7 @@ from storage_kernels.arrays import DATA_ALIGN as BLOCK_BYTES  # O_DIRECT unit of
 from trainer.features.base import FeatureSource, FeatureTier, NodeBatch, TierRead, check_rows
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.file import FileRows, FileTier
+from trainer.features.ginex import GinexFeatures
 from trainer.features.packed import PackedChunkTier
 from trainer.features.source import (
     BatchRead,
@@ -50,6 +54,7 @@ __all__ = [
     "FileRows",
     "FileTier",
     "GPUCacheTier",
+    "GinexFeatures",
     "InMemoryFeatures",
     "MemoryTier",
     "NaiveDiskFeatures",

@@ -80,7 +80,8 @@ class TieredSource:
         self.store = store
         self.device = torch.device(device)
         self.name = type(self).__name__
-        if store is None and len(self.tiers) > 1:
+        # several tiers need per-node addresses: a store's, or a subclass's own (``addresses`` overridden)
+        if store is None and len(self.tiers) > 1 and type(self).addresses is TieredSource.addresses:
             raise ValueError(f"'{self.name}' expected a packed store to address {len(self.tiers)} tiers "
                              f"({', '.join(t.tier.label for t in self.tiers)}) (got store=None)")
         if store is not None and store.feature_dim != top.feature_dim:
