@@ -397,6 +397,10 @@ def train(
     # ------------------------------------------------------------------ setup
     ddp = DistributedRun.start(cfg.distributed, resolve_device(cfg.device))  # None: a single process
     device = ddp.device if ddp else torch.device(resolve_device(cfg.device))
+    if ddp and getattr(source, "train_hook", None) is not None:
+        ddp.close()  # a policy's split forward and cache are per process: they do not go through DDP
+        raise ValueError(f"'train.distributed' expected a policy without a train hook (got "
+                         f"{type(source.train_hook).__name__})")
     if ddp and not ddp.is_main:  # only rank 0 logs and writes checkpoints
         tracker, cfg = None, dataclasses.replace(cfg, checkpoint_path="")
     eval_source = source if eval_source is None else eval_source
@@ -440,9 +444,6 @@ def train(
             if ddp:
                 train_ids = ddp.shard(train_ids)  # this rank's share, as many as every other rank's
             hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
-            if hook and ddp:
-                raise ValueError(f"'train.distributed' expected a policy without a train hook (got "
-                                 f"{type(hook).__name__}: its split forward and cache are per process)")
             loader = BatchLoader(hook.samples if hook else samples, source, train_ids, labels, cfg.prefetch, device,
                                  cfg.sequential)
             stats = train_epoch(state, loader, source, hook.forward if hook else None)

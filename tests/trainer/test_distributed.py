@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from storage_kernels.sampleset import SampleSet
 from trainer.config import TrainConfig
 from trainer.distributed import DistributedRun, shard_batches
-from trainer.features import PackedFeatures
+from trainer.features import InMemoryFeatures, PackedFeatures
 from trainer.loader import BatchLoader
 from trainer.models import build_model, model_options
 from trainer.train import eval_batch_ids, evaluate, load_checkpoint, train
@@ -91,6 +91,18 @@ def test_single_process_without_launcher_is_not_distributed(monkeypatch) -> None
     for key in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
     assert DistributedRun.start(False, "cpu") is None
+
+
+def test_a_policy_train_hook_is_refused_and_the_group_closed(dataset, monkeypatch) -> None:
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+
+    class HookedSource(InMemoryFeatures):  # a policy's own forward (outre's HistoryHook) is per process
+        train_hook = staticmethod(lambda: None)
+
+    with pytest.raises(ValueError, match="'train.distributed' expected a policy without a train hook"):
+        train(CFG, dataset.samples, HookedSource(dataset.features), dataset.labels)
+    assert not torch.distributed.is_initialized()
 
 
 def test_two_ranks_stay_in_sync_and_match_the_averaged_gradient_reference(dataset, packed_dir, tmp_path) -> None:
