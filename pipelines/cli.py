@@ -377,8 +377,10 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
     for key in ("tracking_uri", "run_id", "model_name", "model_version", "champion_version"):
         registry.add_row(key, _fmt(ml.get(key)))
     out.print(registry)
+    run = (f"Dagster UI: [bold]strata ui --root {summary['root']}[/]   (run {summary['dagster_run_id']})"
+           if summary["dagster_run_id"] else f"torchrun:   {summary.get('world_size')} ranks (not a Dagster run)")
     out.print(
-        f"Dagster UI: [bold]strata ui --root {summary['root']}[/]   (run {summary['dagster_run_id']})\n"
+        f"{run}\n"
         f"MLflow UI:  [bold]mlflow ui --backend-store-uri {ml['tracking_uri']}[/]",
         highlight=False,
     )
@@ -397,6 +399,11 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         _fail(f"'--until' expected one of {', '.join(STAGE_NAMES)} (got {until!r})", code=2)
     selected = [s.name for s in stages_until(until)] if until else list(STAGE_NAMES)
     paths = _paths(root)
+    from pipelines.distributed import launched_by_torchrun
+
+    if launched_by_torchrun():  # one rank of a data parallel job: no Dagster (pipelines/distributed.py)
+        _run_torchrun(cfg, paths, json_out, verbose, until)
+        return
 
     import dagster as dg
     from dagster import DagsterInstance
@@ -427,6 +434,27 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         _fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n"
               + _failure_message(result, verbose))
     summary = _summary(result, cfg, paths)
+    summary["seconds"] = round(time.perf_counter() - start, 3)
+    if json_out:
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
+        sys.stdout.flush()
+    else:
+        _print_summary(summary)
+
+
+def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbose: bool, until: str | None
+                  ) -> None:
+    """This rank's part of ``run_distributed``; rank 0 prints the summary, the others print nothing."""
+    from pipelines.distributed import run_distributed
+
+    start = time.perf_counter()
+    try:
+        with _quiet_libraries(verbose):
+            summary = run_distributed(cfg, paths, until)
+    except (ValueError, RuntimeError) as e:
+        _fail(f"strata {until or 'run'} under torchrun for {cfg.dataset_name!r} failed: {e}")
+    if summary is None:
+        return
     summary["seconds"] = round(time.perf_counter() - start, 3)
     if json_out:
         sys.stdout.write(json.dumps(summary, default=str) + "\n")

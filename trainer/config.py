@@ -80,6 +80,9 @@ class TrainConfig:
     # checkpoints
     checkpoint_path: str = setting("", "Write a checkpoint here after every epoch ('' = none).", artifact=False)
     resume: str = setting("", "Continue from this checkpoint ('' = train from scratch).", artifact=False)
+    # data parallel (trainer.distributed; the world size enters the train artifact's version)
+    distributed: bool = setting(False, "DistributedDataParallel over the torchrun ranks (also on when RANK and "
+                                "WORLD_SIZE are set); alone, a world of one.", artifact=False)
 
     def __post_init__(self) -> None:
         checks = {

@@ -15,6 +15,7 @@ are its plain dict of tensors and primitives, written with ``torch.save`` and re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from storage_kernels.packstore import Tier
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
+from trainer.distributed import DistributedRun
 from trainer.features import FeatureSource
 from trainer.loader import BatchLoader, LoadedBatch, Samples
 from trainer.models import GraphModel, build_model, model_options
@@ -388,10 +390,19 @@ def train(
     ``samples`` is a ``SampleSet``; ``source`` a feature source (``trainer.features``) for the train
     batches and ``eval_source`` (default ``source``) for the val/test batches; ``labels`` int64 (N,).
     ``tracker.log_params`` gets the flat config, ``tracker.log_metrics`` the per-epoch metrics;
-    ``progress(epoch, metrics)`` is called after each epoch.
+    ``progress(epoch, metrics)`` is called after each epoch. Under torchrun (or ``cfg.distributed``) every
+    rank calls this and trains its share of the batches data parallel (``trainer.distributed``); only rank 0
+    logs and checkpoints.
     """
     # ------------------------------------------------------------------ setup
-    device = torch.device(resolve_device(cfg.device))
+    ddp = DistributedRun.start(cfg.distributed, resolve_device(cfg.device))  # None: a single process
+    device = ddp.device if ddp else torch.device(resolve_device(cfg.device))
+    if ddp and getattr(source, "train_hook", None) is not None:
+        ddp.close()  # a policy's split forward and cache are per process: they do not go through DDP
+        raise ValueError(f"'train.distributed' expected a policy without a train hook (got "
+                         f"{type(source.train_hook).__name__})")
+    if ddp and not ddp.is_main:  # only rank 0 logs and writes checkpoints
+        tracker, cfg = None, dataclasses.replace(cfg, checkpoint_path="")
     eval_source = source if eval_source is None else eval_source
     labels = _check_inputs(cfg, samples, labels)
     num_classes = cfg.num_classes or int(labels.max()) + 1
@@ -410,13 +421,16 @@ def train(
         state = _resume(cfg.resume, model, optimizer, model_args, cfg.to_dict(), device)
     else:
         state = TrainState(model, optimizer, model_args, cfg.to_dict(), device)
+    if ddp:
+        state.model = ddp.wrap(model)  # trains through DDP; evaluation and state_dict use the plain model
     if tracker is not None:
         tracker.log_params(cfg.to_dict())
 
     # ------------------------------------------------------------------ evaluation helper
     def evaluate_split(split: str) -> float:
-        loader = BatchLoader(samples, eval_source, eval_ids[split], labels, cfg.prefetch, device, cfg.sequential)
-        return evaluate(model, loader, device)
+        ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
+        loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
+        return ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
 
     # ------------------------------------------------------------------ epoch loop
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0}
@@ -427,10 +441,14 @@ def train(
             if not train_ids:
                 raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} "
                                  "(got none)")
+            if ddp:
+                train_ids = ddp.shard(train_ids)  # this rank's share, as many as every other rank's
             hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
             loader = BatchLoader(hook.samples if hook else samples, source, train_ids, labels, cfg.prefetch, device,
                                  cfg.sequential)
             stats = train_epoch(state, loader, source, hook.forward if hook else None)
+            if ddp:
+                stats = ddp.reduce_stats(stats, model)  # every rank reports the same numbers
 
             # evaluate
             val_acc = float("nan")
@@ -460,4 +478,6 @@ def train(
                 save_checkpoint(cfg.checkpoint_path, state.to_checkpoint())
 
     # ------------------------------------------------------------------ termination
+    if ddp:
+        ddp.close()
     return state.result(timers)

@@ -12,7 +12,7 @@ from typing import Any
 from pipelines.config import PipelineConfig, artifact_params
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["Progress", "StageResult", "materialize", "peak_rss_mb"]
+__all__ = ["Progress", "StageResult", "materialize", "peak_rss_mb", "stage_version"]
 
 # A progress callback: (description, completed, total). The CLI renders it with rich; tests pass None.
 Progress = Callable[[str, int, int], None]
@@ -46,6 +46,14 @@ def peak_rss_mb() -> float:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def stage_version(store: ArtifactStore, cfg: PipelineConfig, stage: str, format_version: int,
+                  upstream: Mapping[str, Artifact], *, also: Iterable[str] = (),
+                  derived: Mapping[str, Any] | None = None) -> str:
+    """The version :func:`materialize` gives ``stage``'s artifact for these inputs (nothing is built)."""
+    params = {**artifact_params(cfg, stage, also), **(derived or {})}
+    return store.version_for(stage, format_version, params, {name: art.version for name, art in upstream.items()})
 
 
 def materialize(

@@ -18,14 +18,15 @@ from pipelines.config import PipelineConfig
 from pipelines.formatting import format_bytes, markdown_table
 from pipelines.policies import POLICIES, FeatureInputs
 from pipelines.settings import StrataPaths
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.stages.common import Progress, StageResult, materialize, stage_version
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 if TYPE_CHECKING:
     from trainer.features import FeatureSource
 
-__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "load_model", "open_features", "run", "summary"]
+__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "load_model", "open_features", "run", "summary",
+           "train_rank", "version"]
 
 FORMAT_VERSION = 1
 #: Configuration this stage reads beyond its own section (it enters the artifact version).
@@ -87,7 +88,40 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                               "device": device, "policy": cfg.policy})
 
     return materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
-                       derived={"device": device})
+                       derived=_derived(device))
+
+
+def _derived(device: str) -> dict[str, Any]:
+    """Computed values that change the artifact: the device, and the world size of a data parallel run
+    (its ranks average the gradients of world-size batches per step)."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return {"device": device, **({"world_size": world} if world > 1 else {})}
+
+
+def version(store: ArtifactStore, cfg: PipelineConfig, upstream: dict[str, Artifact]) -> str:
+    """The version :func:`run` gives the artifact for these upstream artifacts (in this process group)."""
+    from trainer.device import resolve_device
+
+    return stage_version(store, cfg, "train", FORMAT_VERSION, upstream, also=ALSO_READS,
+                         derived=_derived(resolve_device(cfg.train.device)))
+
+
+def train_rank(cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, pack: Artifact) -> None:
+    """A data parallel rank other than 0: the same ``train`` call as :func:`run`'s, with nothing logged or
+    written (rank 0's :func:`run` writes the artifact and the MLflow run)."""
+    from trainer.device import resolve_device
+    from trainer.train import train
+
+    device = resolve_device(cfg.train.device)
+    sample_set = SampleSet(sample.path)
+    labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+    source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
+    try:
+        train(dataclasses.replace(cfg.train, device=device), sample_set, source, labels)
+    finally:
+        source.close()
 
 
 def _headline(result: Any, source: Any) -> dict[str, Any]:
