@@ -26,8 +26,6 @@ __all__ = ["ArtifactEffect", "TrainConfig", "artifact_effect", "setting"]
 #: method selected for the stage declares that it reads the field ("selected").
 ArtifactEffect = bool | Literal["selected"]
 _ARTIFACT_KEY = "strata_artifact"
-PATIENCE = 20
-MIN_DELTA = 0.0
 
 
 def setting(default: Any = PydanticUndefined, description: str = "", *, artifact: ArtifactEffect = True,
@@ -71,9 +69,9 @@ class TrainConfig:
     epochs: int = setting(200, "Maximum training epochs (early stopping usually ends sooner); epoch e uses the "
                                 "train batches of sample epoch e % sample.epochs.")
     eval_every: int = setting(1, "Evaluate on the validation batches every N epochs (and after the last one).")
-    patience: int = setting(PATIENCE, "Early stopping: stop at an evaluation when validation accuracy has not "
+    patience: int = setting(10, "Early stopping: stop at an evaluation when validation accuracy has not "
                                       "improved for this many epochs; the best weights are restored. 0 = never.")
-    min_delta: float = setting(MIN_DELTA, "Early stopping: an improvement must exceed the best validation "
+    min_delta: float = setting(0.001, "Early stopping: an improvement must exceed the best validation "
                                           "accuracy by more than this to count.")
     seed: int = setting(0, "Seed of model initialisation and dropout.")
     deterministic: bool = setting(True, "torch.use_deterministic_algorithms (warn only where an op has none).")
