@@ -66,8 +66,13 @@ class TrainConfig:
     lr: float = setting(0.01, "Adam learning rate.")
     weight_decay: float = setting(5e-4, "Adam weight decay (L2 penalty).")
     # loop
-    epochs: int = setting(5, "Training epochs; epoch e uses the train batches of sample epoch e % sample.epochs.")
+    epochs: int = setting(200, "Maximum training epochs (early stopping usually ends sooner); epoch e uses the "
+                                "train batches of sample epoch e % sample.epochs.")
     eval_every: int = setting(1, "Evaluate on the validation batches every N epochs (and after the last one).")
+    patience: int = setting(10, "Early stopping: stop at an evaluation when validation accuracy has not "
+                                      "improved for this many epochs; the best weights are restored. 0 = never.")
+    min_delta: float = setting(0.001, "Early stopping: an improvement must exceed the best validation "
+                                          "accuracy by more than this to count.")
     seed: int = setting(0, "Seed of model initialisation and dropout.")
     deterministic: bool = setting(True, "torch.use_deterministic_algorithms (warn only where an op has none).")
     num_threads: int = setting(0, "torch intra-op threads while training; 0 = leave torch's setting.",
@@ -79,6 +84,8 @@ class TrainConfig:
     device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
     # checkpoints
     checkpoint_path: str = setting("", "Write a checkpoint here after every epoch ('' = none).", artifact=False)
+    checkpoint_every: int = setting(0, "Also checkpoint every N training batches (steps), mid-epoch; 0 = only "
+                                       "after each epoch. Needs checkpoint_path.", artifact=False)
     resume: str = setting("", "Continue from this checkpoint ('' = train from scratch).", artifact=False)
     # data parallel (trainer.distributed; the world size enters the train artifact's version)
     distributed: bool = setting(False, "DistributedDataParallel over the torchrun ranks (also on when RANK and "
@@ -95,6 +102,9 @@ class TrainConfig:
             "weight_decay": self.weight_decay >= 0.0,
             "epochs": self.epochs >= 1,
             "eval_every": self.eval_every >= 1,
+            "patience": self.patience >= 0,
+            "min_delta": 0.0 <= self.min_delta < 1.0,
+            "checkpoint_every": self.checkpoint_every >= 0,
             "prefetch": self.prefetch >= 1,
             "num_threads": self.num_threads >= 0,
             "model": bool(self.model),
@@ -103,6 +113,9 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"'TrainConfig.{name}' expected a value in range (got {getattr(self, name)!r})")
+        if self.checkpoint_every and not self.checkpoint_path:
+            raise ValueError(f"'TrainConfig.checkpoint_every' expected a checkpoint_path to write to "
+                             f"(got checkpoint_every={self.checkpoint_every} and checkpoint_path='')")
 
     def selected_reads(self) -> frozenset[str]:
         """The ``artifact="selected"`` fields the selected model reads (its registry entry's ``reads``)."""

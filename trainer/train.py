@@ -1,15 +1,21 @@
 """Train a registered model on offline-sampled batches through a feature source; evaluate; checkpoint.
 
 ``train(cfg, samples, source, labels)`` reads top to bottom by phase: setup, model init (scratch or resume),
-optimizer, evaluation helper, then the epoch loop ("forward backward update", "evaluate", "timing and
-logging", "checkpoint") and termination. The phases call small functions: :func:`train_epoch`,
-:func:`evaluate`, :meth:`TrainState.to_checkpoint`. One epoch is the train batches of sample epoch
-``epoch % samples.epochs``, so training epochs beyond the sampled ones reuse samples (DiskGNN cites sample
-reuse as harmless to accuracy).
+optimizer, evaluation helper, then the epoch loop ("forward backward update", "evaluate and early stopping",
+"timing and logging", "checkpoint") and termination (best weights restored, test accuracy). The phases call
+small functions: :func:`train_epoch`, :func:`evaluate`, :meth:`TrainState.to_checkpoint`. One epoch is the
+train batches of sample epoch ``epoch % samples.epochs``, so training epochs beyond the sampled ones reuse
+samples (DiskGNN cites sample reuse as harmless to accuracy).
 
-Everything that changes while training and must survive a restart is one :class:`TrainState`. Checkpoints
-are its plain dict of tensors and primitives, written with ``torch.save`` and read back with
-``torch.load(weights_only=True)``: nothing is ever unpickled.
+Early stopping: at each evaluation, a validation accuracy above the best by more than ``cfg.min_delta`` is a
+new best (its weights are copied to the host); when ``cfg.patience`` epochs passed since the best, training
+stops. At the end the best weights are loaded back into the model and the test split is evaluated once.
+
+Everything that changes while training and must survive a restart is one :class:`TrainState`, including the
+position inside an epoch (:class:`EpochProgress`): with ``cfg.checkpoint_every`` a checkpoint is also written
+every N steps, and a run resumed from it continues at the next batch and ends with the same weights as an
+uninterrupted one (same seed, deterministic mode). Checkpoints are plain dicts of tensors and primitives
+(``trainer.checkpoint``): nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels.packstore import Tier
+from trainer.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.distributed import DistributedRun
@@ -39,6 +45,7 @@ from trainer.models import GraphModel, build_model, model_options
 __all__ = [
     "CHECKPOINT_FORMAT",
     "STAGE_BUSY_TIMERS",
+    "EpochProgress",
     "EpochStats",
     "TrainResult",
     "TrainHook",
@@ -54,7 +61,6 @@ __all__ = [
     "train_epoch",
 ]
 
-CHECKPOINT_FORMAT = "strata-checkpoint-v1"
 _HISTORY = ("losses", "train_acc", "val_accs", "epoch_s")  # per-epoch lists of a TrainState
 _CACHE_TIERS = (Tier.GPU.label, Tier.CPU.label)  # rows counted as cache hits
 
@@ -97,8 +103,10 @@ class TrainResult:
     train_acc: list[float]  # train accuracy per epoch (over the seeds, dropout on)
     val_accs: list[float]  # val accuracy per epoch (nan where not evaluated)
     val_acc: float  # best val accuracy
-    test_acc: float  # test accuracy at the best val epoch
+    test_acc: float  # test accuracy of the best weights (nan when validation never improved)
     best_epoch: int
+    stopped_epoch: int  # the last epoch trained (early stopping or cfg.epochs - 1)
+    early_stopped: bool  # whether patience ended the run before cfg.epochs
     epoch_s: list[float]  # train-loop wall time per epoch (evaluation excluded)
     bytes_read: int  # feature bytes read from disk by the training batches (evaluation excluded)
     read_requests: int  # read requests the training batches issued to the disk (evaluation excluded)
@@ -151,13 +159,50 @@ def _cpu_copy(model: GraphModel) -> dict[str, torch.Tensor]:
 
 
 @dataclass
+class EpochProgress:
+    """The epoch in progress: batches finished and running sums, checkpointed so that an epoch resumed mid-way
+    reports the same loss and accuracy as an uninterrupted one. The sums stay on the device (no host sync in
+    the step loop)."""
+
+    batch: int  # train batches of the epoch finished so far
+    loss_sum: torch.Tensor  # () float32: summed batch losses
+    correct: torch.Tensor  # () int64: correct labelled seeds
+    seen: torch.Tensor  # () int64: labelled seeds
+    bytes_read: int = 0  # feature bytes the source read for the epoch (includes batches read ahead)
+    read_requests: int = 0  # read requests the source issued for the epoch (likewise)
+    rows: dict[str, int] = field(default_factory=dict)  # rows served per tier label
+    elapsed_s: float = 0.0  # wall time of the epoch's steps so far
+
+    @classmethod
+    def start(cls, device: torch.device) -> EpochProgress:
+        """Nothing done yet."""
+        return cls(0, torch.zeros((), device=device), torch.zeros((), dtype=torch.int64, device=device),
+                   torch.zeros((), dtype=torch.int64, device=device))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Checkpoint form (tensors and primitives)."""
+        return {"batch": self.batch, "loss_sum": self.loss_sum, "correct": self.correct, "seen": self.seen,
+                "bytes_read": self.bytes_read, "read_requests": self.read_requests, "rows": dict(self.rows),
+                "elapsed_s": self.elapsed_s}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], device: torch.device) -> EpochProgress:
+        """Inverse of :meth:`to_dict`, the sums moved to ``device``."""
+        return cls(int(d["batch"]), d["loss_sum"].to(device), d["correct"].to(device), d["seen"].to(device),
+                   int(d["bytes_read"]), int(d["read_requests"]), {k: int(v) for k, v in d["rows"].items()},
+                   float(d["elapsed_s"]))
+
+
+@dataclass
 class TrainState:
     """Everything that changes while training and must survive a restart (the checkpoint's content).
 
-    ``epoch`` is the last finished epoch (-1 before the first); ``best`` holds ``val_acc``, ``test_acc`` and
-    ``epoch`` of the best validation so far and ``best_state`` its CPU weights; ``counters`` the training
-    batches' ``bytes_read``, ``read_requests`` and ``rows`` per tier label; ``rng_state`` / ``cuda_rng_state``
-    the generators at the last checkpoint (dropout continues where it stopped).
+    The position is (``epoch`` + 1, ``progress.batch``): ``epoch`` is the last finished epoch (-1 before the
+    first) and ``progress`` the one in progress; ``step`` counts optimizer steps over the run. ``best`` holds
+    ``val_acc``, ``test_acc`` and ``epoch`` of the best validation so far and ``best_state`` its CPU weights;
+    ``stopped_epoch`` is the epoch early stopping ended the run at (-1 while it runs). ``counters`` holds the
+    finished epochs' ``bytes_read``, ``read_requests`` and ``rows`` per tier label; ``rng_state`` /
+    ``cuda_rng_state`` the generators at the last checkpoint (dropout continues where it stopped).
     """
 
     model: GraphModel
@@ -173,10 +218,15 @@ class TrainState:
         "bytes_read": 0, "read_requests": 0, "rows": {t.label: 0 for t in Tier.readable()}})
     rng_state: torch.Tensor | None = None
     cuda_rng_state: torch.Tensor | None = None
+    step: int = 0
+    progress: EpochProgress | None = None
+    stopped_epoch: int = -1
 
     def __post_init__(self) -> None:
         if not self.best_state:  # before any evaluation the best weights are the initial ones
             self.best_state = _cpu_copy(self.model)
+        if self.progress is None:
+            self.progress = EpochProgress.start(self.device)
 
     # ---------------------------------------------------------------------------------------- updates
     def record_epoch(self, epoch: int, stats: EpochStats, val_acc: float) -> None:
@@ -188,21 +238,28 @@ class TrainState:
         for k, v in stats.rows.items():
             self.counters["rows"][k] = self.counters["rows"].get(k, 0) + v
         self.epoch = epoch
+        self.progress = EpochProgress.start(self.device)
 
     def record_best(self, val_acc: float, test_acc: float, epoch: int) -> None:
         """A new best validation accuracy: remember it and copy the weights to the host."""
         self.best = {"val_acc": val_acc, "test_acc": test_acc, "epoch": epoch}
         self.best_state = _cpu_copy(self.model)
 
+    def restore_best(self) -> None:
+        """Load the best weights back into the model (the initial ones if validation never improved)."""
+        self.model.load_state_dict(self.best_state)
+
     # ---------------------------------------------------------------------------------------- checkpoint
     def to_checkpoint(self) -> dict[str, Any]:
         """The checkpoint dict (``CHECKPOINT_FORMAT``); captures the random generators now."""
         self.rng_state = torch.get_rng_state()
+        assert self.progress is not None
         ckpt: dict[str, Any] = {
             "format": CHECKPOINT_FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "model_args": self.model_args, "config": self.config, "epoch": self.epoch, "history": self.history,
             "best": self.best, "best_state_dict": self.best_state, "counters": self.counters,
-            "rng_state": self.rng_state,
+            "rng_state": self.rng_state, "step": self.step, "batch": self.progress.batch,
+            "progress": self.progress.to_dict(), "early_stopping": {"stopped_epoch": self.stopped_epoch},
         }
         if self.device.type == "cuda":
             self.cuda_rng_state = torch.cuda.get_rng_state(self.device)
@@ -217,8 +274,10 @@ class TrainState:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         return cls(
-            model=model, optimizer=optimizer, model_args=_model_args_of(ckpt), config=config, device=device,
-            epoch=int(ckpt["epoch"]),
+            model=model, optimizer=optimizer, model_args=dict(ckpt["model_args"]), config=config, device=device,
+            epoch=int(ckpt["epoch"]), step=int(ckpt["step"]),
+            progress=EpochProgress.from_dict(ckpt["progress"], device),
+            stopped_epoch=int(ckpt["early_stopping"]["stopped_epoch"]),
             history={k: list(v) for k, v in ckpt["history"].items()},
             best=dict(ckpt["best"]),
             best_state={k: v.cpu() for k, v in ckpt["best_state_dict"].items()},
@@ -236,13 +295,14 @@ class TrainState:
         if self.device.type == "cuda" and self.cuda_rng_state is not None:
             torch.cuda.set_rng_state(self.cuda_rng_state, self.device)
 
-    def result(self, timers: dict[str, float]) -> TrainResult:
-        """The run's :class:`TrainResult`."""
+    def result(self, timers: dict[str, float], max_epochs: int) -> TrainResult:
+        """The run's :class:`TrainResult` (``max_epochs``: the configured epochs)."""
         rows = self.counters["rows"]
         total = sum(rows.values())
         return TrainResult(
             losses=self.history["losses"], train_acc=self.history["train_acc"], val_accs=self.history["val_accs"],
             val_acc=self.best["val_acc"], test_acc=self.best["test_acc"], best_epoch=self.best["epoch"],
+            stopped_epoch=self.epoch, early_stopped=0 <= self.stopped_epoch < max_epochs - 1,
             epoch_s=self.history["epoch_s"], bytes_read=self.counters["bytes_read"],
             read_requests=self.counters["read_requests"],
             cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
@@ -250,35 +310,9 @@ class TrainState:
         )
 
 
-def _model_args_of(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's ``model_args`` with the model name (v1 checkpoints from before the registry: graphsage)."""
-    return {"model": "graphsage", **ckpt["model_args"]}
-
-
 def eval_batch_ids(samples: TrainSamples, split: str) -> list[int]:
     """Evaluation batches of ``split``: those of sample epoch 0, or all of them if epoch 0 has none."""
     return samples.batch_ids(split, 0) or samples.batch_ids(split)
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint dict (weights only: no unpickling of arbitrary objects)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"'checkpoint' expected a file at {path} (got no such file)")
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        got = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ValueError(f"'{path}' expected a {CHECKPOINT_FORMAT} checkpoint (got {got!r})")
-    return ckpt
-
-
-def save_checkpoint(path: str | Path, ckpt: dict[str, Any]) -> None:
-    """Write a checkpoint dict atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(ckpt, tmp)
-    os.replace(tmp, path)  # readers never see a half-written checkpoint
 
 
 @contextlib.contextmanager
@@ -301,18 +335,33 @@ def _torch_modes(deterministic: bool, num_threads: int) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------------- phases
 def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
-                forward: Callable[[GraphModel, LoadedBatch], torch.Tensor] | None = None) -> EpochStats:
-    """One pass over ``loader``'s batches: forward, backward, update. ``source`` is the loader's feature
-    source (its counters give the pass's I/O); ``forward(model, batch)`` replaces ``model(x, blocks)``
-    (a policy's :class:`TrainHook`)."""
-    model, optimizer, device = state.model, state.optimizer, state.device
-    bytes_before, rows_before = source.bytes_read, dict(source.rows_by_tier)
-    requests_before = source.read_requests
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    seen = torch.zeros((), dtype=torch.int64, device=device)
-    model.train()
+                forward: Callable[[GraphModel, LoadedBatch], torch.Tensor] | None = None,
+                num_batches: int | None = None, after_step: Callable[[int], None] | None = None) -> EpochStats:
+    """Forward, backward, update over ``loader``'s batches: the rest of the epoch in ``state.progress``.
+
+    ``source`` is the loader's feature source (its counters give the pass's I/O); ``forward(model, batch)``
+    replaces ``model(x, blocks)`` (a policy's :class:`TrainHook`); ``num_batches`` is the epoch's batches in
+    all (default ``len(loader)``: a fresh epoch), the loss's denominator; ``after_step(batch)`` is called after
+    each step with the batches finished, ``state.progress`` and ``state.step`` up to date (a checkpoint taken
+    there resumes at the next batch).
+    """
+    model, optimizer, p = state.model, state.optimizer, state.progress
+    assert p is not None
+    num_batches = len(loader) if num_batches is None else num_batches
     t0 = time.perf_counter()
+    mark = [source.bytes_read, source.read_requests, dict(source.rows_by_tier), t0]
+
+    def sync() -> None:  # fold the source's counters and the wall time since the last sync into the progress
+        rows = source.rows_by_tier
+        p.bytes_read += source.bytes_read - mark[0]
+        p.read_requests += source.read_requests - mark[1]
+        for k, v in rows.items():
+            p.rows[k] = p.rows.get(k, 0) + v - mark[2].get(k, 0)
+        now = time.perf_counter()
+        p.elapsed_s += now - mark[3]
+        mark[:] = [source.bytes_read, source.read_requests, dict(rows), now]
+
+    model.train()
     for lb in loader:
         # forward backward update
         logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
@@ -321,19 +370,23 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
         loss.backward()
         optimizer.step()
         # running sums stay on the device: no host sync inside the step loop
-        loss_sum += loss.detach()
+        p.loss_sum += loss.detach()
         labelled = lb.y >= 0
-        correct += (logits.detach().argmax(dim=1) == lb.y)[labelled].sum()
-        seen += labelled.sum()
-    loss_mean = loss_sum.item() / len(loader)  # note: CPU-GPU sync point, waits for the last step
-    epoch_s = time.perf_counter() - t0
-    train_acc = correct.item() / max(seen.item(), 1)  # already synced above: no extra wait
-    rows = {k: v - rows_before.get(k, 0) for k, v in source.rows_by_tier.items()}
+        p.correct += (logits.detach().argmax(dim=1) == lb.y)[labelled].sum()
+        p.seen += labelled.sum()
+        p.batch += 1
+        state.step += 1
+        if after_step is not None:
+            sync()
+            after_step(p.batch)
+    loss_mean = p.loss_sum.item() / max(num_batches, 1)  # note: CPU-GPU sync point, waits for the last step
+    sync()
+    pass_s = time.perf_counter() - t0  # this pass only (a resumed epoch's loader timed only this pass too)
+    train_acc = p.correct.item() / max(p.seen.item(), 1)  # already synced above: no extra wait
     timers = dict(loader.timers)
-    timers["compute_busy_s"] = max(epoch_s - timers.get("wait_s", 0.0), 0.0)  # the consumer stage's work
-    return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=epoch_s,
-                      bytes_read=source.bytes_read - bytes_before,
-                      read_requests=source.read_requests - requests_before, rows=rows, timers=timers)
+    timers["compute_busy_s"] = max(pass_s - timers.get("wait_s", 0.0), 0.0)  # the consumer stage's work
+    return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=p.elapsed_s, bytes_read=p.bytes_read,
+                      read_requests=p.read_requests, rows=dict(p.rows), timers=timers)
 
 
 @torch.no_grad()
@@ -368,8 +421,8 @@ def _check_inputs(cfg: TrainConfig, samples: TrainSamples, labels: np.ndarray) -
 def _resume(path: str, model: GraphModel, optimizer: torch.optim.Optimizer, model_args: dict[str, Any],
             config: dict[str, Any], device: torch.device) -> TrainState:
     ckpt = load_checkpoint(path, map_location=device)
-    if _model_args_of(ckpt) != model_args:
-        raise ValueError(f"'{path}' expected model_args {model_args} (got {_model_args_of(ckpt)})")
+    if ckpt["model_args"] != model_args:
+        raise ValueError(f"'{path}' expected model_args {model_args} (got {ckpt['model_args']})")
     state = TrainState.from_checkpoint(ckpt, model, optimizer, config, device)
     state.restore_rng()  # dropout continues where it stopped
     return state
@@ -383,16 +436,18 @@ def train(
     eval_source: FeatureSource | None = None,
     tracker: Tracker | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train ``cfg.model`` for ``cfg.epochs`` epochs and return losses, accuracies, timings and the best
-    weights.
+    """Train ``cfg.model`` for at most ``cfg.epochs`` epochs (early stopping after ``cfg.patience`` epochs
+    without a better validation accuracy) and return losses, accuracies, timings and the best weights.
 
     ``samples`` is a ``SampleSet``; ``source`` a feature source (``trainer.features``) for the train
     batches and ``eval_source`` (default ``source``) for the val/test batches; ``labels`` int64 (N,).
     ``tracker.log_params`` gets the flat config, ``tracker.log_metrics`` the per-epoch metrics;
-    ``progress(epoch, metrics)`` is called after each epoch. Under torchrun (or ``cfg.distributed``) every
-    rank calls this and trains its share of the batches data parallel (``trainer.distributed``); only rank 0
-    logs and checkpoints.
+    ``progress(epoch, metrics)`` is called after each epoch, ``on_step(epoch, batch)`` after each training
+    step (``batch`` steps of ``epoch`` done) and after the checkpoint that step may write. Under torchrun (or
+    ``cfg.distributed``) every rank calls this and trains its share of the batches data parallel
+    (``trainer.distributed``); only rank 0 logs and checkpoints.
     """
     # ------------------------------------------------------------------ setup
     ddp = DistributedRun.start(cfg.distributed, resolve_device(cfg.device))  # None: a single process
@@ -435,8 +490,9 @@ def train(
     # ------------------------------------------------------------------ epoch loop
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0}
     with _torch_modes(cfg.deterministic, cfg.num_threads):
-        for epoch in range(state.epoch + 1, cfg.epochs):
-            # forward backward update
+        epoch = state.epoch + 1
+        while epoch < cfg.epochs and state.stopped_epoch < 0:
+            # forward backward update (from the checkpointed batch when resuming mid-epoch)
             train_ids = samples.batch_ids("train", epoch % samples.epochs)
             if not train_ids:
                 raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} "
@@ -444,19 +500,30 @@ def train(
             if ddp:
                 train_ids = ddp.shard(train_ids)  # this rank's share, as many as every other rank's
             hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
-            loader = BatchLoader(hook.samples if hook else samples, source, train_ids, labels, cfg.prefetch, device,
-                                 cfg.sequential)
-            stats = train_epoch(state, loader, source, hook.forward if hook else None)
+            assert state.progress is not None
+            loader = BatchLoader(hook.samples if hook else samples, source, train_ids[state.progress.batch:], labels,
+                                 cfg.prefetch, device, cfg.sequential)
+
+            def after_step(batch: int, epoch: int = epoch, last: int = len(train_ids)) -> None:
+                if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0 and batch < last:
+                    save_checkpoint(cfg.checkpoint_path, state.to_checkpoint())  # mid-epoch position
+                if on_step is not None:
+                    on_step(epoch, batch)
+
+            step_hook = after_step if cfg.checkpoint_every or on_step is not None else None
+            stats = train_epoch(state, loader, source, hook.forward if hook else None, len(train_ids), step_hook)
             if ddp:
                 stats = ddp.reduce_stats(stats, model)  # every rank reports the same numbers
 
-            # evaluate
+            # evaluate and early stopping
             val_acc = float("nan")
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                 t0 = time.perf_counter()
                 val_acc = evaluate_split("val")
-                if val_acc > state.best["val_acc"]:
-                    state.record_best(val_acc, evaluate_split("test"), epoch)
+                if val_acc > state.best["val_acc"] + cfg.min_delta:
+                    state.record_best(val_acc, float("nan"), epoch)  # test: once, for the final best weights
+                if cfg.patience and not math.isnan(val_acc) and epoch - state.best["epoch"] >= cfg.patience:
+                    state.stopped_epoch = epoch
                 timers["eval_s"] += time.perf_counter() - t0
 
             # timing and logging
@@ -476,8 +543,14 @@ def train(
             # checkpoint
             if cfg.checkpoint_path:
                 save_checkpoint(cfg.checkpoint_path, state.to_checkpoint())
+            epoch += 1
 
-    # ------------------------------------------------------------------ termination
+        # -------------------------------------------------------------- termination: best weights, test split
+        state.restore_best()
+        if state.best["epoch"] >= 0:
+            t0 = time.perf_counter()
+            state.best["test_acc"] = evaluate_split("test")
+            timers["eval_s"] += time.perf_counter() - t0
     if ddp:
         ddp.close()
-    return state.result(timers)
+    return state.result(timers, cfg.epochs)

@@ -77,12 +77,16 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                 tracker.log_model_files(state_dict_path=state_path, artifact_path="model")
                 tracker.log_artifact(builder.dir / "model.json", "model")
                 headline = _headline(result, source)
-                tracker.log_metrics({k: v for k, v in headline.items() if isinstance(v, float)})
+                tracker.log_metrics({**{k: v for k, v in headline.items() if isinstance(v, float)},
+                                     "best_epoch": float(result.best_epoch),
+                                     "stopped_epoch": float(result.stopped_epoch)})
         finally:
             source.close()
         builder.write_json("history.json", {"loss": result.losses, "train_acc": result.train_acc,
                                             "val_acc": result.val_accs, "epoch_s": result.epoch_s,
-                                            "timers": result.timers})
+                                            "timers": result.timers, "best_epoch": result.best_epoch,
+                                            "stopped_epoch": result.stopped_epoch,
+                                            "early_stopped": result.early_stopped})
         builder.stats.update(headline)
         builder.stats.update({"mlflow_run_id": run_id, "mlflow_tracking_uri": paths.mlflow_tracking_uri,
                               "device": device, "policy": cfg.policy})
@@ -131,6 +135,8 @@ def _headline(result: Any, source: Any) -> dict[str, Any]:
         "val_acc": float(result.val_acc),
         "test_acc": float(result.test_acc),
         "best_epoch": int(result.best_epoch),
+        "stopped_epoch": int(result.stopped_epoch),  # the last epoch trained (early stopping or train.epochs)
+        "early_stopped": bool(result.early_stopped),
         "final_loss": float(result.losses[-1]),
         "epoch_s": float(np.mean(epochs)),
         "bytes_read": int(result.bytes_read),

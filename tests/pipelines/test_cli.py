@@ -75,6 +75,7 @@ def test_catalog_rebuild_empty_root(tmp_path: Path) -> None:
         (["nonsense"], "'--set' expected key=value (got 'nonsense')"),
         (["bogus.key=1"], "expected a key starting with one of"),
         (["sample.batch_size=zero"], "batch_size"),
+        (["train.checkpoint_every=5"], "'TrainConfig.checkpoint_every' expected a checkpoint_path"),
     ],
 )
 def test_run_rejects_bad_set_before_running(tmp_path: Path, overrides: list[str], message: str) -> None:
@@ -206,6 +207,11 @@ def test_config_show_prints_the_effective_config(tmp_path: Path) -> None:
     assert as_json.exit_code == 0, as_json.output
     doc = json.loads(as_json.stdout)
     assert doc["dataset"] == "demo" and doc["train"]["eval_every"] == 3 and doc["policy"] == "diskgnn"
+    every = runner.invoke(app, ["config", "show", "--json", "--set", "train.checkpoint_every=50",
+                                "--set", "train.checkpoint_path=ckpt.pt", "--set", "train.patience=5"])
+    assert every.exit_code == 0, every.output
+    assert {k: json.loads(every.stdout)["train"][k] for k in ("checkpoint_every", "patience")} == {
+        "checkpoint_every": 50, "patience": 5}
     table = runner.invoke(app, ["config", "show", "--set", "plan.cpu_cache_fraction=0.2"])
     assert table.exit_code == 0, table.output
     for text in ("plan.cpu_cache_fraction", "0.2", "0.1", "train.eval_every", "if used"):

@@ -155,6 +155,7 @@ def test_run_config_is_typed_and_overrides_single_fields(tmp_path: Path) -> None
     schema = type(resource).model_fields["settings"].annotation
     train_fields = schema.model_fields["train"].annotation.model_fields
     assert train_fields["eval_every"].description and train_fields["epochs"].default == 3
+    assert train_fields["patience"].description and train_fields["checkpoint_every"].default == 0
     seen: dict[str, PipelineConfig] = {}
 
     @dg.asset
@@ -163,10 +164,12 @@ def test_run_config_is_typed_and_overrides_single_fields(tmp_path: Path) -> None
 
     defs_ = dg.Definitions(assets=[probe], resources={"strata": resource})
     job = defs_.resolve_implicit_global_asset_job_def()
-    settings = {"train": {"lr": 0.5}, "policy": "naive"}
+    settings = {"train": {"lr": 0.5, "patience": 4, "checkpoint_every": 7, "checkpoint_path": "c.pt"},
+                "policy": "naive"}
     assert job.execute_in_process(run_config={"resources": {"strata": {"config": {"settings": settings}}}}).success
     cfg = seen["cfg"]
     assert (cfg.train.lr, cfg.policy, cfg.train.epochs, cfg.sample.epochs, cfg.dataset) == (0.5, "naive", 3, 1, "tiny")
+    assert (cfg.train.patience, cfg.train.checkpoint_every, cfg.train.checkpoint_path) == (4, 7, "c.pt")
     bad = {"resources": {"strata": {"config": {"settings": {"policy": "nope"}}}}}
     result = job.execute_in_process(run_config=bad, raise_on_error=False)
     assert not result.success

@@ -121,7 +121,7 @@ def test_bad_config_and_inputs_are_rejected(dataset, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="'checkpoint' expected a file"):
         load_checkpoint(tmp_path / "nope.pt")
     torch.save({"format": "other"}, tmp_path / "other.pt")
-    with pytest.raises(ValueError, match="expected a strata-checkpoint-v1 checkpoint"):
+    with pytest.raises(ValueError, match="expected a strata-checkpoint-v2 checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
     assert TrainConfig.from_dict(CFG.to_dict()) == CFG
     with pytest.raises(ValueError, match="unknown"):

@@ -33,6 +33,12 @@ def test_checkpoint_round_trip_restores_every_field(tmp_path: Path) -> None:
                        rows={"gpu": 1, "cpu": 2, "packed": 3, "file": 4}, timers={"read_s": 0.5})
     state.record_epoch(0, stats, val_acc=0.5)
     state.record_best(0.5, 0.4, 0)
+    state.step, state.stopped_epoch = 7, 3
+    assert state.progress is not None and state.progress.batch == 0  # a finished epoch starts the next afresh
+    state.progress.batch, state.progress.bytes_read, state.progress.rows = 2, 512, {"file": 9}
+    state.progress.loss_sum += 0.75
+    state.progress.correct += 5
+    state.progress.seen += 8
     torch.save(state.to_checkpoint(), tmp_path / "ckpt.pt")
     draws = torch.rand(3)  # what dropout would draw next
 
@@ -43,6 +49,8 @@ def test_checkpoint_round_trip_restores_every_field(tmp_path: Path) -> None:
     rows = {"gpu": 1, "cpu": 2, "packed": 3, "file": 4}
     assert restored.counters == {"bytes_read": 4096, "read_requests": 2, "rows": rows}
     assert restored.model_args == ARGS
+    assert (restored.step, restored.stopped_epoch) == (7, 3)
+    assert restored.progress is not None and restored.progress.to_dict() == state.progress.to_dict()
     for k, v in state.model.state_dict().items():
         assert torch.equal(restored.model.state_dict()[k], v) and torch.equal(restored.best_state[k], v)
     restored.restore_rng()
@@ -58,18 +66,17 @@ def test_fresh_state_starts_from_the_initial_weights() -> None:
     state.restore_rng()  # never checkpointed: nothing to restore
 
 
-def test_resume_reads_v1_checkpoints_without_a_model_name(dataset, tmp_path: Path) -> None:
-    full = train(CFG, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels)
+def test_resume_rejects_v1_checkpoints_with_the_reason(dataset, tmp_path: Path) -> None:
     path = tmp_path / "ckpt.pt"
-    train(dataclasses.replace(CFG, epochs=2, checkpoint_path=str(path)), dataset.samples,
+    train(dataclasses.replace(CFG, epochs=1, checkpoint_path=str(path)), dataset.samples,
           InMemoryFeatures(dataset.features), dataset.labels)
     ckpt = torch.load(path, weights_only=True)
-    assert ckpt["model_args"]["model"] == "graphsage"
-    del ckpt["model_args"]["model"]  # as written before the model registry
+    ckpt["format"] = "strata-checkpoint-v1"  # as written before mid-epoch checkpoints (no position inside it)
     torch.save(ckpt, path)
-    resumed = train(dataclasses.replace(CFG, resume=str(path)), dataset.samples,
-                    InMemoryFeatures(dataset.features), dataset.labels)
-    assert resumed.losses == full.losses and resumed.model_args == full.model_args
+    with pytest.raises(ValueError, match="expected a strata-checkpoint-v2 checkpoint .got 'strata-checkpoint-v1': "
+                                         "written by a Strata before mid-epoch checkpoints"):
+        train(dataclasses.replace(CFG, resume=str(path)), dataset.samples, InMemoryFeatures(dataset.features),
+              dataset.labels)
 
 
 class AlwaysZero(nn.Module):
