@@ -87,8 +87,8 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
         samples = TruncatedSamples(samples, int(job.get("max_train_batches", 0)), int(job.get("max_eval_batches", 0)))
     labels = np.asarray(ordering.array("labels.npy"), dtype=np.int64)
     device = resolve_device(cfg.train.device)
-    # evaluate once, after the last epoch: every earlier epoch's I/O is the training batches' alone
-    tcfg = dataclasses.replace(cfg.train, device=device, eval_every=cfg.train.epochs)
+    # evaluate once, after the last epoch (no early stopping): every earlier epoch's I/O is training I/O
+    tcfg = dataclasses.replace(cfg.train, device=device, eval_every=cfg.train.epochs, patience=0)
     io_marks = [os_io()]
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
