@@ -15,14 +15,16 @@ Both costs are counted exactly from the trace, for any ``(m, s)``:
 - store bytes: ``sum(align(segment rows x row bytes)) + sum(chunk_bytes(packed rows))`` (plus the fixed
   GPU/CPU cache blocks).
 
-:func:`search` returns the ``(m, s)`` of a grid (``m`` powers of two and all batches, ``s`` halving from the
-largest segment's distinct rows, and ``s = 0``: pure packing) whose store fits the budget with the fewest read
-bytes (ties: fewer store bytes, then smaller m, then smaller s). Paper's Alg. 2 stops at the first segment
+:func:`search` returns pure packing (``s = 0``) whenever it fits the budget: nothing reads fewer bytes (every row a
+batch reads sits in its own contiguous chunk). Otherwise it returns the ``(m, s)`` of a grid (``m`` powers of two
+from 2 and all batches; ``s`` the largest segment's distinct rows divided by powers of sqrt(2), plus per ``m`` the
+smallest ``s`` that fits) whose store fits with the fewest read bytes (ties: fewer store bytes, then smaller m,
+then smaller s). Paper's Alg. 2 stops at the first segment
 size that fits, with every row read twice in a segment cached; this search minimises the exact read bytes
 instead, by branch and bound: the store size of every candidate and a lower bound of its read bytes (cached
 rows packed perfectly into pages) come from one histogram per ``m``; exact evaluations go in bound order and
-stop once the bound reaches the best read bytes found. Pure packing reads the least whenever it fits, so the
-disk cache is used only when the budget requires it (as in the paper).
+stop once the bound exceeds the best read bytes found. The disk cache is thus used only when the budget requires
+it (as in the paper).
 """
 
 from __future__ import annotations
@@ -274,7 +276,10 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     nt = trace.num_batches
     pure = chunk_bytes(trace.rows, row_bytes)
     pure_store = int(pure.sum())
-    # candidates: (lower bound, m, s, store); pure packing once (segments of every batch, no cache row)
+    if budget_bytes is None or pure_store <= budget_bytes:  # pure packing fits: nothing reads less
+        return Choice(segment_batches=max(nt, 1), cache_rows=0, read_bytes=pure_store, store_bytes=pure_store,
+                      candidates=1, feasible=1, evaluated=1, segments=segments(trace, max(nt, 1), k, num_threads))
+    # candidates: (lower bound, m, s, store); pure packing (segments of every batch, no cache row) does not fit
     candidates: list[tuple[int, int, int, int]] = [(pure_store, max(nt, 1), 0, pure_store)]
     cache: dict[int, Segments] = {}
     searched: dict[int, list[int]] = {}
@@ -298,14 +303,11 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     fits.sort(key=lambda c: (c[0], c[1], c[2]))
     best: tuple[int, int, int, int] | None = None  # (read, store, m, s)
     evaluated = 0
-    for lower, m, s, _ in fits:
+    for lower, m, s, _ in fits:  # pure packing does not fit: every candidate has s > 0
         if best is not None and lower > best[0]:
             break  # every remaining candidate reads more than the best one
-        if s == 0:
-            read, store = int(pure.sum()), pure_store
-        else:
-            cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads)
-            read, store = cost.total_read_bytes, cost.store_bytes
+        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads)
+        read, store = cost.total_read_bytes, cost.store_bytes
         evaluated += 1
         if best is None or (read, store, m, s) < best:
             best = (read, store, m, s)
