@@ -91,6 +91,9 @@ class DiskGNN(Policy):
         trace = training_trace(samples, tier)
         budget = cfg.pack.disk_budget
         budget_bytes = None if budget is None else int(budget * feature_bytes) - cache_bytes
+        if budget_bytes is not None and budget_bytes < 0:
+            raise ValueError(f"'pack.disk_budget' expected at least the GPU/CPU cache blocks' "
+                             f"{cache_bytes / feature_bytes:.4f} x the feature bytes (got {budget})")
         if progress:
             progress("pack: searching segment disk caches", 0, 1)
         choice = search(trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads)

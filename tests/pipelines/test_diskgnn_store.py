@@ -98,3 +98,11 @@ def test_disk_cache_checks_catch_bad_layouts() -> None:
     bad = check_packed_addresses(tier, np.array([0, 2]), *args, np.array([2]))
     assert "'addr_slot[1]' (batch 0, tier 4) expected a row in [0, 2) (got 2)" in bad.problems[0]
     assert not check_packed_addresses(tier, slot, *args).passed  # no disk cache: tier 4 has no rows
+
+
+def test_a_budget_below_the_cache_blocks_is_a_clear_error(store: ArtifactStore) -> None:
+    with pytest.raises(ValueError, match=r"'pack.disk_budget' expected at least the GPU/CPU cache blocks' 0.1500 x "
+                                         r"the feature bytes \(got 0.1\)"):
+        _pipeline(store, _cfg("0.1"))
+    with pytest.raises(ValueError, match="'pack.disk_budget' expected a budget the store can meet"):
+        _pipeline(store, _cfg("0.2"))
