@@ -240,8 +240,9 @@ class PackConfig(_Section):
     disk_budget: float | None = setting(
         3.0, "diskgnn: disk budget of the store (cache blocks + segment disk caches + packed chunks) as a multiple "
         "of the feature file's bytes; the (m, s) search reads the fewest bytes within it (null: unlimited, the "
-        "fewest reads, as pure packing).", gt=0)
-    minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.", ge=1)
+        "fewest reads, as pure packing).", artifact="selected", gt=0)
+    minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.",
+                             artifact="selected", ge=1)
 
 
 class ExportConfig(_Section):

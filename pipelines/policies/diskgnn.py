@@ -65,6 +65,7 @@ class DiskGNN(Policy):
     description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a MinHash-ordered "
                    "disk cache sized by the (m, s) search under pack.disk_budget; each batch's other rows packed "
                    "in one aligned chunk.")
+    reads = frozenset({"disk_budget", "minhash_k"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes
