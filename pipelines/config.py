@@ -237,6 +237,12 @@ class PlanConfig(_Section):
 class PackConfig(_Section):
     memory_mb: int = setting(256, "Memory budget for one feature partition while packing.", artifact=False, gt=0)
     num_threads: int = setting(0, "Packing threads (0 = all cores).", artifact=False, ge=0)
+    disk_budget: float | None = setting(
+        3.0, "diskgnn: disk budget of the store (cache blocks + segment disk caches + packed chunks) as a multiple "
+        "of the feature file's bytes; the (m, s) search reads the fewest bytes within it (null: unlimited, the "
+        "fewest reads, as pure packing).", artifact="selected", gt=0)
+    minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.",
+                             artifact="selected", ge=1)
 
 
 class ExportConfig(_Section):

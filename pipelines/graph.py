@@ -28,6 +28,7 @@ from pipelines.checks import (
     CHANGESETS_REPLAY,
     CHUNKS_ALIGNED,
     CSR_VALID,
+    DISK_BUDGET_RESPECTED,
     PARTS_BALANCED,
     PARTS_COVER_NODES,
     PERMUTATION_BIJECTIVE,
@@ -98,10 +99,10 @@ STAGES: tuple[Stage, ...] = (
           "predicted hit rates (exact for the sampled trace).",
           frozenset({"numpy"}), plan.summary, (BUDGETS_RESPECTED, SAMPLED_NODES_TIERED)),
     Stage("pack", pack.run, ("reorder", "sample", "plan"), GROUP_PREPROCESS,
-          "The policy's on-disk layout: cache blocks, packed.bin with each batch's disk rows in one aligned chunk, "
-          "and per-node address tables aligned with the samples.",
+          "The policy's on-disk layout: cache blocks, per-segment disk caches, packed.bin with each batch's other "
+          "disk rows in one aligned chunk, and per-node address tables aligned with the samples.",
           frozenset({"numpy"}), pack.summary,
-          (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED, ALIGNED_LAYOUT, CHANGESETS_REPLAY)),
+          (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED, ALIGNED_LAYOUT, CHANGESETS_REPLAY, DISK_BUDGET_RESPECTED)),
     Stage("train", train.run, ("reorder", "sample", "plan", "pack"), GROUP_TRAINING,
           "Best-validation model weights (state_dict), architecture and training history; the MLflow run holds "
           "the same files, parameters and per-epoch metrics.",

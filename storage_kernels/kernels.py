@@ -33,6 +33,7 @@ __all__ = [
     "build_csr",
     "cache_update",
     "close_fd",
+    "count_blocks",
     "cluster_pass",
     "csr_aggregate",
     "csr_count",
@@ -42,6 +43,7 @@ __all__ = [
     "gather_rows_at",
     "grem_pass",
     "label_propagation",
+    "minhash_signatures",
     "open_direct",
     "pack_batches",
     "pack_partition",
@@ -474,6 +476,40 @@ def gather_rows_at(src: np.ndarray, offsets, out: np.ndarray, num_threads: int =
     anything is written. Returns ``out``.
     """
     _native.gather_rows_at(src=src, offsets=_index_array("offsets", offsets), out=out, num_threads=num_threads)
+    return out
+
+
+# ---- segment disk caches (DiskGNN, diskcache.c) -----------------------------------------------------------
+
+
+def minhash_signatures(items, set_ptr, num_items: int, k: int = 2, seed: int = 0, num_threads: int = 0
+                       ) -> np.ndarray:
+    """MinHash signatures of items over the sets containing them (DiskGNN Alg. 1), ``uint64 (num_items, k)``.
+
+    Set ``s`` is ``items[set_ptr[s]:set_ptr[s + 1]]`` (item ids in ``[0, num_items)``); ``out[v, j]`` is the
+    minimum over the sets containing ``v`` of hash ``j`` of ``s`` (``UINT64_MAX`` when none does). Items read by
+    the same sets get equal or close signatures, so sorting by signature (lexicographically) places them side
+    by side. The hash is in ``diskcache.c``; independent of ``num_threads``.
+    """
+    if k < 0 or num_items < 0:
+        raise ValueError(f"'k' and 'num_items' expected >= 0 (got k={k}, num_items={num_items})")
+    out = np.empty((int(num_items), int(k)), dtype=np.uint64)
+    _native.minhash_signatures(items=_index_array("items", items), set_ptr=_index_array("set_ptr", set_ptr),
+                               out=out, seed=int(seed) & ((1 << 64) - 1), num_threads=num_threads)
+    return out
+
+
+def count_blocks(slots, set_ptr, row_bytes: int, num_threads: int = 0) -> np.ndarray:
+    """Distinct 4096-byte blocks each set's page-merged read of a block-aligned region fetches, ``int64 (S,)``.
+
+    Set ``s`` reads rows ``slots[set_ptr[s]:set_ptr[s + 1]]`` of the region (row ``r`` at bytes
+    ``[r * row_bytes, (r + 1) * row_bytes)``); negative slots are rows served elsewhere and are skipped
+    (DiskGNN: a batch's reads of its segment disk cache, ``cache_blocks`` per batch).
+    """
+    ptr = _index_array("set_ptr", set_ptr)
+    out = np.empty(max(len(ptr) - 1, 0), dtype=np.int64)
+    _native.count_blocks(slots=_index_array("slots", slots), set_ptr=ptr, row_bytes=int(row_bytes), out=out,
+                         num_threads=num_threads)
     return out
 
 

@@ -11,6 +11,12 @@ tier -- so that assembly needs no lookups:
     :data:`CHUNK_ALIGN` (slot = row within the chunk); read with one aligned direct read per batch.
 ``chunk_offset.npy`` / ``chunk_rows.npy``
     int64 (num_batches,): where each batch's chunk starts and how many rows it holds (0: not packed).
+``disk_cache.bin`` / ``segment_offset.npy`` / ``segment_rows.npy`` / ``batch_segment.npy`` (optional, together)
+    DiskGNN's per-segment disk caches: the training batches are cut into segments of consecutive batches;
+    segment ``g``'s cache is ``segment_rows[g]`` rows starting at ``segment_offset[g]`` (a multiple of
+    :data:`CHUNK_ALIGN`) of ``disk_cache.bin``, MinHash-ordered; ``batch_segment[b]`` is batch ``b``'s
+    segment (-1: none). A node addressed ``DISK_CACHE`` has slot = row in its batch's segment cache, read with
+    page-merged aligned reads. A store without these files has no disk-cache level.
 ``addr_tier.npy`` (int8) / ``addr_slot.npy`` (int64)
     aligned element for element with the sample set's ``nodes.npy``: the address of every (batch, node).
     Tier ``FILE`` addresses a row of the ``reorder`` artifact's ``features.npy`` (slot = node id): evaluation
@@ -29,7 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
-from storage_kernels.arrays import DATA_ALIGN, align_up
+from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows
 
 __all__ = [
     "ADDR_SLOT",
@@ -37,14 +43,20 @@ __all__ = [
     "CHUNK_ALIGN",
     "CHUNK_OFFSET",
     "CHUNK_ROWS",
+    "BATCH_SEGMENT",
     "CPU_CACHE",
+    "DISK_CACHE_BIN",
+    "DISK_CACHE_FILES",
     "GPU_CACHE",
     "PACKED_BIN",
+    "SEGMENT_OFFSET",
+    "SEGMENT_ROWS",
     "STORE_FILES",
     "BatchAddresses",
     "PackedStore",
     "Tier",
     "batch_addresses",
+    "cache_blocks",
     "chunk_bytes",
 ]
 
@@ -58,8 +70,14 @@ CHUNK_OFFSET = "chunk_offset.npy"
 CHUNK_ROWS = "chunk_rows.npy"
 ADDR_TIER = "addr_tier.npy"
 ADDR_SLOT = "addr_slot.npy"
+DISK_CACHE_BIN = "disk_cache.bin"
+SEGMENT_OFFSET = "segment_offset.npy"
+SEGMENT_ROWS = "segment_rows.npy"
+BATCH_SEGMENT = "batch_segment.npy"
 #: Every file a packed store has.
 STORE_FILES = (GPU_CACHE, CPU_CACHE, PACKED_BIN, CHUNK_OFFSET, CHUNK_ROWS, ADDR_TIER, ADDR_SLOT)
+#: The files of the optional disk-cache level (all or none).
+DISK_CACHE_FILES = (DISK_CACHE_BIN, SEGMENT_OFFSET, SEGMENT_ROWS, BATCH_SEGMENT)
 
 
 class Tier(IntEnum):
@@ -70,16 +88,17 @@ class Tier(IntEnum):
     CPU = 1  # CPU cache (pinned host memory with CUDA)
     PACKED = 2  # the batch's packed chunk
     FILE = 3  # the reorder artifact's feature file (evaluation batches)
+    DISK_CACHE = 4  # the batch's segment disk cache (pack only: a plan never assigns it)
 
     @property
     def label(self) -> str:
-        """``gpu``, ``cpu``, ``packed``, ``file`` or ``none``: the keys of ``rows_by_tier`` counters."""
+        """``gpu``, ``cpu``, ``packed``, ``file``, ``disk_cache`` or ``none``: the keys of ``rows_by_tier``."""
         return self.name.lower()
 
     @classmethod
     def readable(cls) -> tuple[Tier, ...]:
-        """The tiers an address can hold (everything but ``NONE``)."""
-        return (cls.GPU, cls.CPU, cls.PACKED, cls.FILE)
+        """The tiers an address can hold (everything but ``NONE``; codes contiguous from 0)."""
+        return (cls.GPU, cls.CPU, cls.PACKED, cls.FILE, cls.DISK_CACHE)
 
 
 def chunk_bytes(rows: np.ndarray | int, row_bytes: int) -> np.ndarray:
@@ -87,13 +106,22 @@ def chunk_bytes(rows: np.ndarray | int, row_bytes: int) -> np.ndarray:
     return align_up(np.asarray(rows, dtype=np.int64) * row_bytes, CHUNK_ALIGN)
 
 
-def batch_addresses(nodes: np.ndarray, plan_tier: np.ndarray, plan_slot: np.ndarray, packed: bool
+def cache_blocks(slots: np.ndarray, row_bytes: int, cache_offset: int) -> np.ndarray:
+    """Sorted distinct :data:`CHUNK_ALIGN` blocks of ``disk_cache.bin`` holding rows ``slots`` of the segment
+    cache at byte ``cache_offset``: what one batch's page-merged disk-cache read fetches (each block once)."""
+    return blocks_of_rows(slots, row_bytes, cache_offset, CHUNK_ALIGN)
+
+
+def batch_addresses(nodes: np.ndarray, plan_tier: np.ndarray, plan_slot: np.ndarray, packed: bool,
+                    disk_nodes: np.ndarray | None = None, disk_slots: np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The addresses of one batch's ``nodes`` under a plan: ``(addr_tier, addr_slot, packed_ids)``.
 
     Cached nodes (plan tier GPU/CPU) keep the plan's tier and slot. The others go to the batch's chunk when
     ``packed`` (training batches: slot = rank among the batch's uncached nodes sorted by id, which are
     ``packed_ids``) or to the feature file (evaluation batches: slot = node id, ``packed_ids`` empty).
+    With ``disk_nodes`` (sorted node ids of the batch's segment disk cache) and ``disk_slots`` (their rows in
+    it), a packed batch's uncached nodes found there are ``DISK_CACHE`` at that row instead of packed.
     A node the plan never tiered (``NONE``) is a ``ValueError``: plan and samples disagree.
     """
     nodes = np.asarray(nodes, dtype=np.int64)
@@ -104,6 +132,13 @@ def batch_addresses(nodes: np.ndarray, plan_tier: np.ndarray, plan_slot: np.ndar
                          "disagree)")
     slot = np.asarray(plan_slot)[nodes].astype(np.int64)
     uncached = tier >= Tier.PACKED
+    if packed and disk_nodes is not None and len(disk_nodes):
+        assert disk_slots is not None and len(disk_slots) == len(disk_nodes)
+        at = np.minimum(np.searchsorted(disk_nodes, nodes), len(disk_nodes) - 1)  # (n,)
+        in_cache = uncached & (disk_nodes[at] == nodes)
+        tier[in_cache] = Tier.DISK_CACHE
+        slot[in_cache] = disk_slots[at[in_cache]]
+        uncached &= ~in_cache
     if packed:
         packed_ids = np.sort(nodes[uncached])
         tier[uncached] = Tier.PACKED
@@ -125,7 +160,8 @@ class NodeRanges(Protocol):
 
 @dataclass(frozen=True)
 class BatchAddresses:
-    """The address table of one batch: ``tier`` (int8) and ``slot`` (int64) per node, and its chunk."""
+    """The address table of one batch: ``tier`` (int8) and ``slot`` (int64) per node, its chunk, and its
+    segment's disk cache (``cache_offset`` in ``disk_cache.bin``, ``cache_rows``; 0 rows: none)."""
 
     batch: int
     tier: np.ndarray
@@ -133,6 +169,8 @@ class BatchAddresses:
     chunk_offset: int
     chunk_rows: int
     chunk_bytes: int
+    cache_offset: int = 0
+    cache_rows: int = 0
 
     def positions(self, tier: Tier) -> np.ndarray:
         """Positions (in node order) of the nodes addressed to ``tier``."""
@@ -148,7 +186,7 @@ class BatchAddresses:
 
     def check_tiers(self) -> None:
         """``ValueError`` naming the first node whose tier code is not a readable :class:`Tier`."""
-        codes = [int(t) for t in Tier.readable()]  # 0..3, contiguous
+        codes = [int(t) for t in Tier.readable()]  # 0..4, contiguous
         bad = (self.tier < codes[0]) | (self.tier > codes[-1])
         if np.any(bad):
             i = int(np.flatnonzero(bad)[0])
@@ -162,7 +200,8 @@ class PackedStore:
 
     ``samples`` gives each batch's range in ``nodes.npy``, which indexes ``addr_tier`` / ``addr_slot``.
     Construction checks that every file exists and that the tables agree with each other and with the
-    sample set (``FileNotFoundError`` / ``ValueError`` naming the file and the first bad entry).
+    sample set (``FileNotFoundError`` / ``ValueError`` naming the file and the first bad entry); the disk-cache
+    files (:data:`DISK_CACHE_FILES`) are optional but all or none (``has_disk_cache``).
     """
 
     def __init__(self, path: str | Path, samples: NodeRanges) -> None:
@@ -186,11 +225,38 @@ class PackedStore:
         self.addr_tier = np.load(self.path / ADDR_TIER, mmap_mode="r")
         self.addr_slot = np.load(self.path / ADDR_SLOT, mmap_mode="r")
         self.chunk_bytes = chunk_bytes(self.chunk_rows, self.row_bytes)  # (NB,) aligned read lengths
+        present = [name for name in DISK_CACHE_FILES if (self.path / name).exists()]
+        if present and len(present) != len(DISK_CACHE_FILES):
+            missing = [name for name in DISK_CACHE_FILES if name not in present]
+            raise FileNotFoundError(f"'packed' expected the disk-cache files {list(DISK_CACHE_FILES)} together "
+                                    f"(got {present}, missing {missing} in {self.path})")
+        self.has_disk_cache = bool(present)
+        nb = samples.num_batches
+        if self.has_disk_cache:
+            self.segment_offset = np.load(self.path / SEGMENT_OFFSET).astype(np.int64, copy=False)
+            self.segment_rows = np.load(self.path / SEGMENT_ROWS).astype(np.int64, copy=False)
+            self.batch_segment = np.load(self.path / BATCH_SEGMENT).astype(np.int64, copy=False)
+        else:  # no disk-cache level: no segments, no batch in one
+            self.segment_offset = np.zeros(0, np.int64)
+            self.segment_rows = np.zeros(0, np.int64)
+            self.batch_segment = np.full(nb, -1, np.int64)
         self._validate()
+        self._validate_disk_cache()
 
     @property
     def packed_path(self) -> Path:
         return self.path / PACKED_BIN
+
+    @property
+    def disk_cache_path(self) -> Path:
+        return self.path / DISK_CACHE_BIN
+
+    @property
+    def max_cache_bytes(self) -> int:
+        """Aligned bytes of the largest segment disk cache (at least one block): the most one batch's merged
+        disk-cache read can fetch."""
+        rows = int(self.segment_rows.max(initial=0))
+        return max(int(align_up(rows * self.row_bytes, CHUNK_ALIGN)), CHUNK_ALIGN)
 
     @property
     def max_chunk_bytes(self) -> int:
@@ -209,6 +275,7 @@ class PackedStore:
         start, stop = self.samples.node_range(batch)
         if num_nodes is not None and stop - start != num_nodes:
             raise ValueError(f"'batch {batch}' expected {stop - start} nodes from node_range (got {num_nodes})")
+        seg = int(self.batch_segment[batch])
         return BatchAddresses(
             batch=batch,
             tier=np.asarray(self.addr_tier[start:stop]),
@@ -216,6 +283,8 @@ class PackedStore:
             chunk_offset=int(self.chunk_offset[batch]),
             chunk_rows=int(self.chunk_rows[batch]),
             chunk_bytes=int(self.chunk_bytes[batch]),
+            cache_offset=int(self.segment_offset[seg]) if seg >= 0 else 0,
+            cache_rows=int(self.segment_rows[seg]) if seg >= 0 else 0,
         )
 
     def _validate(self) -> None:
@@ -239,4 +308,32 @@ class PackedStore:
         if nb and int(ends.max()) > size:
             b = int(np.argmax(ends))
             raise ValueError(f"'{PACKED_BIN}' expected >= {int(ends[b])} bytes (batch {b}'s chunk padded to "
+                             f"{CHUNK_ALIGN}) (got {size})")
+
+    def _validate_disk_cache(self) -> None:
+        nb, ns = self.samples.num_batches, len(self.segment_offset)
+        if self.segment_offset.ndim != 1 or self.segment_rows.shape != (ns,):
+            raise ValueError(f"'{SEGMENT_ROWS}' expected shape ({ns},) like {SEGMENT_OFFSET} "
+                             f"(got {self.segment_rows.shape})")
+        if self.batch_segment.shape != (nb,):
+            raise ValueError(f"'{BATCH_SEGMENT}' expected shape ({nb},) (one per batch) "
+                             f"(got {self.batch_segment.shape})")
+        bad = (self.batch_segment < -1) | (self.batch_segment >= ns)
+        if np.any(bad):
+            b = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"'{BATCH_SEGMENT}' expected -1 or a segment in [0, {ns}) "
+                             f"(got {int(self.batch_segment[b])} for batch {b})")
+        wrong = (self.segment_rows < 0) | (self.segment_offset % CHUNK_ALIGN != 0) | (self.segment_offset < 0)
+        if np.any(wrong):
+            g = int(np.flatnonzero(wrong)[0])
+            raise ValueError(f"'{SEGMENT_OFFSET}'/'{SEGMENT_ROWS}' expected offsets >= 0, multiples of {CHUNK_ALIGN}, "
+                             f"and rows >= 0 (got offset {int(self.segment_offset[g])}, rows "
+                             f"{int(self.segment_rows[g])} for segment {g})")
+        if not self.has_disk_cache or ns == 0:
+            return
+        size = self.disk_cache_path.stat().st_size
+        ends = self.segment_offset + align_up(self.segment_rows * self.row_bytes, CHUNK_ALIGN)
+        if int(ends.max()) > size:
+            g = int(np.argmax(ends))
+            raise ValueError(f"'{DISK_CACHE_BIN}' expected >= {int(ends[g])} bytes (segment {g}'s cache padded to "
                              f"{CHUNK_ALIGN}) (got {size})")

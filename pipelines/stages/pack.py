@@ -1,10 +1,10 @@
 """Pack stage: the on-disk layout training reads, written by the policy (DiskGNN: batched packing).
 
 ``cfg.policy`` (an entry of :data:`pipelines.policies.POLICIES`) writes the files; the default policy's layout
-is ``storage_kernels.packstore``'s (cache blocks, per-batch aligned chunks in ``packed.bin``, address tables
-aligned with the samples). A policy that reads the feature file or RAM directly lays out nothing
-(stats ``layout: none``). The version carries the policy's name; ``pack.memory_mb`` and ``pack.num_threads``
-change speed, not content, so they are not part of it.
+is ``storage_kernels.packstore``'s (cache blocks, per-segment disk caches within ``pack.disk_budget``, per-batch
+aligned chunks in ``packed.bin``, address tables aligned with the samples). A policy that reads the feature file
+or RAM directly lays out nothing (stats ``layout: none``). The version carries the policy's name;
+``pack.memory_mb`` and ``pack.num_threads`` change speed, not content, so they are not part of it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["ALSO_READS", "FORMAT_VERSION", "run", "summary"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: segment disk caches (disk_cache.bin, segment_*.npy, batch_segment.npy)
 #: Configuration this stage reads beyond its own section (it enters the artifact version).
 ALSO_READS = ("policy",)
 
@@ -69,6 +69,10 @@ def summary(artifact: Artifact) -> dict[str, Any]:
         "batches": s.get("num_batches", ""),
         "packed rows": s.get("packed_rows", ""),
         "packed.bin": format_bytes(s.get("packed_bytes", 0)),
+        "segments x batches (m)": f"{s.get('segments', '')} x {s.get('segment_batches', '')}",
+        "disk-cache rows per segment (s)": s.get("segment_cache_rows", ""),
+        "disk_cache.bin": format_bytes(s.get("disk_cache_bytes", 0)),
+        "disk budget (x features)": s.get("disk_budget", ""),
         "disk blow-up (x features)": s.get("disk_blowup", ""),
         "bytes read per training epoch": format_bytes(s.get("epoch_read_bytes", 0)),
         "feature partitions while packing": s.get("partitions", ""),

@@ -29,6 +29,10 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_place_rows_at(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_gather_rows_at(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* io/diskcache.c: DiskGNN's segment disk caches: MinHash signatures (Alg. 1), distinct blocks per read */
+PyObject *sk_minhash_signatures(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_count_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* ---- graph/: CSR construction and neighbour sampling ----------------------------------------------------- */
 
 /* graph/csr.c: two-pass CSR construction from edge chunks */

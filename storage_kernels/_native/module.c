@@ -29,6 +29,12 @@ static PyMethodDef methods[] = {
               "out[offsets[k]:offsets[k] + row bytes] = rows[k] (uint8 out; ascending, non-overlapping rows)."),
     SK_METHOD(gather_rows_at, "src, offsets, out, num_threads=0",
               "out[k] = the row at byte offsets[k] of src (uint8 src; out 2-D C-contiguous)."),
+    SK_METHOD(minhash_signatures, "items, set_ptr, out, seed, num_threads=0",
+              "MinHash signatures: out[v, j] = min over the sets s containing item v of hash j of s (DiskGNN\n"
+              "Alg. 1); UINT64_MAX for items in no set. Independent of num_threads."),
+    SK_METHOD(count_blocks, "slots, set_ptr, row_bytes, out, num_threads=0",
+              "out[s] = distinct 4096-byte blocks holding rows slots[set_ptr[s]:set_ptr[s+1]] (negative skipped)\n"
+              "of a block-aligned region."),
 
     /* ---- graph/: CSR construction and neighbour sampling ---- */
     SK_METHOD(csr_count, "src, counts", "Pass 1 of CSR construction: counts[src[i]] += 1 for every edge."),

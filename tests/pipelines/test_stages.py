@@ -139,8 +139,10 @@ def test_plan_respects_budgets_and_assigns_every_sampled_node(store):
     assert stats["predicted_hit_rate"] == pytest.approx(freq[cached].sum() / freq.sum())
 
 
-def test_pack_addresses_reconstruct_every_batch_exactly(store):
-    cfg = _cfg(plan__cpu_cache_fraction=0.1, plan__gpu_cache_fraction=0.05, pack__memory_mb=1)
+@pytest.mark.parametrize("budget", [3.0, None])  # segment disk caches needed / unlimited (--set ...=null)
+def test_pack_addresses_reconstruct_every_batch_exactly(store, budget):
+    cfg = _cfg(plan__cpu_cache_fraction=0.1, plan__gpu_cache_fraction=0.05, pack__memory_mb=1,
+               pack__disk_budget="null" if budget is None else budget)
     ordering, samples, planned, packed = _pipeline(store, cfg)
     features = load_graph(ordering).features
     s = SampleSet(samples.path)
@@ -151,15 +153,28 @@ def test_pack_addresses_reconstruct_every_batch_exactly(store):
     raw = np.fromfile(packed.file("packed.bin"), dtype=np.uint8)
     caches = [packed.array("gpu_cache.npy"), packed.array("cpu_cache.npy")]
     addr_tier, addr_slot = packed.array("addr_tier.npy"), packed.array("addr_slot.npy")
+    disk = np.fromfile(packed.file("disk_cache.bin"), dtype=np.uint8)
+    seg_offset, seg_rows = packed.array("segment_offset.npy"), packed.array("segment_rows.npy")
+    batch_segment = packed.array("batch_segment.npy")
     dim = features.shape[1]
     for b in range(s.num_batches):
         start, stop = s.node_range(b)
         chunk = raw[offsets[b] : offsets[b] + rows[b] * dim * 4].view(np.float32).reshape(-1, dim)
+        g = batch_segment[b]
+        segment = (disk[seg_offset[g] : seg_offset[g] + seg_rows[g] * dim * 4].view(np.float32).reshape(-1, dim)
+                   if g >= 0 else np.empty((0, dim), np.float32))
         tiers, slots = addr_tier[start:stop], addr_slot[start:stop]
         assembled = np.empty((stop - start, dim), dtype=np.float32)
-        for t, source in ((0, caches[0]), (1, caches[1]), (2, chunk), (3, features)):
+        for t, source in ((0, caches[0]), (1, caches[1]), (2, chunk), (3, features), (4, segment)):
             assembled[tiers == t] = source[slots[tiers == t]]
         assert np.array_equal(assembled, features[s.batch(b).nodes])
+    feature_bytes = features.nbytes
+    if budget is None:  # unlimited: the fewest reads, which pure packing achieves
+        assert packed.stats["disk_blowup"] > 3.0
+    else:  # the budget forces segment disk caches
+        assert np.count_nonzero(np.asarray(addr_tier) == 4) > 0 and packed.stats["segment_cache_rows"] > 0
+        store_bytes = sum(packed.array(n).nbytes for n in ("gpu_cache.npy", "cpu_cache.npy")) + len(raw) + len(disk)
+        assert store_bytes == packed.stats["store_bytes"] <= budget * feature_bytes
 
 
 def test_partition_batching_covers_each_epoch_and_groups_by_partition(store):

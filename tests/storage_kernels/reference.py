@@ -489,3 +489,31 @@ def gather_rows_at_ref(src: np.ndarray, offsets, dtype, dim: int) -> np.ndarray:
     for k, off in enumerate(np.asarray(offsets, dtype=np.int64)):
         out[k] = src[off : off + row_bytes]
     return out.view(dtype).reshape(len(offsets), dim)
+
+
+# ---- segment disk caches (diskcache.c) --------------------------------------------------------------------
+
+
+def minhash_signatures_ref(items: np.ndarray, set_ptr: np.ndarray, num_items: int, k: int, seed: int) -> np.ndarray:
+    """out[v, j] = min over sets s containing v of mix64(mix64(seed + (j+1) G0) ^ (s + G2)); 2**64-1 if none."""
+    out = np.full((num_items, k), MASK64, dtype=np.uint64)
+    for j in range(k):
+        key = mix64((seed + (j + 1) * G0) & MASK64)
+        for s in range(len(set_ptr) - 1):
+            h = np.uint64(mix64(key ^ ((s + G2) & MASK64)))
+            members = np.asarray(items[set_ptr[s] : set_ptr[s + 1]], dtype=np.int64)
+            out[members, j] = np.minimum(out[members, j], h)
+    return out
+
+
+def count_blocks_ref(slots: np.ndarray, set_ptr: np.ndarray, row_bytes: int, block: int = 4096) -> np.ndarray:
+    """Per set: distinct ``block``-byte blocks holding its rows (row r at [r*row_bytes, (r+1)*row_bytes)),
+    negative slots skipped."""
+    out = np.zeros(len(set_ptr) - 1, dtype=np.int64)
+    for s in range(len(set_ptr) - 1):
+        blocks: set[int] = set()
+        for r in slots[set_ptr[s] : set_ptr[s + 1]]:
+            if r >= 0:
+                blocks.update(range(r * row_bytes // block, ((r + 1) * row_bytes - 1) // block + 1))
+        out[s] = len(blocks)
+    return out

@@ -79,7 +79,7 @@ def test_batch_addresses_rejects_untiered_nodes() -> None:
 
 
 def test_tier_labels_and_chunk_bytes() -> None:
-    assert [t.label for t in Tier.readable()] == ["gpu", "cpu", "packed", "file"]
+    assert [t.label for t in Tier.readable()] == ["gpu", "cpu", "packed", "file", "disk_cache"]
     assert Tier.NONE.label == "none" and CHUNK_ALIGN == 4096
     assert chunk_bytes(np.array([0, 1, 512, 513]), 8).tolist() == [0, 4096, 4096, 8192]
 
@@ -127,5 +127,5 @@ def test_single_tier_addresses_and_tier_check() -> None:
     assert a.batch == 7 and a.tier.tolist() == [3, 3] and a.slot.tolist() == [4, 2] and a.chunk_rows == 0
     a.check_tiers()
     bad = BatchAddresses(3, np.array([0, 1, -1], np.int8), np.zeros(3, np.int64), 0, 0, 0)
-    with pytest.raises(ValueError, match=r"^'addr_tier' of batch 3 expected 0, 1, 2 or 3 \(got -1 at node 2\)$"):
+    with pytest.raises(ValueError, match=r"^'addr_tier' of batch 3 expected 0, 1, 2, 3 or 4 \(got -1 at node 2\)$"):
         bad.check_tiers()

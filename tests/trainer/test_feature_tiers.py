@@ -59,7 +59,7 @@ def test_memory_tier_known_answer() -> None:
     with TieredSource(MemoryTier(ROWS)) as source:
         x = source.load(B(0, [5, 0, 299, 5]))
         assert torch.equal(x, torch.from_numpy(ROWS[[5, 0, 299, 5]]))
-        assert source.rows_by_tier == {"gpu": 0, "cpu": 4, "packed": 0, "file": 0}
+        assert source.rows_by_tier == {"gpu": 0, "cpu": 4, "packed": 0, "file": 0, "disk_cache": 0}
         assert source.bytes_read == 0 and not source.direct_io and source.fallback_reason == ""
         assert source.tiers[0].stats() == {"rows_served": 4.0, "bytes_read": 0.0}
         assert isinstance(source, FeatureSource)

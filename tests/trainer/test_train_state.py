@@ -46,7 +46,7 @@ def test_checkpoint_round_trip_restores_every_field(tmp_path: Path) -> None:
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     restored = TrainState.from_checkpoint(ckpt, other.model, other.optimizer, state.config, state.device)
     assert restored.epoch == 0 and restored.history == state.history and restored.best == state.best
-    rows = {"gpu": 1, "cpu": 2, "packed": 3, "file": 4}
+    rows = {"gpu": 1, "cpu": 2, "packed": 3, "file": 4, "disk_cache": 0}
     assert restored.counters == {"bytes_read": 4096, "read_requests": 2, "rows": rows}
     assert restored.model_args == ARGS
     assert (restored.step, restored.stopped_epoch) == (7, 3)

@@ -4,9 +4,10 @@ A source is a chain of tiers, GraphBolt style: each :class:`FeatureTier` serves 
 (``storage_kernels.packstore``: a :class:`~storage_kernels.packstore.Tier` and a slot per node, precomputed
 by the pack stage) names its tier, and leaves the rest to the tier it wraps (its fallback)::
 
-    GPUCacheTier -> CPUCacheTier -> PackedChunkTier -> FileTier
-    device rows     host rows,      one aligned read    aligned block reads of features.npy
-                    pinned w/ CUDA  of the batch chunk  (merged; per row for the naive baseline)
+    GPUCacheTier -> CPUCacheTier -> DiskCacheTier -> PackedChunkTier -> FileTier
+    device rows     host rows,      merged block     one aligned read    aligned block reads of features.npy
+                    pinned w/ CUDA  reads of the     of the batch chunk  (merged; per row for the naive baseline)
+                                    segment cache
 
 :class:`TieredSource` turns a chain into a :class:`FeatureSource` (what ``BatchLoader`` and ``train`` call),
 with a read stage (I/O) separate from the assemble stage (gathers in node order, H2D copies).
@@ -15,7 +16,7 @@ with a read stage (I/O) separate from the assemble stage (gathers in node order,
 ``InMemoryFeatures(features)``
     one :class:`MemoryTier` over the whole matrix (counted as the CPU tier). The reference.
 ``PackedFeatures(packed_dir, samples, device=..., features_path=...)``
-    the whole chain over a ``pack`` artifact (DiskGNN's store without its disk-cache level).
+    the whole chain over a ``pack`` artifact (DiskGNN's four-level store).
 ``NaiveDiskFeatures(features_path)``
     one :class:`FileTier` without merging: each needed row is its own aligned direct read, every time.
 ``GinexFeatures(changes_dir, samples, features_path)``
@@ -23,8 +24,9 @@ with a read stage (I/O) separate from the assemble stage (gathers in node order,
     the feature file (:mod:`trainer.features.ginex`).
 
 Counters (units in the names): ``bytes_read`` (per tier and summed), ``rows_by_tier`` (keys ``gpu``, ``cpu``,
-``packed``, ``file``: ``Tier.label``), ``hit_rate``, ``direct_io`` / ``fallback_reason`` (why ``O_DIRECT`` is
-not used, "" when it is), ``read_s`` / ``assemble_s``. Measured costs of the three sources: ``BENCHMARKS.md``.
+``packed``, ``file``, ``disk_cache``: ``Tier.label``), ``hit_rate``, ``direct_io`` / ``fallback_reason`` (why
+``O_DIRECT`` is not used, "" when it is), ``read_s`` / ``assemble_s``. Measured costs of the three sources:
+``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 from storage_kernels.arrays import DATA_ALIGN as BLOCK_BYTES  # O_DIRECT unit of the feature file's reads
 from trainer.features.base import FeatureSource, FeatureTier, NodeBatch, TierRead, check_rows
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
+from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
 from trainer.features.ginex import GinexFeatures
 from trainer.features.packed import PackedChunkTier
@@ -49,6 +52,7 @@ __all__ = [
     "BLOCK_BYTES",
     "BatchRead",
     "CPUCacheTier",
+    "DiskCacheTier",
     "FeatureSource",
     "FeatureTier",
     "FileRows",

@@ -17,6 +17,7 @@ import torch
 from storage_kernels.packstore import BatchAddresses, NodeRanges, PackedStore, Tier
 from trainer.features.base import FeatureTier, NodeBatch, TierRead
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
+from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
 from trainer.features.packed import PackedChunkTier
 
@@ -282,6 +283,8 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
         tier = FileTier(features_path, merge=merge, num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
     if store is not None and packed:
         tier = PackedChunkTier(store, tier, num_threads=num_threads, num_buffers=num_buffers)
+        if store.has_disk_cache:  # the store addresses rows to its segment caches: serve them
+            tier = DiskCacheTier(store, tier, num_threads=num_threads)
     for cache in reversed(wanted):  # innermost first, so that caches[0] ends outermost
         assert store is not None  # checked above
         rows = store.cache(cache)  # (rows, F) loaded into memory
@@ -303,7 +306,9 @@ def tiered_source(store: PackedStore | None, features_path: str | Path | None, d
     1. ``features_path`` (optional): the feature file (``Tier.FILE``, slot = node id), read with aligned
        direct reads, block-merged (``merge=False``: one read per row, the naive baseline);
     2. ``store`` with ``packed``: each batch's chunk of ``packed.bin`` (``Tier.PACKED``), read into one of
-       ``num_buffers`` rotating buffers (a pipelined loader reads that many batches ahead of assembly);
+       ``num_buffers`` rotating buffers (a pipelined loader reads that many batches ahead of assembly), and,
+       when the store has one, its segment disk caches (``Tier.DISK_CACHE``, page-merged aligned reads of
+       ``disk_cache.bin``);
     3. ``caches`` (``"gpu"``, ``"cpu"`` or :class:`Tier`, outermost first; default both with a store, none
        without): the store's cache blocks, the CPU one pinned with CUDA and the GPU one in ``device`` memory.
 
@@ -343,8 +348,9 @@ class NaiveDiskFeatures(TieredSource):
 
 
 class PackedFeatures(TieredSource):
-    """A ``pack`` artifact (DiskGNN's store without its disk-cache level): GPU cache -> CPU cache ->
-    the batch's packed chunk -> the feature file at ``features_path`` (evaluation batches are not packed:
+    """A ``pack`` artifact (DiskGNN's four-level store): GPU cache -> CPU cache -> the batch's segment disk
+    cache (when the store has one) -> the batch's packed chunk -> the feature file at ``features_path``
+    (evaluation batches are not packed:
     their uncached rows are file-addressed; without ``features_path`` they raise ``ValueError``).
 
     ``tiered_source(PackedStore(packed_dir, samples), features_path, device)`` with the attributes of the

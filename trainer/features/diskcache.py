@@ -1,0 +1,67 @@
+"""The disk-cache tier: each batch's rows in its segment's disk cache (DiskGNN's third level), read with
+page-merged aligned reads of ``disk_cache.bin``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from storage_kernels import kernels
+from storage_kernels.arrays import DATA_ALIGN
+from storage_kernels.packstore import BatchAddresses, PackedStore, Tier, cache_blocks
+from trainer.features.base import DirectFile, FeatureTier, TierRead
+
+__all__ = ["DiskCacheTier"]
+
+
+class DiskCacheTier(FeatureTier):
+    """The nodes addressed to ``Tier.DISK_CACHE`` (slot = row in the batch's segment cache, which starts at
+    ``BatchAddresses.cache_offset`` of ``disk_cache.bin``); the rest goes to ``fallback`` (the packed chunk).
+
+    The read stage fetches every 4096-byte block holding one of the batch's rows exactly once, coalescing
+    consecutive blocks into one request (DiskGNN merges same-page requests), with aligned direct reads
+    (``O_DIRECT`` when the filesystem allows it) into a reusable aligned buffer, and copies the rows straight
+    into the part's slice of the staging block: nothing is left to gather. ``bytes_read`` is then exactly
+    ``4096 x`` the batch's distinct blocks (``storage_kernels.packstore.cache_blocks``), which the pack stage
+    predicts.
+
+    >>> store = PackedStore(packed_dir, samples)
+    >>> tier = DiskCacheTier(store, fallback=PackedChunkTier(store, FileTier(features_path)))
+    """
+
+    reads_disk = True
+
+    def __init__(self, store: PackedStore, fallback: FeatureTier | None = None, *, num_threads: int = 0) -> None:
+        if not store.has_disk_cache:
+            raise ValueError(f"'{store.path}' expected the disk-cache files of a packed store (got none)")
+        super().__init__(Tier.DISK_CACHE, store.feature_dim, fallback, f"disk cache ({store.disk_cache_path})")
+        self.store = store
+        self.num_threads = int(num_threads)
+        self._file = DirectFile(store.disk_cache_path, "disk-cache rows")
+        self.direct_io, self.fallback_reason = self._file.direct, self._file.fallback_reason
+        self._buffer = kernels.aligned_empty(DATA_ALIGN)
+
+    def num_slots(self, addr: BatchAddresses) -> int:
+        return addr.cache_rows
+
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        assert part.out is not None  # reserved by the source before the I/O
+        row_bytes = self.store.row_bytes
+        row_off = addr.cache_offset + part.slot * row_bytes  # (k,) byte offset of each row in the file
+        blocks = cache_blocks(part.slot, row_bytes, addr.cache_offset)  # (m,) distinct blocks, sorted
+        run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
+        run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
+        if self._buffer.nbytes < len(blocks) * DATA_ALIGN:  # grows to at most the largest segment cache
+            self._buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
+        self.bytes_read += self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, self._buffer,
+                                            run_start * DATA_ALIGN, self.num_threads)
+        self.read_requests += len(run_start)
+        # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
+        pos = np.searchsorted(blocks, row_off // DATA_ALIGN) * DATA_ALIGN + row_off % DATA_ALIGN  # (k,) bytes
+        floats = self._buffer.view(np.float32)
+        part.out[:] = floats[(pos // 4)[:, None] + np.arange(self.feature_dim)]  # (k, F)
+
+    def gather(self, part: TierRead) -> None:
+        """Nothing to do: the read stage put the rows in place."""
+
+    def close(self) -> None:
+        self._file.close()
