@@ -42,6 +42,7 @@ __all__ = [
     "gather_rows",
     "gather_rows_at",
     "grem_pass",
+    "io_uring_available",
     "label_propagation",
     "minhash_signatures",
     "open_direct",
@@ -55,6 +56,7 @@ __all__ = [
     "refine_pass",
     "relabel_ids",
     "sample_blocks",
+    "uring_read_ranges",
 ]
 
 DIRECT_ALIGN = _native.DIRECT_ALIGN  # bytes; O_DIRECT offsets, lengths and addresses are multiples of it
@@ -319,6 +321,42 @@ def pread_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct
         direct=bool(direct),
         num_threads=num_threads,
     )
+
+
+def uring_read_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct: bool, queue_depth: int = 64,
+                      merge: bool = True) -> tuple[int, int]:
+    """:func:`pread_ranges` through an io_uring: the same reads, checks and errors, with up to ``queue_depth``
+    requests in flight on one thread.
+
+    With ``merge``, ranges are read in file order, a range inside the previous one read (the same pages) is
+    copied from it instead of read again, and a range starting where the previous one ends joins its request
+    (one READV scattering a contiguous file span); ``merge=False`` issues every range as given. Returns
+    ``(bytes, reads)``: the bytes delivered (the sum of ``lengths``) and the reads issued after merging
+    (``len(offsets)`` without it). Needs :func:`io_uring_available`; raises OSError otherwise.
+    """
+    return _native.uring_read_ranges(
+        fd=fd,
+        offsets=_index_array("offsets", offsets),
+        lengths=_index_array("lengths", lengths),
+        out=out,
+        out_offsets=_index_array("out_offsets", out_offsets),
+        direct=bool(direct),
+        queue_depth=int(queue_depth),
+        merge=bool(merge),
+    )
+
+
+#: Setting this environment variable to 1 makes :func:`io_uring_available` say no (forces the pread pool).
+DISABLE_IO_URING_ENV = "STRATA_DISABLE_IO_URING"
+
+
+def io_uring_available() -> tuple[bool, str]:
+    """``(True, "")`` when io_uring works here (a ring is set up and completes a NOP; probed once per
+    process), else ``(False, reason)``: no io_uring in the kernel (ENOSYS), refused by seccomp or
+    ``/proc/sys/kernel/io_uring_disabled`` (EPERM), or ``STRATA_DISABLE_IO_URING=1``."""
+    if os.environ.get(DISABLE_IO_URING_ENV, "") == "1":
+        return False, f"io_uring disabled by {DISABLE_IO_URING_ENV}=1"
+    return _native.io_uring_available()
 
 
 def aligned_empty(nbytes: int, alignment: int = DIRECT_ALIGN) -> np.ndarray:

@@ -82,6 +82,9 @@ class TrainConfig:
     sequential: bool = setting(False, "No reader thread: read, assemble and compute in turn (ablation).",
                                artifact=False)
     device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
+    io_backend: str = setting("auto", "Feature-file reads: uring (io_uring, queue_depth requests in flight), pread "
+                              "(thread pool) or auto (uring when the kernel allows it).", artifact=False)
+    io_queue_depth: int = setting(64, "io_uring reads in flight per read call (1..4096).", artifact=False)
     # checkpoints
     checkpoint_path: str = setting("", "Write a checkpoint here after every epoch ('' = none).", artifact=False)
     checkpoint_every: int = setting(0, "Also checkpoint every N training batches (steps), mid-epoch; 0 = only "
@@ -109,6 +112,8 @@ class TrainConfig:
             "num_threads": self.num_threads >= 0,
             "model": bool(self.model),
             "device": self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+            "io_backend": self.io_backend in ("auto", "uring", "pread"),
+            "io_queue_depth": 1 <= self.io_queue_depth <= 4096,
         }
         for name, ok in checks.items():
             if not ok:

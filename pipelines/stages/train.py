@@ -45,6 +45,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         pack: Artifact, progress: Progress | None = None) -> StageResult:
     """Train, log to MLflow and write the ``train`` artifact."""
     from trainer.device import resolve_device
+    from trainer.features.iobackend import set_io_defaults
     from trainer.tracking import MlflowTracker
     from trainer.train import train
 
@@ -60,6 +61,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
+        set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
         source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
 
         def on_epoch(epoch: int, metrics: dict[str, float]) -> None:

@@ -19,6 +19,10 @@ PyObject *sk_close_fd(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_aligned_empty(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* io/uring.c: the same reads through io_uring (raw syscalls, queue depth, same/adjacent-page merging) */
+PyObject *sk_uring_read_ranges(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_io_uring_available(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* io/gather.c: row gather from a (memmap'd) 2-D array */
 PyObject *sk_gather_rows(PyObject *self, PyObject *args, PyObject *kwargs);
 

@@ -22,6 +22,11 @@ static PyMethodDef methods[] = {
               "K complete preads into out[out_offsets[k]:]; returns the bytes read."),
     SK_METHOD(aligned_empty, "nbytes, alignment=" SK_STR(SK_DIRECT_ALIGN),
               "Uninitialised uint8 buffer (numpy.ndarray) at an aligned address."),
+    SK_METHOD(uring_read_ranges, "fd, offsets, lengths, out, out_offsets, direct, queue_depth=64, merge=True",
+              "pread_ranges through an io_uring: up to queue_depth reads in flight, same-page and adjacent ranges\n"
+              "merged first (merge=True). Returns (bytes read, reads issued after merging)."),
+    SK_METHOD(io_uring_available, "",
+              "Whether io_uring works here (a ring is set up and completes a NOP). Returns (ok, reason)."),
     SK_METHOD(gather_rows, "src, idx, out, num_threads=0", "out[k] = src[idx[k]] for 2-D C-contiguous arrays."),
     SK_METHOD(pack_partition, "features, row_start, ids, batch_ptr, cursor, fd, chunk_offsets, num_threads=0",
               "DiskGNN batched packing of one partition of the feature file; returns the bytes written."),

@@ -26,6 +26,7 @@ import torch
 
 from storage_kernels import kernels
 from storage_kernels.packstore import BatchAddresses, Tier
+from trainer.features.iobackend import resolve_backend
 
 __all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "check_rows"]
 
@@ -211,18 +212,33 @@ class DirectFile:
     """A file held open for aligned reads: ``O_DIRECT`` when its filesystem allows it (``direct``), else
     buffered reads, with ``fallback_reason`` saying so. Closed by :meth:`close` or when collected.
 
-    ``requests`` counts the ranges read since it was opened (each one read request to the disk)."""
+    ``backend`` picks the read path ("auto" | "uring" | "pread"; ``None``: the process default of
+    :mod:`trainer.features.iobackend`, set from ``train.io_backend``): io_uring with ``queue_depth`` requests
+    in flight, or the ``pread`` thread pool. ``self.backend`` is the one resolved, ``backend_reason`` why
+    "auto" fell back to the pool.
 
-    def __init__(self, path: str | Path, what: str) -> None:
+    ``requests`` counts the read requests issued since it was opened: one per range, or under io_uring with
+    ``merge`` one per contiguous file span after merging same/adjacent-page ranges."""
+
+    def __init__(self, path: str | Path, what: str, backend: str | None = None,
+                 queue_depth: int | None = None) -> None:
         self.path = Path(path)
+        resolved = resolve_backend(backend, queue_depth)  # before opening: a refused "uring" leaks no fd
+        self.backend, self.queue_depth, self.backend_reason = resolved
         self.fd, self.direct = kernels.open_direct(str(self.path))
         self.requests = 0
         self.fallback_reason = "" if self.direct else (
             f"O_DIRECT refused by the filesystem of {self.path}; {what} are read through the page cache")
 
     def pread(self, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray, out_offsets: np.ndarray,
-              num_threads: int = 0) -> int:
-        """``kernels.pread_ranges`` on this file; returns the bytes read."""
+              num_threads: int = 0, merge: bool = True) -> int:
+        """``kernels.uring_read_ranges`` (merging same/adjacent-page ranges when ``merge``) or
+        ``kernels.pread_ranges`` (on ``num_threads`` threads) on this file; returns the bytes read."""
+        if self.backend == "uring":
+            nbytes, reads = kernels.uring_read_ranges(self.fd, offsets, lengths, out, out_offsets, self.direct,
+                                                      self.queue_depth, merge)
+            self.requests += reads
+            return nbytes
         self.requests += len(offsets)
         return kernels.pread_ranges(self.fd, offsets, lengths, out, out_offsets, self.direct, num_threads)
 

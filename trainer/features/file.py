@@ -93,7 +93,8 @@ class FileRows:
         lengths = align_up(row_off + self.row_bytes) - block_off  # (k,) one or more whole blocks
         out_offsets = np.arange(k, dtype=np.int64) * self.slot_bytes  # (k,) one slot per row
         buffer = self._ensure(k * self.slot_bytes)
-        nbytes = self._file.pread(block_off, lengths, buffer, out_offsets, self.num_threads)
+        # the baseline: every row its own read, even under io_uring (no same/adjacent-page merging)
+        nbytes = self._file.pread(block_off, lengths, buffer, out_offsets, self.num_threads, merge=False)
         self._extract(buffer, out_offsets + row_off - block_off, out)
         return nbytes
 
