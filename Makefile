@@ -33,7 +33,8 @@ lint: install
 	$(BIN)/ruff check .
 
 bench: install
-	$(BIN)/strata bench --dataset demo --root $(ROOT) --out benchmarks/results/demo.json
+	$(BIN)/strata bench --dataset demo --root $(ROOT) --set train.epochs=3 --memory-budget 25M --timeout 600 \
+		--out benchmarks/results/demo.json
 
 ui: install
 	$(BIN)/strata ui --root $(ROOT)

@@ -5,17 +5,19 @@ stages once) and trained in a fresh worker process (:mod:`pipelines.bench_worker
 alternating (A B C A B C ...) so that drift of a shared machine hits every policy alike; times are the
 median over repeats.
 
-**Memory budget.** ``memory_budget`` (bytes) is what a policy may hold of the graph's data: its caches, its
-read buffers and the OS page cache its reads fill. Where a memory cgroup can be made
-(:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each worker runs in a fresh cgroup limited
-to ``memory_budget + memory_overhead``, page cache included, after the files it reads have been evicted from
-the page cache; ``memory_overhead`` is the working set every policy needs regardless of caching
-(interpreter, libraries, one batch's tensors), measured by a short calibration run of the ``naive`` policy
-(no cache, reads that bypass the page cache) on a few training and evaluation batches, unless given; under a
-budget, evaluation batches are as large as training ones (``sample.eval_batch_size``, unless set), so that
-no phase of a run needs more working memory than the calibration saw. The ``in_memory`` reference (a policy with
-``out_of_core = False``) runs unconfined. Where no cgroup can be made the report says why, and only the
-policies that read with ``O_DIRECT`` are out of core.
+**Memory budget.** ``memory_budget`` (bytes) is what a policy may hold of the graph's data beyond its working
+set: its caches and the OS page cache its reads fill (half of the budget goes to the policies' CPU caches,
+``plan.cpu_cache_bytes``, unless set; the rest is page cache for topology and address tables). Where a memory
+cgroup can be made (:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each worker runs in a
+fresh cgroup limited to ``memory_budget`` plus the policy's working set, page cache included, after the files
+it reads have been evicted from the page cache. The working set (interpreter, libraries, the batches in
+flight and the policy's read buffers) is measured per policy by a short unconfined run with its caches set to
+nothing, plus 8 MiB for run-to-run variation (``mmap``, whose cache is the page cache, gets the cache-less
+``naive`` policy's), unless
+``memory_overhead`` gives it; under a budget, evaluation batches are as large as training ones
+(``sample.eval_batch_size``, unless set), so no phase needs more working memory than calibration saw. The
+``in_memory`` reference (a policy with ``out_of_core = False``) runs unconfined. Where no cgroup can be made
+the report says why, and only the policies that read with ``O_DIRECT`` are out of core.
 
 **What is reported per policy** (``policies.NAME``): ``epoch_s`` (median over repeats of the steady epochs),
 ``bytes_read`` and ``read_requests`` per epoch (the feature source's own counts; the memory-mapped baseline's
@@ -47,6 +49,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.confine import CgroupSupport, MemoryCgroup, cgroup_support, evict_page_cache
+from pipelines.policies import POLICIES
 from pipelines.runner import StageRunner
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress
@@ -60,6 +63,8 @@ _SEQ_READ_BLOCK = 8 << 20
 _SEQ_READ_MAX = 1 << 30
 _POLICY_STAGES = ("plan", "pack")
 _CALIBRATION_BATCHES = 8
+_JITTER = 8 << 20  # allowance for run-to-run variation of a working set (allocator, threads, timing)
+_CACHE_SHARE = 0.5  # of the budget, for a policy's CPU cache under a budget (the rest: page cache)
 _PREPARE_OVERHEAD = 512 << 20  # interpreter and libraries of a preprocessing worker, beyond the budget
 _MB = 1 << 20
 
@@ -138,7 +143,6 @@ class _Workers:
                  timeout_s: float | None = None) -> None:
         self.root, self.cfg, self.support, self.evict = root, cfg, support, evict
         self.timeout_s = timeout_s  # per training run (None: none)
-        self.limit: int | None = None  # cgroup limit in bytes (None: unconfined)
 
     def run(self, policy: str, phase: str, cfg: PipelineConfig | None = None, limit: int | None = None,
             **extra: Any) -> dict[str, Any]:
@@ -152,7 +156,6 @@ class _Workers:
             job_path, out_path = Path(tmp, "job.json"), Path(tmp, "out.json")
             job_path.write_text(json.dumps(job))
             evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache
-            limit = self.limit if limit is None else limit
             cgroup = MemoryCgroup(limit, self.support) if confined and limit is not None and self.support else None
             timeout = self.timeout_s if phase == "train" else None
             try:
@@ -228,10 +231,8 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     """Materialise and train every policy of ``policies`` (see the module docstring); returns (and writes, with
     its plot) the report."""
     names = resolve_policies(policies)
-    if memory_budget is not None and "eval_batch_size" not in cfg.sample.model_fields_set:
-        # evaluation batches the size of training ones: the working set stays what calibration measures
-        sample = cfg.sample.model_copy(update={"eval_batch_size": cfg.sample.batch_size})
-        cfg = cfg.model_copy(update={"sample": sample})
+    if memory_budget is not None:
+        cfg = _budgeted(cfg, memory_budget)
     if repeats < 1:
         raise ValueError(f"'--repeats' expected at least 1 (got {repeats})")
     support, confinement = _confinement(memory_budget)
@@ -277,24 +278,25 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
                                    if r.artifact.stage not in _POLICY_STAGES),
     })
 
-    # 2. the working set every policy needs, measured on the cache-less baseline
+    # 2. each policy's working set without its caches, measured (the budget comes on top of it)
+    overheads: dict[str, int] = {}
     if support is not None and memory_budget is not None:
-        if memory_overhead is None:
-            calib = workers.run("naive", "train", cfg.model_copy(update={
-                "policy": "naive", "train": dataclasses.replace(cfg.train, epochs=1)}),
-                limit=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
-            memory_overhead = -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB  # whole MiB
-        workers.limit = memory_budget + memory_overhead
-        report["memory_overhead"] = memory_overhead
-        report["cgroup_limit"] = workers.limit
+        for i, name in enumerate(names):
+            if memory_overhead is not None:
+                overheads[name] = memory_overhead
+            elif POLICIES.get(name).out_of_core:
+                overheads[name] = _calibrate(workers, store, cfg, name)
+            if progress:
+                progress("bench: calibration", i + 1, len(names))
+        report["memory_overhead"] = overheads
 
     # 3. training, alternating policies across repeats
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     total = repeats * len(names)
     for r in range(repeats):
         for i, name in enumerate(names):
-            runs[name].append(workers.run(name, "train", cfg.model_copy(update={"policy": name})))
+            limit = memory_budget + overheads[name] if name in overheads and memory_budget is not None else None
+            runs[name].append(workers.run(name, "train", cfg.model_copy(update={"policy": name}), limit=limit))
             if progress:
                 progress("bench: training", r * len(names) + i + 1, total)
 
@@ -303,6 +305,9 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
         runner = shared.derive(cfg.model_copy(update={"policy": name}))
         plan, pack = runner.artifact("plan"), runner.artifact("pack")
         report["policies"][name] = _summarise(name, runs[name], prepared[name], plan, pack, needed, feature_bytes)
+        if name in overheads and memory_budget is not None:
+            report["policies"][name].update(memory_overhead=overheads[name],
+                                            cgroup_limit=memory_budget + overheads[name])
     base = report["policies"].get("naive", {}).get("epoch_s")
     for entry in report["policies"].values():
         epoch_s = entry.get("epoch_s")
@@ -311,6 +316,34 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
         write_report(out_path, report)
         write_plot(Path(out_path).with_suffix(".png"), report)
     return report
+
+
+def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
+    """The configuration every policy runs under a budget: half of it for the policies' CPU caches (unless the
+    user sized them: the rest is left to the page cache, for topology and addresses) and evaluation batches
+    as large as training ones (unless set), so no phase needs more working memory than calibration saw."""
+    plan, sample = cfg.plan, cfg.sample
+    if not plan.model_fields_set & {"cpu_cache_bytes", "cpu_cache_fraction"}:
+        plan = plan.model_copy(update={"cpu_cache_bytes": int(memory_budget * _CACHE_SHARE)})
+    if "eval_batch_size" not in sample.model_fields_set:
+        sample = sample.model_copy(update={"eval_batch_size": sample.batch_size})
+    return cfg.model_copy(update={"plan": plan, "sample": sample})
+
+
+def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) -> int:
+    """``name``'s working set in bytes: the peak of a short unconfined run (a few training and evaluation
+    batches) with its caches set to nothing. A policy whose cache is the page cache (``mmap``) has none to
+    switch off: it gets the cache-less ``naive`` policy's working set."""
+    probe = "naive" if POLICIES.get(name).page_cache else name
+    ccfg = cfg.model_copy(update={
+        "policy": probe, "train": dataclasses.replace(cfg.train, epochs=1),
+        "plan": cfg.plan.model_copy(update={"cpu_cache_bytes": 0, "gpu_cache_bytes": 0})})
+    StageRunner(ccfg, store).run_until("pack")
+    calib = workers.run(probe, "train", ccfg, limit=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                        max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
+    if calib.get("error"):
+        raise BenchError(f"calibration of {name} failed: {calib['error']}")
+    return -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB + _JITTER  # whole MiB, plus run-to-run jitter
 
 
 def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], plan: Any, pack: Any,
