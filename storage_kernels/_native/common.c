@@ -349,6 +349,73 @@ int sk_pwrite_full(int fd, const void *buf, int64_t len, int64_t off, int64_t *d
     return pio_full(fd, (char *)buf, len, off, 1, done, err);
 }
 
+int64_t sk_get_read_ranges(const char *func, PyObject *offsets_obj, PyObject *lengths_obj, PyObject *out_obj,
+                           PyObject *out_offsets_obj, int direct, Py_buffer *offsets, Py_buffer *lengths,
+                           Py_buffer *out, Py_buffer *out_offsets, int64_t *total) {
+    if (sk_get_buffer(offsets_obj, func, "offsets", SK_INT64, 1, 0, offsets) < 0 ||
+        sk_get_buffer(lengths_obj, func, "lengths", SK_INT64, 1, 0, lengths) < 0 ||
+        sk_get_buffer(out_obj, func, "out", SK_UINT8, SK_ANY_NDIM, 1, out) < 0 ||
+        sk_get_buffer(out_offsets_obj, func, "out_offsets", SK_INT64, 1, 0, out_offsets) < 0)
+        return -1;
+
+    const int64_t K = sk_len(offsets), nbytes = (int64_t)out->len;
+    if (sk_len(lengths) != K || sk_len(out_offsets) != K) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: 'lengths' and 'out_offsets' expected the length of 'offsets' (%lld) (got %lld and %lld)",
+                     func, (long long)K, (long long)sk_len(lengths), (long long)sk_len(out_offsets));
+        return -1;
+    }
+    const int64_t *off = offsets->buf, *len = lengths->buf, *ooff = out_offsets->buf;
+    *total = 0;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t end;
+        if (off[k] < 0 || len[k] < 0 || ooff[k] < 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: range %lld expected non-negative offset, length and out_offset "
+                         "(got offsets[%lld]=%lld, lengths[%lld]=%lld, out_offsets[%lld]=%lld)",
+                         func, (long long)k, (long long)k, (long long)off[k], (long long)k, (long long)len[k],
+                         (long long)k, (long long)ooff[k]);
+            return -1;
+        }
+        if (sk_add_overflow(ooff[k], len[k], &end) || end > nbytes || sk_add_overflow(off[k], len[k], &end) ||
+            sk_add_overflow(*total, len[k], total)) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: range %lld expected out_offsets[k] + lengths[k] <= out.nbytes=%lld (got %lld + %lld)",
+                         func, (long long)k, (long long)nbytes, (long long)ooff[k], (long long)len[k]);
+            return -1;
+        }
+        if (direct) { /* O_DIRECT: the kernel DMA's straight into the destination */
+            const uintptr_t addr = (uintptr_t)out->buf + (uintptr_t)ooff[k];
+            if (!sk_is_aligned((uint64_t)off[k], SK_DIRECT_ALIGN) ||
+                !sk_is_aligned((uint64_t)len[k], SK_DIRECT_ALIGN) || !sk_is_aligned(addr, SK_DIRECT_ALIGN)) {
+                PyErr_Format(PyExc_ValueError,
+                             "%s: direct range %lld expected offset, length and destination address aligned to "
+                             "%d bytes (got offsets[%lld]=%lld, lengths[%lld]=%lld, destination address %% %d = "
+                             "%lld)",
+                             func, (long long)k, SK_DIRECT_ALIGN, (long long)k, (long long)off[k], (long long)k,
+                             (long long)len[k], SK_DIRECT_ALIGN, (long long)(addr % SK_DIRECT_ALIGN));
+                return -1;
+            }
+        }
+    }
+    return K;
+}
+
+int sk_raise_read_error(const char *func, int fd, const sk_status *st) {
+    if (st->code == SK_IO_ERRNO) {
+        sk_raise_errno(st->err_no, "%s: reading fd %d at offset %lld (range %lld, length %lld)", func, fd,
+                       (long long)(st->b + st->d), (long long)st->a, (long long)st->c);
+        return -1;
+    }
+    if (st->code == SK_IO_EOF) {
+        PyErr_Format(PyExc_OSError,
+                     "%s: fd %d expected %lld bytes at offset %lld (range %lld) (got %lld before end of file)", func,
+                     fd, (long long)st->c, (long long)st->b, (long long)st->a, (long long)st->d);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- CSR graphs ---- */
 
 int sk_get_csr(const char *func, PyObject *indptr_obj, PyObject *indices_obj, int writable, Py_buffer *indptr,

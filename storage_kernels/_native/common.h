@@ -217,6 +217,20 @@ enum { SK_IO_OK = 0, SK_IO_ERRNO = 1, SK_IO_EOF = 2 };
 int sk_pread_full(int fd, void *buf, int64_t len, int64_t off, int64_t *done, int *err);
 int sk_pwrite_full(int fd, const void *buf, int64_t len, int64_t off, int64_t *done, int *err);
 
+/* The arguments of a batched range read (pread_ranges, uring_read_ranges): acquire `offsets`, `lengths`,
+ * `out_offsets` (1-D int64) and `out` (writable bytes), and check that the three have one length K and that
+ * every range k is non-negative, fits in `out` (out_offsets[k] + lengths[k] <= out.nbytes) and, if `direct`,
+ * has its file offset, length and destination address aligned to SK_DIRECT_ALIGN. Returns K, or -1 with
+ * ValueError naming the first bad range (views then hold what was acquired: release them). *total = the sum
+ * of the lengths. Needs the GIL. */
+int64_t sk_get_read_ranges(const char *func, PyObject *offsets_obj, PyObject *lengths_obj, PyObject *out_obj,
+                           PyObject *out_offsets_obj, int direct, Py_buffer *offsets, Py_buffer *lengths,
+                           Py_buffer *out, Py_buffer *out_offsets, int64_t *total);
+
+/* Turn the status of a failed range read (code SK_IO_ERRNO or SK_IO_EOF; a = range, b = its file offset,
+ * c = its length, d = bytes read before the failure) into OSError; returns -1, or 0 for any other code. */
+int sk_raise_read_error(const char *func, int fd, const sk_status *st);
+
 /* ---- small sorts ---------------------------------------------------------------------------------------- */
 
 /* SK_DEFINE_SORT(name, type, key) defines `static void name(type *v, int64_t n)`, sorting v ascending by the

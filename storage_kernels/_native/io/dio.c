@@ -96,52 +96,10 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
                                      &out_obj, &out_offsets_obj, &direct, &num_threads))
         return NULL;
     if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0 || sk_check_fd(fn, fd) < 0) return NULL;
-    if (sk_get_buffer(offsets_obj, fn, "offsets", SK_INT64, 1, 0, &offsets) < 0) goto done;
-    if (sk_get_buffer(lengths_obj, fn, "lengths", SK_INT64, 1, 0, &lengths) < 0) goto done;
-    if (sk_get_buffer(out_obj, fn, "out", SK_UINT8, SK_ANY_NDIM, 1, &out) < 0) goto done;
-    if (sk_get_buffer(out_offsets_obj, fn, "out_offsets", SK_INT64, 1, 0, &out_offsets) < 0) goto done;
-
-    const int64_t K = sk_len(&offsets), nbytes = (int64_t)out.len;
-    if (sk_len(&lengths) != K || sk_len(&out_offsets) != K) {
-        PyErr_Format(PyExc_ValueError,
-                     "pread_ranges: 'lengths' and 'out_offsets' expected the length of 'offsets' (%lld) "
-                     "(got %lld and %lld)",
-                     (long long)K, (long long)sk_len(&lengths), (long long)sk_len(&out_offsets));
-        goto done;
-    }
+    const int64_t K = sk_get_read_ranges(fn, offsets_obj, lengths_obj, out_obj, out_offsets_obj, direct, &offsets,
+                                         &lengths, &out, &out_offsets, &total);
+    if (K < 0) goto done;
     const int64_t *off = offsets.buf, *len = lengths.buf, *ooff = out_offsets.buf;
-    for (int64_t k = 0; k < K; k++) {
-        int64_t end;
-        if (off[k] < 0 || len[k] < 0 || ooff[k] < 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "pread_ranges: range %lld expected non-negative offset, length and out_offset "
-                         "(got offsets[%lld]=%lld, lengths[%lld]=%lld, out_offsets[%lld]=%lld)",
-                         (long long)k, (long long)k, (long long)off[k], (long long)k, (long long)len[k],
-                         (long long)k, (long long)ooff[k]);
-            goto done;
-        }
-        if (sk_add_overflow(ooff[k], len[k], &end) || end > nbytes || sk_add_overflow(off[k], len[k], &end) ||
-            sk_add_overflow(total, len[k], &total)) {
-            PyErr_Format(PyExc_ValueError,
-                         "pread_ranges: range %lld expected out_offsets[k] + lengths[k] <= out.nbytes=%lld "
-                         "(got %lld + %lld)",
-                         (long long)k, (long long)nbytes, (long long)ooff[k], (long long)len[k]);
-            goto done;
-        }
-        if (direct) {
-            const uintptr_t addr = (uintptr_t)out.buf + (uintptr_t)ooff[k];
-            if (!sk_is_aligned((uint64_t)off[k], SK_DIRECT_ALIGN) ||
-                !sk_is_aligned((uint64_t)len[k], SK_DIRECT_ALIGN) || !sk_is_aligned(addr, SK_DIRECT_ALIGN)) {
-                PyErr_Format(PyExc_ValueError,
-                             "pread_ranges: direct range %lld expected offset, length and destination address "
-                             "aligned to %d bytes (got offsets[%lld]=%lld, lengths[%lld]=%lld, destination "
-                             "address %% %d = %lld)",
-                             (long long)k, SK_DIRECT_ALIGN, (long long)k, (long long)off[k], (long long)k,
-                             (long long)len[k], SK_DIRECT_ALIGN, (long long)(addr % SK_DIRECT_ALIGN));
-                goto done;
-            }
-        }
-    }
     nthreads = sk_cap_threads(nthreads, K, 1);
     if ((ts = calloc((size_t)nthreads, sizeof(sk_status))) == NULL) {
         PyErr_NoMemory();
@@ -156,15 +114,7 @@ PyObject *sk_pread_ranges(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_END_ALLOW_THREADS
 
     for (int t = 0; t < nthreads; t++) sk_status_merge(&st, &ts[t]);
-    if (st.code == DIO_ERRNO)
-        sk_raise_errno(st.err_no, "pread_ranges: reading fd %d at offset %lld (range %lld, length %lld)", fd,
-                       (long long)(st.b + st.d), (long long)st.a, (long long)st.c);
-    else if (st.code == DIO_EOF)
-        PyErr_Format(PyExc_OSError,
-                     "pread_ranges: fd %d expected %lld bytes at offset %lld (range %lld) (got %lld before end of "
-                     "file)",
-                     fd, (long long)st.c, (long long)st.b, (long long)st.a, (long long)st.d);
-    else
+    if (sk_raise_read_error(fn, fd, &st) == 0)
         result = PyLong_FromLongLong((long long)total);
 
 done:

@@ -444,56 +444,17 @@ PyObject *sk_uring_read_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
                      queue_depth);
         return NULL;
     }
-    if (sk_get_buffer(offsets_obj, fn, "offsets", SK_INT64, 1, 0, &offsets) < 0) goto done;
-    if (sk_get_buffer(lengths_obj, fn, "lengths", SK_INT64, 1, 0, &lengths) < 0) goto done;
-    if (sk_get_buffer(out_obj, fn, "out", SK_UINT8, SK_ANY_NDIM, 1, &out) < 0) goto done;
-    if (sk_get_buffer(out_offsets_obj, fn, "out_offsets", SK_INT64, 1, 0, &out_offsets) < 0) goto done;
-
-    const int64_t K = sk_len(&offsets), nbytes = (int64_t)out.len;
-    if (sk_len(&lengths) != K || sk_len(&out_offsets) != K) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: 'lengths' and 'out_offsets' expected the length of 'offsets' (%lld) (got %lld and %lld)",
-                     fn, (long long)K, (long long)sk_len(&lengths), (long long)sk_len(&out_offsets));
-        goto done;
-    }
+    const int64_t K = sk_get_read_ranges(fn, offsets_obj, lengths_obj, out_obj, out_offsets_obj, direct, &offsets,
+                                         &lengths, &out, &out_offsets, &total);
+    if (K < 0) goto done;
     const int64_t *off = offsets.buf, *len = lengths.buf, *ooff = out_offsets.buf;
     int64_t pieces = 0; /* bound on iovecs and requests: two per range (the tail of a request, then new ones) plus
                          * one per SK_URING_MAX_REQUEST bytes */
-    for (int64_t k = 0; k < K; k++) {
-        int64_t end;
-        if (off[k] < 0 || len[k] < 0 || ooff[k] < 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: range %lld expected non-negative offset, length and out_offset "
-                         "(got offsets[%lld]=%lld, lengths[%lld]=%lld, out_offsets[%lld]=%lld)",
-                         fn, (long long)k, (long long)k, (long long)off[k], (long long)k, (long long)len[k],
-                         (long long)k, (long long)ooff[k]);
-            goto done;
-        }
-        if (sk_add_overflow(ooff[k], len[k], &end) || end > nbytes || sk_add_overflow(off[k], len[k], &end) ||
-            sk_add_overflow(total, len[k], &total)) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: range %lld expected out_offsets[k] + lengths[k] <= out.nbytes=%lld (got %lld + %lld)",
-                         fn, (long long)k, (long long)nbytes, (long long)ooff[k], (long long)len[k]);
-            goto done;
-        }
-        if (direct) {
-            const uintptr_t addr = (uintptr_t)out.buf + (uintptr_t)ooff[k];
-            if (!sk_is_aligned((uint64_t)off[k], SK_DIRECT_ALIGN) ||
-                !sk_is_aligned((uint64_t)len[k], SK_DIRECT_ALIGN) || !sk_is_aligned(addr, SK_DIRECT_ALIGN)) {
-                PyErr_Format(PyExc_ValueError,
-                             "%s: direct range %lld expected offset, length and destination address aligned to "
-                             "%d bytes (got offsets[%lld]=%lld, lengths[%lld]=%lld, destination address %% %d = "
-                             "%lld)",
-                             fn, (long long)k, SK_DIRECT_ALIGN, (long long)k, (long long)off[k], (long long)k,
-                             (long long)len[k], SK_DIRECT_ALIGN, (long long)(addr % SK_DIRECT_ALIGN));
-                goto done;
-            }
-        }
+    for (int64_t k = 0; k < K; k++)
         if (len[k] > 0) {
             p.nspans++;
             pieces += 2 + len[k] / SK_URING_MAX_REQUEST;
         }
-    }
     p.spans = malloc((size_t)(p.nspans > 0 ? p.nspans : 1) * sizeof(span_t));
     p.reqs = malloc((size_t)(pieces > 0 ? pieces : 1) * sizeof(request_t));
     p.iov = malloc((size_t)(pieces > 0 ? pieces : 1) * sizeof(struct iovec));
@@ -519,20 +480,13 @@ PyObject *sk_uring_read_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
             memmove((char *)out.buf + p.copies[c].dst, (char *)out.buf + p.copies[c].src, (size_t)p.copies[c].len);
     Py_END_ALLOW_THREADS
 
-    if (st.code == URING_ERRNO)
-        sk_raise_errno(st.err_no, "%s: reading fd %d at offset %lld (range %lld, length %lld)", fn, fd,
-                       (long long)(st.b + st.d), (long long)st.a, (long long)st.c);
-    else if (st.code == URING_EOF)
-        PyErr_Format(PyExc_OSError,
-                     "%s: fd %d expected %lld bytes at offset %lld (range %lld) (got %lld before end of file)", fn,
-                     fd, (long long)st.c, (long long)st.b, (long long)st.a, (long long)st.d);
-    else if (st.code == URING_SETUP)
+    if (st.code == URING_SETUP)
         sk_raise_errno(st.err_no, "%s: setting up an io_uring of depth %zd for fd %d", fn, queue_depth, fd);
     else if (st.code == URING_ENTER)
         sk_raise_errno(st.err_no, "%s: io_uring_enter on the ring reading fd %d", fn, fd);
     else if (st.code == SK_ERR_NOMEM)
         PyErr_NoMemory();
-    else
+    else if (sk_raise_read_error(fn, fd, &st) == 0)
         result = Py_BuildValue("(LL)", (long long)total, (long long)(merge ? p.reads : K));
 
 done:
