@@ -15,18 +15,14 @@ artifact's version, the checkpoint and ``model.json`` only when ``train.model=ga
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, edge_softmax, scatter_sum
-from trainer.split import LayerwiseSplit  # forward_lower / forward_last for policy=outre
-
-if TYPE_CHECKING:
-    from trainer.models import TensorBlock
+from trainer.split import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
 
 __all__ = ["GAT", "GATConv"]
 
@@ -100,22 +96,3 @@ class GAT(LayerwiseSplit, nn.Module):
         """Constructor arguments (checkpoint ``model_args``, ``model.json``)."""
         return {"in_dim": self.in_dim, "hidden_dim": self.hidden_dim, "out_dim": self.out_dim,
                 "num_layers": self.num_layers, "dropout": self.dropout, "heads": self.heads}
-
-    def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
-        """``x`` (num_nodes, in_dim) in the batch's node order -> logits (num_seeds, out_dim)."""
-        if len(blocks) != self.num_layers:
-            raise ValueError(f"'blocks' expected {self.num_layers} (one per layer) (got {len(blocks)})")
-        if x.dim() != 2 or x.shape[1] != self.in_dim:
-            raise ValueError(f"'x' expected shape (num_nodes, {self.in_dim}) (got {tuple(x.shape)})")
-        return self.forward_dst_pos(x, [(b.edge_src, b.edge_dst, b.dst_pos()) for b in blocks])
-
-    def forward_dst_pos(
-        self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    ) -> torch.Tensor:
-        """The same computation with each layer's destinations given as positions ``dst_pos`` (ONNX form)."""
-        h = x
-        for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
-            h = layer(h, edge_src, edge_dst, dst_pos)  # (num_dst_i, hidden_dim or out_dim)
-            if i < self.num_layers - 1:
-                h = F.dropout(F.relu(h), p=self.dropout, training=self.training)
-        return h

@@ -1,5 +1,6 @@
-"""The split forward OUTRE's historical cache needs (``trainer.history``), for models whose layers are called
-as ``layers[i](h, edge_src, edge_dst, dst_pos)`` and joined by ReLU + dropout (GCN, GAT).
+"""The forward passes of models whose layers are called as ``layers[i](h, edge_src, edge_dst, dst_pos)`` and
+joined by ReLU + dropout (GCN, GAT): ``forward``, its ONNX form ``forward_dst_pos``, and the split forward OUTRE's
+historical cache needs (``trainer.history``).
 
 ``forward_lower(x, blocks[:-1])`` runs layers ``0..L-2`` and returns the last layer's input h^{L-1} before its
 dropout; ``forward_last(h, blocks[-1])`` applies that dropout and the last layer. Together they are the
@@ -21,12 +22,33 @@ __all__ = ["LayerwiseSplit"]
 
 
 class LayerwiseSplit:
-    """Mixin: :meth:`forward_lower` and :meth:`forward_last` from ``layers``, ``num_layers`` and ``dropout``."""
+    """Mixin: :meth:`forward`, :meth:`forward_dst_pos`, :meth:`forward_lower` and :meth:`forward_last` from
+    ``layers``, ``in_dim``, ``num_layers`` and ``dropout``."""
 
     layers: Any
+    in_dim: int
     num_layers: int
     dropout: float
     training: bool
+
+    def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
+        """``x`` (num_nodes, in_dim) in the batch's node order -> logits (num_seeds, out_dim)."""
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"'blocks' expected {self.num_layers} (one per layer) (got {len(blocks)})")
+        if x.dim() != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"'x' expected shape (num_nodes, {self.in_dim}) (got {tuple(x.shape)})")
+        return self.forward_dst_pos(x, [(b.edge_src, b.edge_dst, b.dst_pos()) for b in blocks])
+
+    def forward_dst_pos(
+        self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The same computation with each layer's destinations given as positions ``dst_pos`` (ONNX form)."""
+        h = x
+        for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
+            h = layer(h, edge_src, edge_dst, dst_pos)  # (num_dst_i, hidden_dim or out_dim)
+            if i < self.num_layers - 1:
+                h = F.dropout(F.relu(h), p=self.dropout, training=self.training)
+        return h
 
     def forward_lower(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
         """Layers ``0..L-2`` -> the last layer's input (before its dropout); ``x`` for one layer."""
