@@ -314,6 +314,7 @@ def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
 def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: StrataPaths) -> dict[str, Any]:
     """The run's artifacts (from Dagster's materializations) and the headline numbers of train and export."""
     from pipelines.stages.train import HEADLINE_METRICS
+    from pipelines.summary import run_summary
 
     materialized: dict[str, dict[str, Any]] = {}
     for event in result.get_asset_materialization_events():
@@ -335,22 +336,17 @@ def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: Stra
     metrics = {k: model.get(k) for k in HEADLINE_METRICS} if model else {}
     metrics.update({k: v for k, v in model.items()
                     if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool)})
-    if "onnx_max_abs_diff" in export:
-        metrics["onnx_max_abs_diff"] = export["onnx_max_abs_diff"]
-    return {
-        "dataset": cfg.dataset_name,
-        "root": str(paths.root),
-        "artifacts": artifacts,
-        "metrics": metrics,
-        "mlflow": {
-            "tracking_uri": model.get("mlflow_tracking_uri", paths.mlflow_tracking_uri),
-            "run_id": model.get("mlflow_run_id"),
-            "model_name": export.get("model_name"),
-            "model_version": export.get("model_version"),
-            "champion_version": export.get("champion_version"),
-        },
-        "dagster_run_id": result.run_id,
-    }
+    return {**run_summary(cfg, paths, artifacts, metrics, model, export), "dagster_run_id": result.run_id}
+
+
+def _emit_summary(summary: dict[str, Any], start: float, json_out: bool) -> None:
+    """Add the run's ``seconds`` since ``start`` and print the summary: one JSON line, or tables."""
+    summary["seconds"] = round(time.perf_counter() - start, 3)
+    if json_out:
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
+        sys.stdout.flush()
+    else:
+        _print_summary(summary)
 
 
 def _print_summary(summary: Mapping[str, Any]) -> None:
@@ -434,12 +430,7 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         _fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n"
               + _failure_message(result, verbose))
     summary = _summary(result, cfg, paths)
-    summary["seconds"] = round(time.perf_counter() - start, 3)
-    if json_out:
-        sys.stdout.write(json.dumps(summary, default=str) + "\n")
-        sys.stdout.flush()
-    else:
-        _print_summary(summary)
+    _emit_summary(summary, start, json_out)
 
 
 def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbose: bool, until: str | None
@@ -455,12 +446,7 @@ def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbo
         _fail(f"strata {until or 'run'} under torchrun for {cfg.dataset_name!r} failed: {e}")
     if summary is None:
         return
-    summary["seconds"] = round(time.perf_counter() - start, 3)
-    if json_out:
-        sys.stdout.write(json.dumps(summary, default=str) + "\n")
-        sys.stdout.flush()
-    else:
-        _print_summary(summary)
+    _emit_summary(summary, start, json_out)
 
 
 DatasetOption = typer.Option(None, "--dataset", "-d", help="Built-in name or source spec (see `strata datasets`); "

@@ -98,6 +98,7 @@ def _summary(cfg: PipelineConfig, paths: StrataPaths, by_stage: dict[str, StageR
              ) -> dict[str, Any]:
     """The same keys as the Dagster run's summary (``dagster_run_id`` None), plus ``world_size``."""
     from pipelines.stages.train import HEADLINE_METRICS
+    from pipelines.summary import run_summary
 
     artifacts = [{"stage": stage, "version": r.version, "reused": r.reused, "bytes": r.metadata.get("bytes"),
                   "seconds": r.artifact.timings.get("total_s"), "path": str(r.artifact.path)}
@@ -105,16 +106,5 @@ def _summary(cfg: PipelineConfig, paths: StrataPaths, by_stage: dict[str, StageR
     model = by_stage[_TRAIN].artifact.stats
     export = by_stage["export"].artifact.stats if "export" in by_stage else {}
     metrics = {k: model.get(k) for k in HEADLINE_METRICS}
-    if "onnx_max_abs_diff" in export:
-        metrics["onnx_max_abs_diff"] = export["onnx_max_abs_diff"]
-    return {
-        "dataset": cfg.dataset_name,
-        "root": str(paths.root),
-        "artifacts": artifacts,
-        "metrics": metrics,
-        "mlflow": {"tracking_uri": model.get("mlflow_tracking_uri", paths.mlflow_tracking_uri),
-                   "run_id": model.get("mlflow_run_id"), "model_name": export.get("model_name"),
-                   "model_version": export.get("model_version"), "champion_version": export.get("champion_version")},
-        "dagster_run_id": None,
-        "world_size": world_size,
-    }
+    return {**run_summary(cfg, paths, artifacts, metrics, model, export), "dagster_run_id": None,
+            "world_size": world_size}
