@@ -20,6 +20,22 @@
 
 #include <string.h>
 
+/* set_ptr holds S + 1 offsets into an array of T entries: 0 = set_ptr[0] <= set_ptr[1] <= ... <= set_ptr[S] <= T,
+ * else `st` gets `code` with a = the first bad position and b = its value. Without the GIL. */
+static void check_set_ptr(const int64_t *sp, int64_t S, int64_t T, int code, sk_status *st) {
+    if (sp[0] != 0) sk_status_set(st, code, 0, 0, 0, sp[0], 0, 0);
+    for (int64_t s = 0; s < S && st->code == 0; s++)
+        if (sp[s + 1] < sp[s] || sp[s + 1] > T) sk_status_set(st, code, 0, s + 1, s + 1, sp[s + 1], 0, 0);
+}
+
+/* The ValueError of a status from check_set_ptr; `items` names the array of T entries set_ptr indexes. */
+static void raise_bad_set_ptr(const char *fn, const char *items, int64_t T, const sk_status *st) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: 'set_ptr' expected 0 = set_ptr[0] <= set_ptr[1] <= ... <= len(%s)=%lld "
+                 "(got set_ptr[%lld]=%lld)",
+                 fn, items, (long long)T, (long long)st->a, (long long)st->b);
+}
+
 enum { MH_OK = 0, MH_BAD_PTR = 1, MH_BAD_ITEM = 2 };
 
 typedef struct {
@@ -78,9 +94,7 @@ PyObject *sk_minhash_signatures(PyObject *self, PyObject *args, PyObject *kwargs
 
     Py_BEGIN_ALLOW_THREADS
     const int64_t *sp = ctx.set_ptr;
-    if (sp[0] != 0) sk_status_set(&st, MH_BAD_PTR, 0, 0, 0, sp[0], 0, 0);
-    for (int64_t s = 0; s < ctx.S && st.code == 0; s++)
-        if (sp[s + 1] < sp[s] || sp[s + 1] > T) sk_status_set(&st, MH_BAD_PTR, 0, s + 1, s + 1, sp[s + 1], 0, 0);
+    check_set_ptr(sp, ctx.S, T, MH_BAD_PTR, &st);
     if (st.code == 0) {
         const int64_t bad = sk_first_outside(ctx.items, sp[ctx.S], ctx.n);
         if (bad >= 0) sk_status_set(&st, MH_BAD_ITEM, 0, bad, bad, ctx.items[bad], 0, 0);
@@ -97,10 +111,7 @@ PyObject *sk_minhash_signatures(PyObject *self, PyObject *args, PyObject *kwargs
         result = Py_None;
         break;
     case MH_BAD_PTR:
-        PyErr_Format(PyExc_ValueError,
-                     "%s: 'set_ptr' expected 0 = set_ptr[0] <= set_ptr[1] <= ... <= len(items)=%lld "
-                     "(got set_ptr[%lld]=%lld)",
-                     fn, (long long)T, (long long)st.a, (long long)st.b);
+        raise_bad_set_ptr(fn, "items", T, &st);
         break;
     default:
         sk_raise_index(fn, "items", "item ids", ctx.n, st.a, st.b);
@@ -198,9 +209,7 @@ PyObject *sk_count_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
 
     Py_BEGIN_ALLOW_THREADS
     const int64_t *sp = ctx.set_ptr;
-    if (sp[0] != 0) sk_status_set(&st, CB_BAD_PTR, 0, 0, 0, sp[0], 0, 0);
-    for (int64_t s = 0; s < ctx.S && st.code == 0; s++)
-        if (sp[s + 1] < sp[s] || sp[s + 1] > T) sk_status_set(&st, CB_BAD_PTR, 0, s + 1, s + 1, sp[s + 1], 0, 0);
+    check_set_ptr(sp, ctx.S, T, CB_BAD_PTR, &st);
     int64_t max_slot = -1;
     for (int64_t i = 0; st.code == 0 && i < sp[ctx.S]; i++)
         if (ctx.slots[i] > max_slot) max_slot = ctx.slots[i];
@@ -219,10 +228,7 @@ PyObject *sk_count_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
         result = Py_None;
         break;
     case CB_BAD_PTR:
-        PyErr_Format(PyExc_ValueError,
-                     "%s: 'set_ptr' expected 0 = set_ptr[0] <= set_ptr[1] <= ... <= len(slots)=%lld "
-                     "(got set_ptr[%lld]=%lld)",
-                     fn, (long long)T, (long long)st.a, (long long)st.b);
+        raise_bad_set_ptr(fn, "slots", T, &st);
         break;
     default:
         PyErr_NoMemory();
