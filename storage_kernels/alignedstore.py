@@ -47,6 +47,7 @@ __all__ = [
     "check_tables",
     "group_hyperbatches",
     "layout_stats",
+    "save_hyperbatch_tables",
     "select_hotset",
     "write_aligned",
 ]
@@ -246,6 +247,15 @@ def group_hyperbatches(nodes: np.ndarray, epochs: Sequence[Sequence[int]],
         hb_epoch_ptr.append(len(hb_ptr) - 1)
     return (np.asarray(hb_batches, dtype=np.int64), np.asarray(hb_ptr, dtype=np.int64),
             np.asarray(hb_epoch_ptr, dtype=np.int64), np.asarray(hb_blocks, dtype=np.int64))
+
+
+def save_hyperbatch_tables(save_array: Callable[[str, np.ndarray], Any], batches: np.ndarray, ptr: np.ndarray,
+                           epoch_ptr: np.ndarray, hotset_nodes: np.ndarray) -> None:
+    """Save :func:`group_hyperbatches`' tables and the hotset under their file names, each as
+    ``save_array(name, array)`` (an :class:`~storage_kernels.store.ArtifactBuilder`'s, or one writing into a
+    directory); :class:`HyperbatchTable` reads them back."""
+    for name, arr in ((HB_BATCHES, batches), (HB_PTR, ptr), (HB_EPOCH_PTR, epoch_ptr), (HOTSET_NODES, hotset_nodes)):
+        save_array(name, arr)
 
 
 class HyperbatchTable:

@@ -41,14 +41,11 @@ from pipelines.policies.base import FeatureInputs, PackInputs, PlanInputs, Polic
 from pipelines.policies.tiers import access_frequency, assign_tiers
 from storage_kernels.alignedstore import (
     ALIGNED_BIN,
-    HB_BATCHES,
-    HB_EPOCH_PTR,
-    HB_PTR,
-    HOTSET_NODES,
     LAYOUT_JSON,
     BlockLayout,
     group_hyperbatches,
     layout_stats,
+    save_hyperbatch_tables,
     select_hotset,
     write_aligned,
 )
@@ -131,11 +128,8 @@ class Hyperbatch(Policy):
         budget = cfg.plan.hyperbatch_bytes
         batches, ptr, epoch_ptr, hb_blocks = group_hyperbatches(samples.nodes, epochs, samples.node_range, layout,
                                                                 budget)
-        builder.save_array(HB_BATCHES, batches)
-        builder.save_array(HB_PTR, ptr)
-        builder.save_array(HB_EPOCH_PTR, epoch_ptr)
         hot_nodes = np.asarray(inputs.plan.array("cpu_nodes.npy"), dtype=np.int64)
-        builder.save_array(HOTSET_NODES, hot_nodes)
+        save_hyperbatch_tables(builder.save_array, batches, ptr, epoch_ptr, hot_nodes)
 
         # what one epoch reads with the planned hotset (sample epoch 0; refreshes change it while training)
         hot = np.zeros(graph.num_nodes, dtype=bool)

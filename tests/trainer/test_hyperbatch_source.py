@@ -17,9 +17,9 @@ from storage_kernels.alignedstore import (
     HB_BATCHES,
     HB_EPOCH_PTR,
     HB_PTR,
-    HOTSET_NODES,
     LAYOUT_JSON,
     group_hyperbatches,
+    save_hyperbatch_tables,
     write_aligned,
 )
 from storage_kernels.arrays import save_array
@@ -46,8 +46,7 @@ def write_pack(path: Path, data: Dataset, hot: np.ndarray, budget_bytes: int) ->
     (path / LAYOUT_JSON).write_text(json.dumps(layout.to_json()))
     epochs = [s.batch_ids("train", e) for e in range(s.epochs)]
     batches, ptr, epoch_ptr, _ = group_hyperbatches(s.nodes, epochs, s.node_range, layout, budget_bytes)
-    for name, arr in ((HB_BATCHES, batches), (HB_PTR, ptr), (HB_EPOCH_PTR, epoch_ptr), (HOTSET_NODES, hot)):
-        save_array(path / name, arr)
+    save_hyperbatch_tables(lambda name, arr: save_array(path / name, arr), batches, ptr, epoch_ptr, hot)
     return path
 
 
