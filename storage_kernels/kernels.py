@@ -304,6 +304,12 @@ def close_fd(fd: int) -> None:
     _native.close_fd(fd=fd)
 
 
+def _range_args(offsets, lengths, out: np.ndarray, out_offsets, direct: bool) -> dict:
+    """The keyword arguments :func:`pread_ranges` and :func:`uring_read_ranges` pass alike to the C function."""
+    return {"offsets": _index_array("offsets", offsets), "lengths": _index_array("lengths", lengths), "out": out,
+            "out_offsets": _index_array("out_offsets", out_offsets), "direct": bool(direct)}
+
+
 def pread_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct: bool, num_threads: int = 0) -> int:
     """Read ``lengths[k]`` bytes at file offset ``offsets[k]`` into ``out[out_offsets[k]:]`` for every ``k``.
 
@@ -312,15 +318,8 @@ def pread_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct
     otherwise). Reads run on ``num_threads`` threads and are retried until complete; returns the bytes read.
     Raises OSError naming the fd and offset on a failed read or end of file inside a range.
     """
-    return _native.pread_ranges(
-        fd=fd,
-        offsets=_index_array("offsets", offsets),
-        lengths=_index_array("lengths", lengths),
-        out=out,
-        out_offsets=_index_array("out_offsets", out_offsets),
-        direct=bool(direct),
-        num_threads=num_threads,
-    )
+    return _native.pread_ranges(fd=fd, **_range_args(offsets, lengths, out, out_offsets, direct),
+                                num_threads=num_threads)
 
 
 def uring_read_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, direct: bool, queue_depth: int = 64,
@@ -334,16 +333,8 @@ def uring_read_ranges(fd: int, offsets, lengths, out: np.ndarray, out_offsets, d
     ``(bytes, reads)``: the bytes delivered (the sum of ``lengths``) and the reads issued after merging
     (``len(offsets)`` without it). Needs :func:`io_uring_available`; raises OSError otherwise.
     """
-    return _native.uring_read_ranges(
-        fd=fd,
-        offsets=_index_array("offsets", offsets),
-        lengths=_index_array("lengths", lengths),
-        out=out,
-        out_offsets=_index_array("out_offsets", out_offsets),
-        direct=bool(direct),
-        queue_depth=int(queue_depth),
-        merge=bool(merge),
-    )
+    return _native.uring_read_ranges(fd=fd, **_range_args(offsets, lengths, out, out_offsets, direct),
+                                     queue_depth=int(queue_depth), merge=bool(merge))
 
 
 #: Setting this environment variable to 1 makes :func:`io_uring_available` say no (forces the pread pool).
