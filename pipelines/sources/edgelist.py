@@ -23,6 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipelines.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.sources.csvstream import csv_batches
 from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
 from pipelines.sources.options import parse_bool, parse_int, parse_str
 from pipelines.sources.validate import check_edge_chunk, check_feature_chunk
@@ -104,26 +105,16 @@ def _is_int(text: str) -> bool:
 def _csv_edges(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     layout = _CsvLayout(path)
     names = ["src", "dst"] + [f"c{i}" for i in range(2, layout.num_columns)]
-    try:
-        reader = pacsv.open_csv(
-            str(path),
-            read_options=pacsv.ReadOptions(
-                column_names=names, skip_rows=layout.skip_rows, block_size=_BLOCK_BYTES
-            ),
-            parse_options=pacsv.ParseOptions(delimiter=layout.delimiter),
-            convert_options=pacsv.ConvertOptions(
-                column_types={"src": pa.int64(), "dst": pa.int64()}, include_columns=["src", "dst"]
-            ),
-        )
-    except pa.ArrowInvalid as e:
-        raise ValueError(f"'{path}' expected two integer columns ({e})") from e
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        except pa.ArrowInvalid as e:
-            raise ValueError(f"'{path}' expected two integer columns ({e})") from e
+    batches = csv_batches(
+        path,
+        lambda e: ValueError(f"'{path}' expected two integer columns ({e})"),
+        read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.skip_rows, block_size=_BLOCK_BYTES),
+        parse_options=pacsv.ParseOptions(delimiter=layout.delimiter),
+        convert_options=pacsv.ConvertOptions(
+            column_types={"src": pa.int64(), "dst": pa.int64()}, include_columns=["src", "dst"]
+        ),
+    )
+    for batch in batches:
         yield _batch_to_numpy(batch, path)
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from pipelines.sources.base import EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.sources.csvstream import csv_batches
 from pipelines.sources.kinds import SOURCE_KINDS, SourceKind
 from pipelines.sources.options import parse_bool, parse_int, parse_str
 from pipelines.sources.validate import check_edge_chunk, check_feature_chunk
@@ -61,22 +62,12 @@ def _csv_error(path: Path, columns: int, block_bytes: int, error: Exception) -> 
 
 def _batches(path: Path, column_types: dict[str, pa.DataType], block_bytes: int) -> Iterator[pa.RecordBatch]:
     """Record batches of a headerless CSV with the given columns and types."""
-    try:
-        reader = pacsv.open_csv(
-            str(path),
-            read_options=pacsv.ReadOptions(column_names=list(column_types), block_size=block_bytes),
-            convert_options=pacsv.ConvertOptions(column_types=column_types, strings_can_be_null=False),
-        )
-    except pa.ArrowInvalid as e:
-        raise _csv_error(path, len(column_types), block_bytes, e) from e
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        except pa.ArrowInvalid as e:
-            raise _csv_error(path, len(column_types), block_bytes, e) from e
-        yield batch
+    return csv_batches(
+        path,
+        lambda e: _csv_error(path, len(column_types), block_bytes, e),
+        read_options=pacsv.ReadOptions(column_names=list(column_types), block_size=block_bytes),
+        convert_options=pacsv.ConvertOptions(column_types=column_types, strings_can_be_null=False),
+    )
 
 
 def read_csv_column(path: Path, dtype: pa.DataType, block_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
