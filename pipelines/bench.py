@@ -413,15 +413,18 @@ def write_plot(path: str | Path, report: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = {n: e for n, e in report.get("policies", {}).items() if e.get("epoch_s") is not None}
+    rows = report.get("policies", {})
     names = list(rows)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    axes[0].bar(names, [rows[n]["epoch_s"] for n in names], color="tab:blue")
-    axes[0].set_ylabel("epoch time (s, median)")
-    axes[1].bar(names, [rows[n]["bytes_read"] / _MB for n in names], color="tab:orange")
-    axes[1].set_ylabel("bytes read per epoch (MiB)")
-    for ax in axes:
+    for ax, key, scale, color, label in ((axes[0], "epoch_s", 1.0, "tab:blue", "epoch time (s, median)"),
+                                         (axes[1], "bytes_read", 1 / _MB, "tab:orange", "bytes read per epoch (MiB)")):
+        ax.bar(names, [(rows[n].get(key) or 0) * scale for n in names], color=color)
+        ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
+        for i, n in enumerate(names):  # a run that did not finish has no bar: say why
+            if rows[n].get("epoch_s") is None:
+                why = "timed out" if rows[n].get("timed_out") else "OOM" if rows[n].get("oom_killed") else "failed"
+                ax.text(i, 0, why, ha="center", va="bottom", rotation=90, fontsize=8, color="tab:red")
     budget = report.get("memory_budget")
     fig.suptitle(f"strata bench: {report.get('dataset')} -- budget "
                  f"{f'{budget / _MB:.0f} MiB' if budget else 'none'}, confinement {report.get('confinement')}",
