@@ -45,6 +45,8 @@ from trainer.features.source import BatchRead, TieredSource
 
 __all__ = ["GinexFeatures"]
 
+_SWITCH_ROUND_BYTES = 4 << 20  # rows read per round while switching the cache (ids sorted: reads stay merged)
+
 
 class GinexFeatures(TieredSource):
     """A changeset store (``changes_dir``, written for ``samples``) over the feature file ``features_path``:
@@ -175,7 +177,8 @@ class GinexFeatures(TieredSource):
         if len(slots) < len(load):
             raise ValueError(f"'ginex' expected at most {len(slot_node)} nodes in a cache state (got "
                              f"{len(load) + len(resident) - len(evict)})")
-        step = max(1, self.max_buffer_bytes // max(self.file.file.row_bytes, 1))  # rows per read round
+        # rows per read round: small rounds keep the switch's transient rows far below the cache it fills
+        step = max(1, min(self.max_buffer_bytes, _SWITCH_ROUND_BYTES) // max(self.file.file.row_bytes, 1))
         for lo in range(0, len(load), step):
             ids = load[lo : lo + step]
             rows = np.empty((len(ids), self.feature_dim), dtype=np.float32)  # (k, F)
