@@ -6,18 +6,18 @@ alternating (A B C A B C ...) so that drift of a shared machine hits every polic
 median over repeats.
 
 **Memory budget.** ``memory_budget`` (bytes) is what a policy may hold of the graph's data beyond its working
-set: its caches and the OS page cache its reads fill (half of the budget goes to the policies' CPU caches,
-``plan.cpu_cache_bytes``, unless set; the rest is page cache for topology and address tables). Where a memory
-cgroup can be made (:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each worker runs in a
-fresh cgroup limited to ``memory_budget`` plus the policy's working set, page cache included, after the files
-it reads have been evicted from the page cache. The working set (interpreter, libraries, the batches in
-flight and the policy's read buffers) is measured per policy by a short unconfined run with its caches set to
-nothing, plus 8 MiB for run-to-run variation (``mmap``, whose cache is the page cache, gets the cache-less
-``naive`` policy's), unless
-``memory_overhead`` gives it; under a budget, evaluation batches are as large as training ones
-(``sample.eval_batch_size``, unless set), so no phase needs more working memory than calibration saw. The
-``in_memory`` reference (a policy with ``out_of_core = False``) runs unconfined. Where no cgroup can be made
-the report says why, and only the policies that read with ``O_DIRECT`` are out of core.
+set: its caches and the OS page cache (half of the budget goes to the policies' CPU caches,
+``plan.cpu_cache_bytes``, unless set; the rest is page cache for features, topology and address tables).
+Where a memory cgroup can be made (:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each
+worker runs in a fresh cgroup limited to ``memory_budget`` plus the policy's working set, page cache
+included, after the files it reads have been evicted from the page cache. The working set (interpreter,
+libraries, the batches in flight, the policy's read buffers) is the peak anonymous memory of a short
+unconfined run of the same policy with its caches set to nothing -- page cache excluded, so a memory map's
+cache is budget too -- plus 8 MiB for run-to-run variation, unless ``memory_overhead`` gives it. Under a
+budget, evaluation batches are as large as training ones (``sample.eval_batch_size``, unless set), so no
+phase needs more working memory than calibration saw. The ``in_memory`` reference (a policy with
+``out_of_core = False``) runs unconfined. Where no cgroup can be made the report says why, and only the
+policies that read with ``O_DIRECT`` are out of core.
 
 **What is reported per policy** (``policies.NAME``): ``epoch_s`` (median over repeats of the steady epochs),
 ``bytes_read`` and ``read_requests`` per epoch (the feature source's own counts; the memory-mapped baseline's
@@ -63,6 +63,7 @@ _SEQ_READ_BLOCK = 8 << 20
 _SEQ_READ_MAX = 1 << 30
 _POLICY_STAGES = ("plan", "pack")
 _CALIBRATION_BATCHES = 8
+_POLL_S = 0.01  # how often a running worker's anonymous memory is sampled
 _JITTER = 8 << 20  # allowance for run-to-run variation of a working set (allocator, threads, timing)
 _CACHE_SHARE = 0.5  # of the budget, for a policy's CPU cache under a budget (the rest: page cache)
 _PREPARE_OVERHEAD = 512 << 20  # interpreter and libraries of a preprocessing worker, beyond the budget
@@ -158,10 +159,16 @@ class _Workers:
             evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache
             cgroup = MemoryCgroup(limit, self.support) if confined and limit is not None and self.support else None
             timeout = self.timeout_s if phase == "train" else None
+            anon = [0]  # the highest anonymous charge seen while it ran (sampled)
+
+            def sample_anon() -> None:
+                if cgroup is not None:
+                    anon[0] = max(anon[0], cgroup.anon_bytes())
+
             try:
                 proc, read_at_kill = _run_worker(
                     [sys.executable, "-m", "pipelines.bench_worker", str(job_path), str(out_path)],
-                    cgroup.join_argv() if cgroup else None, timeout)
+                    cgroup.join_argv() if cgroup else None, timeout, sample_anon)
                 peak = cgroup.peak_bytes() if cgroup else None
                 oom = cgroup.oom_kills() if cgroup else 0
             finally:
@@ -178,24 +185,30 @@ class _Workers:
                 raise BenchError(f"bench worker ({policy}, {phase}) exited with {proc.returncode}:\n{tail}")
             out = json.loads(out_path.read_text())
         out["peak_cgroup_mb"] = peak / _MB if peak is not None else None
+        out["peak_anon_mb"] = anon[0] / _MB if cgroup is not None else None
         out["oom_killed"] = False
         out["confined"] = cgroup is not None
         return out
 
 
-def _run_worker(argv: list[str], preexec: Any, timeout_s: float | None
+def _run_worker(argv: list[str], preexec: Any, timeout_s: float | None, poll: Any = None
                 ) -> tuple[subprocess.CompletedProcess[str], int | None]:
-    """Run a worker; past ``timeout_s`` kill it and return the bytes it had read from storage (else None)."""
+    """Run a worker, calling ``poll()`` every few milliseconds while it runs; past ``timeout_s`` kill it and
+    return the bytes it had read from storage (else None)."""
     with tempfile.TemporaryFile("w+") as stderr:
         proc = subprocess.Popen(argv, preexec_fn=preexec, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         read_at_kill = None
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            read_at_kill = _proc_read_bytes(proc.pid)
-            proc.kill()
-            proc.wait()
+        deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+        while proc.poll() is None:
+            if poll is not None:
+                poll()
+            if deadline is not None and time.monotonic() > deadline:
+                read_at_kill = _proc_read_bytes(proc.pid)
+                proc.kill()
+                break
+            time.sleep(_POLL_S)
+        proc.wait()
         stderr.seek(0)
         return subprocess.CompletedProcess(argv, proc.returncode, "", stderr.read()), read_at_kill
 
@@ -331,10 +344,10 @@ def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
 
 
 def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) -> int:
-    """``name``'s working set in bytes: the peak of a short unconfined run (a few training and evaluation
-    batches) with its caches set to nothing. A policy whose cache is the page cache (``mmap``) has none to
-    switch off: it gets the cache-less ``naive`` policy's working set."""
-    probe = "naive" if POLICIES.get(name).page_cache else name
+    """``name``'s working set in bytes: the peak anonymous memory (sampled; page cache excluded) of a short
+    unconfined run -- a few training and evaluation batches -- with its caches set to nothing. The page cache
+    is the budget's: a memory map (``mmap``) measures its own working set the same way."""
+    probe = name
     ccfg = cfg.model_copy(update={
         "policy": probe, "train": dataclasses.replace(cfg.train, epochs=1),
         "plan": cfg.plan.model_copy(update={"cpu_cache_bytes": 0, "gpu_cache_bytes": 0})})
@@ -343,7 +356,7 @@ def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) ->
                         max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
     if calib.get("error"):
         raise BenchError(f"calibration of {name} failed: {calib['error']}")
-    return -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB + _JITTER  # whole MiB, plus run-to-run jitter
+    return -(-int(calib["peak_anon_mb"] * _MB) // _MB) * _MB + _JITTER  # whole MiB, plus run-to-run jitter
 
 
 def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], plan: Any, pack: Any,

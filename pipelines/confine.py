@@ -177,6 +177,16 @@ class MemoryCgroup:
         except OSError:
             return None
 
+    def anon_bytes(self) -> int:
+        """Anonymous memory charged now (the processes' own memory, page cache excluded)."""
+        keys = ("rss",) if self.version == 1 else ("anon",)
+        with contextlib.suppress(OSError):
+            for line in self._read("memory.stat").splitlines():
+                key, _, value = line.partition(" ")
+                if key in keys:
+                    return int(value)
+        return 0
+
     def oom_kills(self) -> int:
         """Processes of the group the OOM killer ended."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"
