@@ -11,13 +11,14 @@ set: its caches and the OS page cache (half of the budget goes to the policies' 
 Where a memory cgroup can be made (:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each
 worker runs in a fresh cgroup limited to ``memory_budget`` plus the policy's working set, page cache
 included, after the files it reads have been evicted from the page cache. The working set (interpreter,
-libraries, the batches in flight, the policy's read buffers) is the peak anonymous memory of a short
-unconfined run of the same policy with its caches set to nothing -- page cache excluded, so a memory map's
-cache is budget too -- plus 8 MiB for run-to-run variation, unless ``memory_overhead`` gives it. Under a
-budget, evaluation batches are as large as training ones (``sample.eval_batch_size``, unless set), so no
-phase needs more working memory than calibration saw. The ``in_memory`` reference (a policy with
-``out_of_core = False``) runs unconfined. Where no cgroup can be made the report says why, and only the
-policies that read with ``O_DIRECT`` are out of core.
+libraries, the batches in flight, the policy's read buffers) is the peak charge of a short unconfined run of
+the same policy with its caches set to nothing, plus 8 MiB for run-to-run variation, unless
+``memory_overhead`` gives it; ``mmap`` gets ``naive``'s (its own run would count its page cache), which
+leaves it ``naive``'s read buffer as extra page cache: its figures are optimistic. Under a budget,
+evaluation batches are as large as training ones (``sample.eval_batch_size``, unless set), so no phase needs
+more working memory than calibration saw. The ``in_memory`` reference (a policy with ``out_of_core =
+False``) runs unconfined. Where no cgroup can be made the report says why, and only the policies that read
+with ``O_DIRECT`` are out of core.
 
 **What is reported per policy** (``policies.NAME``): ``epoch_s`` (median over repeats of the steady epochs),
 ``bytes_read`` and ``read_requests`` per epoch (the feature source's own counts; the memory-mapped baseline's
@@ -344,10 +345,13 @@ def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
 
 
 def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) -> int:
-    """``name``'s working set in bytes: the peak anonymous memory (sampled; page cache excluded) of a short
-    unconfined run -- a few training and evaluation batches -- with its caches set to nothing. The page cache
-    is the budget's: a memory map (``mmap``) measures its own working set the same way."""
-    probe = name
+    """``name``'s working set in bytes: the peak charge of a short unconfined run (a few training and
+    evaluation batches) with its caches set to nothing. A memory map (``mmap``) has no cache to switch off
+    (its page cache would be measured as working set): it gets the cache-less ``naive`` policy's, which
+    includes ``naive``'s read buffer -- page cache ``mmap`` may use on top of the budget, so its figures are
+    optimistic. (Sampling the anonymous memory instead misses the short peaks of a batch: every policy was
+    then killed at its limit.)"""
+    probe = "naive" if POLICIES.get(name).page_cache else name
     ccfg = cfg.model_copy(update={
         "policy": probe, "train": dataclasses.replace(cfg.train, epochs=1),
         "plan": cfg.plan.model_copy(update={"cpu_cache_bytes": 0, "gpu_cache_bytes": 0})})
@@ -356,7 +360,7 @@ def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) ->
                         max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
     if calib.get("error"):
         raise BenchError(f"calibration of {name} failed: {calib['error']}")
-    return -(-int(calib["peak_anon_mb"] * _MB) // _MB) * _MB + _JITTER  # whole MiB, plus run-to-run jitter
+    return -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB + _JITTER  # whole MiB, plus run-to-run jitter
 
 
 def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], plan: Any, pack: Any,

@@ -97,6 +97,8 @@ class Policy(ABC):
     description: ClassVar[str] = ""
     #: False for a reference that holds the whole graph in RAM: ``strata bench`` runs it without a budget.
     out_of_core: ClassVar[bool] = True
+    #: True when the policy's cache is the OS page cache (a memory map): it has no cache of its own to size.
+    page_cache: ClassVar[bool] = False
     #: The ``artifact="selected"`` settings of the plan/pack/train sections this policy reads: they change
     #: this policy's artifacts only (``pipelines.config.artifact_params``).
     reads: ClassVar[frozenset[str]] = frozenset()

@@ -44,6 +44,7 @@ class InMemory(Policy):
 class Mmap(Policy):
     name = "mmap"
     description = "The feature file memory-mapped; the OS page cache is the only cache (what PyG users do)."
+    page_cache = True
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import InMemoryFeatures
