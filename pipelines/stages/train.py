@@ -132,6 +132,8 @@ def train_rank(cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, pack
 
 def _headline(result: Any, source: Any) -> dict[str, Any]:
     """Headline metrics: steady-state epoch time skips the first epoch when there are several."""
+    from trainer.train import STAGE_BUSY_TIMERS
+
     epochs = result.epoch_s[1:] if len(result.epoch_s) > 1 else result.epoch_s
     return {
         "val_acc": float(result.val_acc),
@@ -144,6 +146,10 @@ def _headline(result: Any, source: Any) -> dict[str, Any]:
         "bytes_read": int(result.bytes_read),
         "bytes_read_per_epoch": int(result.bytes_read) / max(len(result.epoch_s), 1),
         "cache_hit_rate": float(result.cache_hit_rate),
+        "read_requests": int(result.read_requests),
+        # epoch time over the slowest loader stage's busy time (1.0: stages fully overlapped)
+        "overlap": float(result.timers.get("overlap", 0.0)),
+        **{k: float(result.timers.get(k, 0.0)) for k in STAGE_BUSY_TIMERS},
         "direct_io": bool(source.direct_io),
     }
 
