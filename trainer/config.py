@@ -79,7 +79,7 @@ class TrainConfig:
                                artifact=False)
     # data pipeline
     prefetch: int = setting(2, "Loader queue depth (batches read ahead of compute).", artifact=False)
-    sequential: bool = setting(False, "No reader thread: read, assemble and compute in turn (ablation).",
+    sequential: bool = setting(False, "No stage threads: load, assemble and compute in turn (ablation).",
                                artifact=False)
     device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
     io_backend: str = setting("auto", "Feature-file reads: uring (io_uring, queue_depth requests in flight), pread "

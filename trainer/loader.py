@@ -66,7 +66,7 @@ class LoadedBatch:
 
 
 class BatchLoaderError(RuntimeError):
-    """The reader thread failed; ``__cause__`` is the original exception with its traceback."""
+    """A stage thread failed; ``__cause__`` is the original exception with its traceback."""
 
 
 @dataclass
@@ -80,7 +80,7 @@ class _End:
 
 
 _END = _End()
-_Item = LoadedBatch | _Failure | _End  # what the reader thread puts into the queue
+_Item = LoadedBatch | _Failure | _End  # what the assemble stage puts into the consumer's queue
 
 
 class BatchLoader:
