@@ -44,6 +44,7 @@ __all__ = [
     "Finding",
     "StageCheck",
     "check_csr",
+    "check_features_finite",
     "check_permutation",
     "check_same_graph",
     "check_balance",
@@ -113,6 +114,27 @@ def _covers_once(finding: Finding, name: str, values: np.ndarray, n: int) -> Non
 
 
 # ---------------------------------------------------------------------------------------- invariants
+
+
+def check_features_finite(features: np.ndarray, name: str = "features.npy") -> Finding:
+    """Every feature value finite: a NaN or inf would surface only as a diverged model after a whole training
+    run. Streamed in row chunks; the first offender is named by row and column."""
+    f = Finding()
+    rows = max(1, _CHUNK // max(int(features.shape[1]) if features.ndim == 2 else 1, 1))
+    bad, first = 0, None
+    for start, stop in _chunks(len(features), rows):
+        block = np.asarray(features[start:stop])
+        finite = np.isfinite(block)
+        if not finite.all():
+            if first is None:
+                where = np.argwhere(~finite)[0]
+                first = (start + int(where[0]), *(int(w) for w in where[1:]), float(block[tuple(where)]))
+            bad += int(finite.size - np.count_nonzero(finite))
+    f.facts["non_finite_values"] = bad
+    if first is not None:
+        at = f"row {first[0]}" + (f", column {first[1]}" if len(first) > 2 else "")
+        f.fail(f"'{name}' expected finite values (got {bad} NaN/inf; the first at {at}: {first[-1]})")
+    return f
 
 
 def check_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int | None = None) -> Finding:
@@ -634,6 +656,10 @@ def _csr_valid(c: CheckInputs) -> Finding:
     return check_csr(art.array("indptr.npy"), art.array("indices.npy"), len(art.array("labels.npy")))
 
 
+def _features_finite(c: CheckInputs) -> Finding:
+    return check_features_finite(c.artifact.array("features.npy"), f"{c.artifact.path}/features.npy")
+
+
 def _permutation_bijective(c: CheckInputs) -> Finding:
     return check_permutation(c.artifact.array("perm.npy"), c.artifact.array("inverse.npy"))
 
@@ -769,6 +795,7 @@ def _changesets_replay(c: CheckInputs) -> Finding:
 
 CSR_VALID = StageCheck("csr_valid", "CSR valid: indptr from 0, non-decreasing, ending at len(indices); every "
                        "index in [0, N).", _csr_valid)
+FEATURES_FINITE = StageCheck("features_finite", "Every feature value finite (no NaN or inf).", _features_finite)
 PERMUTATION_BIJECTIVE = StageCheck("permutation_bijective", "perm is a bijection on [0, N) and inverse is its "
                                    "inverse.", _permutation_bijective)
 SAME_GRAPH = StageCheck("same_graph", "The rewritten CSR is the same graph: degrees match through perm, and "

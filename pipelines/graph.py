@@ -29,6 +29,7 @@ from pipelines.checks import (
     CHUNKS_ALIGNED,
     CSR_VALID,
     DISK_BUDGET_RESPECTED,
+    FEATURES_FINITE,
     PARTS_BALANCED,
     PARTS_COVER_NODES,
     PERMUTATION_BIJECTIVE,
@@ -82,7 +83,7 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("ingest", ingest.run, (), GROUP_PREPROCESS,
           "CSR graph (symmetrised), float32 features, labels and train/val/test splits of the source.",
-          frozenset({"numpy"}), ingest.summary, (CSR_VALID,)),
+          frozenset({"numpy"}), ingest.summary, (CSR_VALID, FEATURES_FINITE)),
     Stage("reorder", reorder.run, ("ingest",), GROUP_PREPROCESS,
           "Permutation (perm/inverse) plus the CSR, features, labels and splits relabelled in the new order, so "
           "hot or nearby nodes sit together on disk.",

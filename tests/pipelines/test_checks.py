@@ -189,3 +189,16 @@ def test_balance_check_names_the_oversized_part():
     parts = np.concatenate([np.zeros(40, dtype=np.int32), np.repeat(np.arange(1, 4), 20)])
     finding = check_balance(parts, 4, 0.05)
     assert not finding.passed and "'part 0'" in finding.problems[0]
+
+
+def test_features_must_be_finite() -> None:
+    from pipelines.checks import check_features_finite
+
+    good = np.arange(12, dtype=np.float32).reshape(4, 3)
+    assert check_features_finite(good).passed
+    bad = good.copy()
+    bad[2, 1], bad[3, 0] = np.nan, np.inf
+    finding = check_features_finite(bad, "x/features.npy")
+    assert not finding.passed and finding.facts["non_finite_values"] == 2
+    assert finding.problems[0] == ("'x/features.npy' expected finite values (got 2 NaN/inf; the first at row 2, "
+                                   "column 1: nan)")
