@@ -87,7 +87,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("reorder", reorder.run, ("ingest",), GROUP_PREPROCESS,
           "Permutation (perm/inverse) plus the CSR, features, labels and splits relabelled in the new order, so "
           "hot or nearby nodes sit together on disk.",
-          frozenset({"numpy"}), reorder.summary, (PERMUTATION_BIJECTIVE, SAME_GRAPH)),
+          frozenset({"numpy"}), reorder.summary, (PERMUTATION_BIJECTIVE, SAME_GRAPH, FEATURES_FINITE)),
     Stage("partition", partition.run, ("reorder",), GROUP_PREPROCESS,
           "Partition label of every node, per-part node lists, edge buckets, edge cut and balance.",
           frozenset({"numpy"}), partition.summary, (PARTS_COVER_NODES, PARTS_BALANCED)),

@@ -13,7 +13,7 @@ import pytest
 from pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from pipelines.config import PipelineConfig
 from pipelines.definitions import RETRAIN_JOB, STRATA_JOB, defs, make_definitions
-from pipelines.graph import GROUP_PREPROCESS, GROUP_TRAINING, STAGE_NAMES, STAGES
+from pipelines.graph import GROUP_PREPROCESS, GROUP_TRAINING, STAGE_NAMES, STAGES, get_stage
 from pipelines.resources import RunReporter, StrataResource, build_resources
 
 PREPROCESS = ["ingest", "reorder", "partition", "sample", "plan", "pack"]
@@ -187,8 +187,8 @@ def strata_job_for_multiprocess() -> dg.JobDefinition:
 @pytest.mark.skipif(_stages_available() is not None, reason=str(_stages_available()))
 def test_multiprocess_executor_runs_independent_steps_in_parallel(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """No process-global memo: each step resolves its artifacts in its own process, and the two checks of
-    ``reorder`` (independent steps) run in two processes at the same time."""
+    """No process-global memo: each step resolves its artifacts in its own process, and the checks of
+    ``reorder`` (independent steps) run in their own processes, some at the same time."""
     config = tmp_path / "run.yaml"
     config.write_text("dataset: tiny\nsample:\n  epochs: 1\n")
     monkeypatch.setenv("STRATA_HOME", str(tmp_path / "root"))
@@ -207,10 +207,10 @@ def test_multiprocess_executor_runs_independent_steps_in_parallel(tmp_path: Path
               "STEP_WORKER_STARTING"}
     ends = {e.step_key: e.timestamp for e in events if e.dagster_event and e.dagster_event.is_step_success}
     checks = [key for key in ends if key.startswith("reorder_")]
-    assert len(checks) == 2, sorted(ends)
-    a, b = checks
-    assert starts[a] < ends[b] and starts[b] < ends[a]  # the two check steps overlapped in time
+    assert len(checks) == len(get_stage("reorder").checks) >= 2, sorted(ends)
+    overlapping = [(a, b) for a in checks for b in checks if a < b and starts[a] < ends[b] and starts[b] < ends[a]]
+    assert overlapping, {k: (starts[k], ends[k]) for k in checks}  # independent check steps ran at the same time
     pids = {e.dagster_event.pid for e in events if e.step_key in checks and e.dagster_event
             and e.dagster_event.event_type_value == "STEP_START"}
-    assert len(pids) == 2  # in two processes
+    assert len(pids) == len(checks)  # each in its own process
     assert (tmp_path / "root" / "tiny" / "reorder").is_dir()

@@ -77,3 +77,18 @@ def test_the_steps_of_an_in_process_run_resolve_each_stage_once(tmp_path: Path, 
     expected = sum(len(get_stage(name).checks) for name in ("ingest", "reorder", "partition", "sample"))
     assert len(result.get_asset_check_evaluations()) == expected  # every step resolved through the shared runner
     assert opened == ["tiny"]
+
+
+def test_nan_features_in_a_published_artifact_stop_the_run(tmp_path: Path) -> None:
+    # sources reject NaN when they are read; a NaN written into an artifact afterwards is the check's to catch
+    store = StrataPaths.at(tmp_path).store()
+    reorder = StageRunner(CFG, store).run_until("reorder")[-1].artifact
+    features = np.load(reorder.file("features.npy"), mmap_mode="r+")
+    features[7, 3] = np.nan
+    features.flush()
+    del features
+    runner = StageRunner(CFG, store)
+    with pytest.raises(CheckFailed, match=r"'reorder:features_finite'.*expected finite values \(got 1 NaN/inf; "
+                                          r"the first at row 7, column 3: nan\)"):
+        runner.run_until("sample")
+    assert "partition" not in runner._results  # nothing downstream of the broken artifact ran
