@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.bench_worker import storage_read_bytes
 from pipelines.config import PipelineConfig
 from pipelines.confine import CgroupSupport, MemoryCgroup, cgroup_support, evict_page_cache
 from pipelines.policies import POLICIES
@@ -141,16 +142,13 @@ def _steady(values: Sequence[float], last_has_eval: bool) -> float:
 class _Workers:
     """Runs bench workers, confined when a budget is set and a cgroup can be made."""
 
-    def __init__(self, root: Path, cfg: PipelineConfig, support: CgroupSupport | None, evict: list[Path],
+    def __init__(self, root: Path, support: CgroupSupport | None, evict: list[Path],
                  timeout_s: float | None = None) -> None:
-        self.root, self.cfg, self.support, self.evict = root, cfg, support, evict
+        self.root, self.support, self.evict = root, support, evict
         self.timeout_s = timeout_s  # per training run (None: none)
 
-    def run(self, policy: str, phase: str, cfg: PipelineConfig | None = None, limit: int | None = None,
+    def run(self, policy: str, phase: str, cfg: PipelineConfig, limit: int | None = None,
             **extra: Any) -> dict[str, Any]:
-        from pipelines.policies import POLICIES
-
-        cfg = cfg or self.cfg
         confined = POLICIES.get(policy).out_of_core  # the in-memory reference runs unconfined
         job = {"root": str(self.root), "config": cfg.model_dump(mode="json"), "policy": policy, "phase": phase,
                **extra}
@@ -205,23 +203,13 @@ def _run_worker(argv: list[str], preexec: Any, timeout_s: float | None, poll: An
             if poll is not None:
                 poll()
             if deadline is not None and time.monotonic() > deadline:
-                read_at_kill = _proc_read_bytes(proc.pid)
+                read_at_kill = storage_read_bytes(proc.pid)
                 proc.kill()
                 break
             time.sleep(_POLL_S)
         proc.wait()
         stderr.seek(0)
         return subprocess.CompletedProcess(argv, proc.returncode, "", stderr.read()), read_at_kill
-
-
-def _proc_read_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
-            if line.startswith("read_bytes:"):
-                return int(line.split(":")[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _confinement(memory_budget: int | None) -> tuple[CgroupSupport | None, str]:
@@ -255,7 +243,7 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     store = paths.store()
     report: dict[str, Any] = {"dataset": cfg.dataset, "memory_budget": memory_budget, "confinement": confinement,
                               "repeats": repeats, "timeout_s": timeout_s}
-    workers = _Workers(store.root, cfg, support, [], timeout_s)
+    workers = _Workers(store.root, support, [], timeout_s)
 
     # 1. preprocessing, per policy (confined like training where a budget is set)
     prepared: dict[str, dict[str, Any]] = {}

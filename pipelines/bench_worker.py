@@ -24,21 +24,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TruncatedSamples", "main", "os_io"]
+__all__ = ["TruncatedSamples", "main", "os_io", "storage_read_bytes"]
+
+
+def storage_read_bytes(pid: int | str = "self") -> int:
+    """Bytes process ``pid`` has read from storage (``/proc/PID/io`` ``read_bytes``; 0 where absent)."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "read_bytes":
+                return int(value)
+    except OSError:
+        pass
+    return 0
 
 
 def os_io() -> dict[str, int]:
-    """This process's storage reads so far: ``read_bytes`` (``/proc/self/io``; 0 where absent) and
-    ``major_faults`` (page faults that waited for the disk)."""
-    out = {"read_bytes": 0, "major_faults": int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)}
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key == "read_bytes":
-                out["read_bytes"] = int(value)
-    except OSError:
-        pass
-    return out
+    """This process's storage reads so far: ``read_bytes`` (:func:`storage_read_bytes`) and ``major_faults``
+    (page faults that waited for the disk)."""
+    return {"read_bytes": storage_read_bytes(),
+            "major_faults": int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)}
 
 
 class TruncatedSamples:

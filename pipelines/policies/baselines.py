@@ -16,7 +16,7 @@ Neither plans a cache nor lays anything out (the :class:`~pipelines.policies.bas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -33,23 +33,22 @@ class InMemory(Policy):
     name = "in_memory"
     description = "Every feature row in RAM (the upper bound)."
     out_of_core = False
+    mmap_mode: ClassVar[Literal["r"] | None] = None  # None: the feature file loaded whole
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import InMemoryFeatures
 
-        return InMemoryFeatures(np.load(inputs.reorder.file("features.npy")), device=inputs.device)
+        rows = np.load(inputs.reorder.file("features.npy"), mmap_mode=self.mmap_mode)
+        return InMemoryFeatures(rows, device=inputs.device)
 
 
 @register_policy
-class Mmap(Policy):
+class Mmap(InMemory):
     name = "mmap"
     description = "The feature file memory-mapped; the OS page cache is the only cache (what PyG users do)."
+    out_of_core = True
     page_cache = True
-
-    def features(self, inputs: FeatureInputs) -> FeatureSource:
-        from trainer.features import InMemoryFeatures
-
-        return InMemoryFeatures(np.load(inputs.reorder.file("features.npy"), mmap_mode="r"), device=inputs.device)
+    mmap_mode = "r"
 
 
 @register_policy
