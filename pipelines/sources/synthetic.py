@@ -15,7 +15,9 @@ Model (all vectorised NumPy per block of nodes):
 - Features: a per-class centroid (a random direction of norm ``FEATURE_SIGNAL``) plus standard normal noise,
   float32. Features alone classify clearly above chance but far from perfectly; neighbours (mostly in the same
   community) help.
-- Splits: each node independently lands in train / val / test with probabilities ``SPLIT_FRACTIONS``.
+- Splits: each node independently lands in train / val / test with probabilities ``SPLIT_FRACTIONS``, scaled
+  by ``labeled / sum(SPLIT_FRACTIONS)`` when ``labeled`` is set (large graphs label few nodes: ogbn-papers100M
+  1.4%).
 
 Determinism: every block of ``BLOCK_NODES`` consecutive node ids draws from its own
 ``SeedSequence(seed, spawn_key=(stream, block))``, so any block can be regenerated on its own and the output
@@ -80,6 +82,8 @@ class SyntheticParams:
             source inside the source's community (fine-grained clusters, as in real graphs; 0 = none). Ids
             are still scrambled, so only a reordering recovers this locality on disk.
         window: half-width, in positions, of the neighbourhood of a local edge.
+        labeled: fraction of nodes in a split (train:val:test stay 1:1:2); the default is
+            ``sum(SPLIT_FRACTIONS)``.
     """
 
     nodes: int
@@ -91,6 +95,7 @@ class SyntheticParams:
     max_degree: int = 0
     locality: float = 0.0
     window: int = 512
+    labeled: float = sum(SPLIT_FRACTIONS)
 
     def __post_init__(self) -> None:
         checks = (
@@ -108,6 +113,7 @@ class SyntheticParams:
             ("max_degree", self.max_degree, self.max_degree >= 0, "a non-negative integer"),
             ("locality", self.locality, 0.0 <= self.locality <= 1.0, "a probability in [0, 1]"),
             ("window", self.window, self.window >= 1, "a positive integer"),
+            ("labeled", self.labeled, 0.0 < self.labeled <= 1.0, "a fraction in (0, 1]"),
         )
         for name, value, ok, expected in checks:
             if not ok:
@@ -125,6 +131,19 @@ class SyntheticParams:
             return min(self.max_degree, self.nodes - 1)
         mean = self.degree / 2
         return int(min(self.nodes - 1, max(4 * mean, math.sqrt(self.nodes) * mean)))
+
+    @property
+    def split_fractions(self) -> tuple[float, float, float]:
+        """Probability of train, val and test for each node."""
+        scale = self.labeled / sum(SPLIT_FRACTIONS)
+        return tuple(f * scale for f in SPLIT_FRACTIONS)  # type: ignore[return-value]
+
+    def spec_items(self) -> dict[str, Any]:
+        """The parameters that name the graph (``labeled`` only when set, so older specs keep their names)."""
+        items = asdict(self)
+        if items["labeled"] == sum(SPLIT_FRACTIONS):
+            del items["labeled"]
+        return items
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -297,7 +316,7 @@ class SyntheticGraph:
         """A block's (train, val, test) node ids, sorted."""
         start, stop = self.block_range(block)
         u = self._rng(_SPLITS, block).random(stop - start)
-        edges = np.cumsum(SPLIT_FRACTIONS)
+        edges = np.cumsum(self.params.split_fractions)
         which = np.searchsorted(edges, u, side="right")  # 0 train, 1 val, 2 test, 3 none
         ids = np.arange(start, stop, dtype=np.int64)
         return ids[which == 0], ids[which == 1], ids[which == 2]
@@ -325,12 +344,12 @@ class SyntheticGraph:
         return {
             "kind": "synthetic",
             "generator": GENERATOR_VERSION,
-            "params": asdict(self.params),
+            "params": self.params.spec_items(),
             "block_nodes": BLOCK_NODES,
             "degree_exponent": DEGREE_EXPONENT,
             "popularity_exponent": POPULARITY_EXPONENT,
             "feature_signal": FEATURE_SIGNAL,
-            "split_fractions": list(SPLIT_FRACTIONS),
+            "split_fractions": list(self.params.split_fractions),
             "out_degree_cap": self.params.out_degree_cap,
             "community_sizes": self.sizes.tolist(),
         }
@@ -339,7 +358,7 @@ class SyntheticGraph:
         """The :class:`GraphSource` view (labels and splits are computed now, O(N) memory)."""
         splits = [self.split_block(b) for b in range(self.num_blocks)]
         train, val, test = (np.concatenate([s[i] for s in splits]) for i in range(3))
-        spec = "synthetic:" + ",".join(f"{k}={v}" for k, v in asdict(self.params).items())
+        spec = "synthetic:" + ",".join(f"{k}={v}" for k, v in self.params.spec_items().items())
         return GraphSource(
             name=self.name,
             num_nodes=self.params.nodes,
@@ -369,6 +388,7 @@ def synthetic_source(
     max_degree: int = 0,
     locality: float = 0.0,
     window: int = 512,
+    labeled: float = sum(SPLIT_FRACTIONS),
     name: str | None = None,
     chunk_nodes: int = DEFAULT_CHUNK_ROWS,
 ) -> GraphSource:
@@ -383,6 +403,7 @@ def synthetic_source(
         max_degree=int(max_degree),
         locality=float(locality),
         window=int(window),
+        labeled=float(labeled),
     )
     return SyntheticGraph(params, name=name).source(chunk_nodes)
 
@@ -398,6 +419,7 @@ SYNTHETIC_KEYS: dict[str, OptionParser] = {
     "max_degree": parse_int,
     "locality": parse_float,
     "window": parse_int,
+    "labeled": parse_float,
 }
 
 
@@ -427,7 +449,7 @@ def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
 
 SOURCE_KINDS.register("synthetic", SourceKind(
     "synthetic",
-    "synthetic:nodes=N,degree=D,dim=F,classes=C,seed=S[,homophily=P,max_degree=M]",
+    "synthetic:nodes=N,degree=D,dim=F,classes=C,seed=S[,homophily=P,max_degree=M,locality=L,window=W,labeled=F]",
     {"chunk_nodes": parse_int},
     "Seeded power-law graph with planted communities (labels) and class-centroid features.",
     _open,

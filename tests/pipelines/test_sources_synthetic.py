@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -12,6 +14,7 @@ from pipelines.sources.synthetic import (
     SyntheticGraph,
     SyntheticParams,
     _Feistel,
+    synthetic_params,
     synthetic_source,
 )
 from pipelines.sources.validate import validate_source
@@ -175,3 +178,16 @@ def test_locality_puts_most_edges_near_their_source_position():
     plain = SyntheticGraph(SyntheticParams(nodes=20000, degree=10, dim=4, classes=4, seed=2))
     psrc, pdst = plain.edges_block(0)
     assert np.mean(np.abs(plain.permutation.inverse(psrc) - plain.permutation.inverse(pdst)) <= 64) < 0.1
+
+
+def test_labeled_scales_the_splits_and_leaves_default_specs_unchanged() -> None:
+    few = SyntheticGraph(dataclasses.replace(PARAMS, labeled=0.04)).source()
+    n = PARAMS.nodes
+    for idx, fraction in zip((few.train_idx, few.val_idx, few.test_idx), (0.01, 0.01, 0.02), strict=True):
+        assert abs(len(idx) - fraction * n) < 4 * np.sqrt(n * fraction) + 1
+    default = SyntheticGraph(PARAMS).source()
+    assert "labeled" not in default.description["params"]
+    assert few.description["params"]["labeled"] == 0.04
+    assert "labeled" in synthetic_params("nodes=10,labeled=0.5", "synthetic:nodes=10,labeled=0.5")
+    with pytest.raises(ValueError, match="synthetic.labeled"):
+        SyntheticParams(nodes=10, labeled=0.0)
