@@ -153,7 +153,8 @@ class _Workers:
         job = {"root": str(self.root), "config": cfg.model_dump(mode="json"), "policy": policy, "phase": phase,
                **extra}
         with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
-            job_path, out_path = Path(tmp, "job.json"), Path(tmp, "out.json")
+            job_path, out_path, stage_path = Path(tmp, "job.json"), Path(tmp, "out.json"), Path(tmp, "stage")
+            job["stage_file"] = str(stage_path)
             job_path.write_text(json.dumps(job))
             evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache
             cgroup = MemoryCgroup(limit, self.support) if confined and limit is not None and self.support else None
@@ -180,7 +181,8 @@ class _Workers:
                 tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
                 if oom:
                     return {"error": f"OOM-killed at the cgroup limit of {limit / _MB:.0f} MB", "oom_killed": True,
-                            "peak_cgroup_mb": peak / _MB if peak else None}
+                            "peak_cgroup_mb": peak / _MB if peak else None,
+                            "stage": stage_path.read_text() if stage_path.exists() else None}
                 raise BenchError(f"bench worker ({policy}, {phase}) exited with {proc.returncode}:\n{tail}")
             out = json.loads(out_path.read_text())
         out["peak_cgroup_mb"] = peak / _MB if peak is not None else None
@@ -250,9 +252,15 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     for i, name in enumerate(names):
         pcfg = cfg.model_copy(update={"policy": name})
         if support is not None and memory_budget is not None:
-            limit = memory_budget + (memory_overhead if memory_overhead is not None else _PREPARE_OVERHEAD)
+            limit = _prepare_limit(memory_budget, memory_overhead)
             report["preprocess_cgroup_limit"] = limit
             prepared[name] = workers.run(name, "prepare", pcfg, limit=limit)
+            if prepared[name].get("error"):  # never fall back to preprocessing unconfined
+                raise BenchError(
+                    f"preprocessing for {name} failed in stage '{prepared[name].get('stage', '?')}': "
+                    f"{prepared[name]['error']} (the budget plus {limit - memory_budget >> 20} MiB for the "
+                    "interpreter); give it more with --memory-budget or --memory-overhead, or lower that stage's "
+                    "memory setting (reorder.memory_mb, partition.memory_mb, pack.memory_mb)")
         else:
             start = time.perf_counter()
             StageRunner(pcfg, store).run_until("pack")
@@ -320,16 +328,28 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     return report
 
 
+def _prepare_limit(memory_budget: int, memory_overhead: int | None) -> int:
+    """The cgroup limit of a preprocessing worker: the budget plus the interpreter and libraries."""
+    return memory_budget + (memory_overhead if memory_overhead is not None else _PREPARE_OVERHEAD)
+
+
 def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
     """The configuration every policy runs under a budget: half of it for the policies' CPU caches (unless the
-    user sized them: the rest is left to the page cache, for topology and addresses) and evaluation batches
-    as large as training ones (unless set), so no phase needs more working memory than calibration saw."""
-    plan, sample = cfg.plan, cfg.sample
+    user sized them: the rest is left to the page cache, for topology and addresses), evaluation batches
+    as large as training ones (unless set), so no phase needs more working memory than calibration saw, and
+    the streaming stages' working memory within half the preprocessing limit (unless set; these settings
+    change speed, not artifacts)."""
+    plan, sample, reorder, pack = cfg.plan, cfg.sample, cfg.reorder, cfg.pack
     if not plan.model_fields_set & {"cpu_cache_bytes", "cpu_cache_fraction"}:
         plan = plan.model_copy(update={"cpu_cache_bytes": int(memory_budget * _CACHE_SHARE)})
     if "eval_batch_size" not in sample.model_fields_set:
         sample = sample.model_copy(update={"eval_batch_size": sample.batch_size})
-    return cfg.model_copy(update={"plan": plan, "sample": sample})
+    stage_mb = max(1, _prepare_limit(memory_budget, None) // 2 // _MB)
+    if "memory_mb" not in reorder.model_fields_set:
+        reorder = reorder.model_copy(update={"memory_mb": min(reorder.memory_mb, stage_mb)})
+    if "memory_mb" not in pack.model_fields_set:
+        pack = pack.model_copy(update={"memory_mb": min(pack.memory_mb, stage_mb)})
+    return cfg.model_copy(update={"plan": plan, "sample": sample, "reorder": reorder, "pack": pack})
 
 
 def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) -> int:

@@ -66,8 +66,14 @@ def _prepare(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     from pipelines.runner import StageRunner
     from pipelines.stages.common import peak_rss_mb
 
+    stage_file = job.get("stage_file")
+
+    def note_stage(stage: Any) -> None:  # which stage a kill at the cgroup limit interrupted
+        if stage_file:
+            Path(stage_file).write_text(stage.name)
+
     start = time.perf_counter()
-    results = StageRunner(cfg, store).run_until("pack")
+    results = StageRunner(cfg, store).run_until("pack", progress=note_stage)
     return {"wall_s": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb(),
             "built": [r.artifact.stage for r in results if not r.reused]}
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipelines.bench import resolve_policies, run_bench
+from pipelines.bench import BenchError, resolve_policies, run_bench
 from pipelines.config import PipelineConfig
 from pipelines.confine import cgroup_support
 from pipelines.policies import POLICIES
@@ -80,3 +80,21 @@ def test_a_budget_confines_every_run_with_the_page_cache_counted(root):
         assert entry["cgroup_limit"] == budget + overhead
         assert not entry["oom_killed"]
         assert 0 < entry["peak_cgroup_mb"] * (1 << 20) <= budget + overhead
+
+
+@pytest.mark.skipif(not cgroup_support().available, reason=f"no memory cgroup: {cgroup_support().reason}")
+def test_preprocessing_killed_at_its_limit_stops_the_bench_instead_of_running_unconfined(tmp_path):
+    cfg = PipelineConfig.load(overrides=OVERRIDES, dataset="tiny")
+    with pytest.raises(BenchError, match="preprocessing for naive failed .*OOM-killed"):
+        run_bench(cfg, StrataPaths.at(tmp_path), policies=("naive",), memory_budget=64 << 10,
+                  memory_overhead=24 << 20)
+    assert not list(tmp_path.glob("*/pack/*"))  # nothing was built outside the cgroup
+
+
+def test_a_budget_bounds_the_streaming_stages_memory_but_not_settings_the_user_chose():
+    from pipelines.bench import _budgeted
+
+    cfg = _budgeted(PipelineConfig.load(overrides=OVERRIDES, dataset="tiny"), 100 << 20)
+    assert cfg.reorder.memory_mb == (100 + 512) // 2 and cfg.pack.memory_mb == 256
+    chosen = PipelineConfig.load(overrides=[*OVERRIDES, "reorder.memory_mb=2048"], dataset="tiny")
+    assert _budgeted(chosen, 100 << 20).reorder.memory_mb == 2048
