@@ -47,6 +47,7 @@ def to_fp16(src: str | Path, dst: str | Path) -> Path:
     with _quiet("onnxruntime.transformers"):
         half = convert_float_to_float16(proto, keep_io_types=True, op_block_list=list(FP32_OPS))
     _sort_nodes(half.graph)  # the converter appends its input casts after their readers
+    del half.graph.value_info[:]  # the converter's shape annotations: bulk that onnxruntime re-infers
     onnx.checker.check_model(half)
     onnx.save(half, str(dst))
     return Path(dst)
