@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -24,6 +25,9 @@ from typing import Any
 
 __all__ = ["Chromium", "find_chromium", "serve"]
 
+_TRAMPOLINE = ("import fcntl, os, sys\n"
+               "r, w = (fcntl.fcntl(int(fd), fcntl.F_DUPFD_CLOEXEC, 10) for fd in sys.argv[1:3])\n"
+               "os.dup2(r, 3)\nos.dup2(w, 4)\nos.execvp(sys.argv[3], sys.argv[3:])\n")
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -73,10 +77,10 @@ class Chromium:
                 "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
                 "--disable-dev-shm-usage", f"--user-data-dir={self._profile.name}",
                 f"--window-size={width},{height}", "about:blank"]
-        # the browser reads commands on fd 3 and writes replies on fd 4: a shell maps the pipe ends there
-        # (no preexec_fn, which is unsafe with threads)
-        script = f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}'
-        self._proc = subprocess.Popen(["/bin/sh", "-c", script, "sh", *args], pass_fds=(to_browser_r, from_browser_w),
+        # the browser reads commands on fd 3 and writes replies on fd 4: a small Python trampoline maps the pipe
+        # ends there and execs it (preexec_fn is unsafe with threads; sh cannot name fds above 9)
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(to_browser_r),
+                                       str(from_browser_w), *args], pass_fds=(to_browser_r, from_browser_w),
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(to_browser_r)
         os.close(from_browser_w)

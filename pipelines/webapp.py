@@ -157,10 +157,10 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     return stats
 
 
-def copy_web(export: Artifact | Path, dest: str | Path, runtime: Path | None = None) -> dict[str, Any]:
+def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None = None) -> dict[str, Any]:
     """Copy the web folder of an ``export`` artifact to ``dest`` (created; an existing ``dest`` must be empty
-    or hold an earlier copy, i.e. a ``web.json``), with onnxruntime-web under ``dest/ort/`` from ``runtime`` (a
-    package dir; default :func:`ort_web_dir`). Returns ``{"dir", "files", "runtime"}``: ``runtime`` is
+    or hold an earlier copy, i.e. a ``web.json``), with onnxruntime-web under ``dest/ort/`` when ``npm_cache``
+    (default :func:`npm_cache_dir`) holds the pinned version. Returns ``{"dir", "files", "runtime"}``: ``runtime`` is
     ``"ort/"`` when copied (the folder works offline), else the CDN URL the page falls back to."""
     src = export.path if isinstance(export, Artifact) else Path(export)
     if not (src / "web.json").is_file():
@@ -175,7 +175,7 @@ def copy_web(export: Artifact | Path, dest: str | Path, runtime: Path | None = N
         if path.is_file() and path.name != MANIFEST_NAME:
             shutil.copyfile(path, dest / path.name)
             files.append(path.name)
-    package = runtime if runtime is not None else ort_web_dir()
+    package = ort_web_dir(npm_cache)
     where = ORT_WEB_CDN
     if package is not None:
         (dest / "ort").mkdir(exist_ok=True)
