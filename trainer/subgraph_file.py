@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +153,3 @@ def read_subgraph(json_path: str | Path) -> Subgraph:
         arrays[name] = np.frombuffer(raw, dtype=dtype).reshape(spec["shape"])
     return Subgraph(header, arrays)
 
-
-def input_arrays(sub: Subgraph) -> Sequence[np.ndarray]:
-    """The feed in input order (a convenience for torch comparisons)."""
-    return [sub.arrays[n] for n in sub.header["inputs"]]
