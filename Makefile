@@ -10,7 +10,7 @@ ROOT   ?= strata_data
 # newest CUDA build (several GB). Any torch >= 2.3 works; set TORCH_SPEC to choose another.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test test-all lint bench ui clean
+.PHONY: install demo test test-all test-web lint bench ui web-runtime web-screenshot clean
 
 $(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,21 @@ test: install
 
 test-all: install
 	$(BIN)/python -m pytest -q -m "not gpu or gpu"
+
+# onnxruntime-web (the version pipelines/webapp.py pins) into Strata's npm cache: `strata export --web DIR`
+# copies it into DIR/ort/ so the folder works offline.
+NPM_CACHE ?= $(HOME)/.cache/strata/npm
+ORT_WEB_VERSION := $(shell sed -n 's/^ORT_WEB_VERSION = "\(.*\)"/\1/p' pipelines/webapp.py)
+
+web-runtime:
+	npm install --prefix $(NPM_CACHE) --no-audit --no-fund onnxruntime-web@$(ORT_WEB_VERSION)
+
+test-web: install web-runtime
+	$(BIN)/python -m pytest -q -m web tests/web
+
+# The demo's browser app, deployed to $(ROOT)/web and photographed in headless Chromium.
+web-screenshot: install web-runtime
+	$(BIN)/strata export --dataset demo --root $(ROOT) --web $(ROOT)/web --screenshot $(ROOT)/web.png
 
 lint: install
 	$(BIN)/ruff check .

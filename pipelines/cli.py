@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -383,8 +383,10 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
 
 
 def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, overrides: list[str] | None,
-                  json_out: bool, verbose: bool, until: str | None) -> None:
-    """Materialize the stages up to ``until`` (default: all) through Dagster, in process, and print a summary."""
+                  json_out: bool, verbose: bool, until: str | None,
+                  after: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Materialize the stages up to ``until`` (default: all) through Dagster, in process, and print a summary
+    (``after(summary)`` first, a stage command's extra step, e.g. ``export --web``)."""
     if dataset is None and config is None:
         _fail("'--dataset' expected a built-in name or source spec (got none; see `strata datasets`)", code=2)
     cfg = _load_config(dataset, config, overrides)
@@ -430,6 +432,11 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         _fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n"
               + _failure_message(result, verbose))
     summary = _summary(result, cfg, paths)
+    if after is not None:
+        try:
+            after(summary)
+        except (OSError, RuntimeError, ValueError) as e:  # TimeoutError is an OSError
+            _fail(f"strata {until or 'run'}: {e}")
     _emit_summary(summary, start, json_out)
 
 
@@ -477,12 +484,19 @@ def run(
 def _stage_command(name: str, description: str) -> None:
     """Register ``strata <name>``: ``strata run --until <name>``, with every option of ``run`` but ``--until``."""
 
+    from pipelines.web_cli import stage_options
+
+    extra = stage_options(name)  # options only this stage command has (export: --web, --screenshot)
+
     def command(**options: Any) -> None:
-        _run_pipeline(until=name, **options)
+        after = extra.hook(**{k: options.pop(k) for k in extra.params}) if extra else None
+        _run_pipeline(until=name, after=after, **options)
 
     params = [p for p in inspect.signature(run).parameters.values() if p.name != "until"]
+    params += list(extra.params.values()) if extra else []
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: run.__annotations__[p.name] for p in params}
+    command.__annotations__ = {p.name: p.annotation if extra and p.name in extra.params
+                               else run.__annotations__[p.name] for p in params}
     summary = description.split(". ")[0].rstrip(".")
     command.__doc__ = f"Bring stage '{name}' (and its upstream stages) up to date: {summary}."
     app.command(name, rich_help_panel="Stages (each is `run --until STAGE`)")(command)

@@ -248,7 +248,10 @@ class PackConfig(_Section):
 class ExportConfig(_Section):
     opset: int = setting(18, "ONNX opset (>= 18 for scatter_reduce max/min).", ge=18)
     model_name: str | None = setting(None, "Registered model name (default strata-<dataset>).")
-    quantize: Literal["int8", "fp32"] = setting("int8", "Weight format of the WASM bundle.")
+    web_seeds: int = setting(32, "Validation seeds in the browser app's sample subgraph (subgraph.json/.bin).",
+                             gt=0)
+    calibration_batches: int = setting(4, "Training batches that calibrate the int8 variant's activation ranges.",
+                                       gt=0)
 
 
 class PipelineConfig(_Section):

@@ -108,8 +108,9 @@ STAGES: tuple[Stage, ...] = (
           "Best-validation model weights (state_dict), architecture and training history; the MLflow run holds "
           "the same files, parameters and per-epoch metrics.",
           frozenset({"pytorch", "mlflow"}), train.summary),
-    Stage("export", export.run, ("train",), GROUP_TRAINING,
-          "ONNX model verified against PyTorch in onnxruntime, a quantized WASM-ready bundle, and the registered "
+    Stage("export", export.run, ("reorder", "sample", "train"), GROUP_TRAINING,
+          "ONNX model verified against PyTorch in onnxruntime, its fp16 and int8 variants, a browser app "
+          "(onnxruntime-web) with a sample subgraph, and the registered "
           "model version (the 'champion' alias moves only when validation improves).",
           frozenset({"onnx", "mlflow"}), export.summary),
 )

@@ -26,9 +26,7 @@ __all__ = [
     "TrainResult",
     "TrainState",
     "build_model",
-    "export_bundle",
     "export_onnx",
-    "load_bundle",
     "load_trained",
     "resolve_device",
     "tiered_source",
@@ -45,7 +43,7 @@ _WHERE = {
     "MlflowTracker": "tracking",
     "TrainConfig": "config",
     "TrainResult": "train", "TrainState": "train",
-    "export_bundle": "export", "export_onnx": "export", "load_bundle": "export", "verify_onnx": "export",
+    "export_onnx": "export", "verify_onnx": "export",
 }
 
 

@@ -1,8 +1,7 @@
-"""Export a trained model: ONNX with dynamic subgraph shapes, and a compact WASM-ready bundle.
+"""Export a trained model to ONNX with dynamic subgraph shapes.
 
-Any :data:`trainer.models.MODELS` architecture exports to ONNX (through its ``forward_dst_pos``); the bundle
-needs the model to describe its layers for the runtime (``bundle_descriptor()``, which ``GraphSAGE`` has; GCN
-and GAT are ONNX only, see :func:`supports_bundle`).
+Any :data:`trainer.models.MODELS` architecture exports to ONNX (through its ``forward_dst_pos``); its fp16 and
+int8 variants are :mod:`trainer.export_variants`, the browser app that runs them :mod:`pipelines.webapp`.
 
 ONNX graph (``export_onnx``): inputs ``x`` (num_nodes, in_dim) float32 and, per layer ``i`` (input layer
 first), ``edge_src_i`` / ``edge_dst_i`` (num_edges_i,) int64 and ``dst_pos_i`` (num_dst_i,) int64, the positions
@@ -10,47 +9,31 @@ of the layer's destination nodes in its input (``arange(num_dst_i)`` for Strata'
 axis is dynamic, so one graph serves subgraphs of any size; ``dst_pos_i`` is what carries ``num_dst_i`` as a
 shape. Output ``logits`` (num_seeds, out_dim). Aggregation is ScatterElements(reduction="add") (opset >= 16;
 18 by default), exported by the TorchScript-based exporter (``dynamo=False``).
-
-Bundle (``export_bundle``): ``model.json`` (architecture descriptor: layers, dims, activation, aggregation,
-input/output names, opset, quantization, tensor table, weights checksum) + ``weights.bin`` (little-endian
-tensors at 16-byte-aligned offsets; weight matrices int8 symmetric per-tensor ``w = q * scale``, or float32;
-biases float32). ``load_bundle`` rebuilds the model by its registry name (``architecture``). Nothing is
-pickled.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
 
-from trainer.models import GraphModel, TensorBlock, build_model
+from trainer.models import GraphModel, TensorBlock
 
 if TYPE_CHECKING:
     import onnx
 
 __all__ = [
-    "BUNDLE_FORMAT",
-    "BundleModel",
-    "export_bundle",
     "export_onnx",
-    "load_bundle",
     "onnx_feed",
     "onnx_input_names",
-    "supports_bundle",
     "random_subgraph",
     "verify_onnx",
 ]
-
-BUNDLE_FORMAT = "strata-wasm-bundle"
-_ALIGN = 16  # byte alignment of every tensor in weights.bin (typed-array views in JS need 4)
 
 
 def onnx_input_names(num_layers: int) -> list[str]:
@@ -59,14 +42,6 @@ def onnx_input_names(num_layers: int) -> list[str]:
     for i in range(num_layers):
         names += [f"edge_src_{i}", f"edge_dst_{i}", f"dst_pos_{i}"]
     return names
-
-
-class BundleModel(GraphModel, Protocol):
-    """A model :func:`export_bundle` can describe: it names its architecture and layers for the runtime."""
-
-    def bundle_descriptor(self) -> dict[str, Any]:
-        """``{"architecture": MODELS name, "layers": [...], "formula", "aggregation", "activation"}``."""
-        ...
 
 
 class _OnnxModel(nn.Module):
@@ -291,105 +266,3 @@ def verify_onnx(path: str | Path, model: GraphModel, example: tuple[torch.Tensor
     if got.shape != want.shape:
         raise ValueError(f"'onnx logits' expected shape {want.shape} (got {got.shape})")
     return float(np.abs(got - want).max()) if want.size else 0.0
-
-
-# ------------------------------------------------------------------------------------------------ bundle
-def _quantize_int8(w: np.ndarray) -> tuple[np.ndarray, float]:
-    """Symmetric per-tensor int8: ``w ~= q * scale`` with ``q`` in [-127, 127]."""
-    peak = float(np.abs(w).max()) if w.size else 0.0
-    scale = peak / 127.0 if peak > 0 else 1.0
-    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
-    return q, scale
-
-
-def supports_bundle(model: GraphModel) -> bool:
-    """Whether ``model`` describes its layers for the bundle's runtime (has ``bundle_descriptor()``): the
-    built-in ``graphsage`` does; ``gcn`` and ``gat`` do not (their layers are not in the runtime), so they
-    export as ONNX only and :func:`export_bundle` refuses them."""
-    return callable(getattr(model, "bundle_descriptor", None))
-
-
-def export_bundle(model: BundleModel, out_dir: str | Path, quantization: str = "int8", opset: int = 18,
-                  onnx_file: str | None = None) -> Path:
-    """Write ``model.json`` + ``weights.bin`` into ``out_dir``; returns the path of ``model.json``.
-
-    ``quantization`` is ``"int8"`` (weight matrices int8, biases float32) or ``"fp32"``. ``onnx_file``
-    names an ONNX file shipped beside the bundle (recorded in the descriptor, not written here).
-    """
-    if quantization not in ("int8", "fp32"):
-        raise ValueError(f"'quantization' expected 'int8' or 'fp32' (got {quantization!r})")
-    if not supports_bundle(model):
-        raise ValueError(f"'export_bundle' expected a model with bundle_descriptor() (the layer description "
-                         f"the runtime reads) (got {type(model).__name__})")
-    architecture = model.bundle_descriptor()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    tensors: list[dict[str, Any]] = []
-    blob = bytearray()
-    for name, w in state.items():
-        entry: dict[str, Any] = {"name": name, "shape": list(w.shape)}
-        if quantization == "int8" and w.ndim == 2:
-            q, scale = _quantize_int8(w)
-            data = q.tobytes()
-            entry.update(dtype="int8", scale=scale)
-        else:
-            data = w.astype("<f4").tobytes()
-            entry.update(dtype="float32", scale=None)
-        blob += b"\0" * (-len(blob) % _ALIGN)
-        entry.update(offset=len(blob), nbytes=len(data))
-        blob += data
-        tensors.append(entry)
-    (out_dir / "weights.bin").write_bytes(bytes(blob))
-    descriptor = {
-        "format": BUNDLE_FORMAT,
-        "format_version": 1,
-        "architecture": architecture["architecture"],
-        "model_args": model.model_args,
-        **{k: v for k, v in architecture.items() if k != "architecture"},
-        "inputs": onnx_input_names(model.num_layers),
-        "outputs": ["logits"],
-        "opset": opset,
-        "onnx": onnx_file,
-        "quantization": {"scheme": "int8-symmetric-per-tensor" if quantization == "int8" else "none",
-                         "applies_to": "2-D weight matrices" if quantization == "int8" else "nothing",
-                         "dequantize": "w = q * scale"},
-        "byte_order": "little",
-        "weights": {"file": "weights.bin", "bytes": len(blob),
-                    "sha256": hashlib.sha256(bytes(blob)).hexdigest()},
-        "tensors": tensors,
-    }
-    path = out_dir / "model.json"
-    path.write_text(json.dumps(descriptor, indent=2) + "\n")
-    return path
-
-
-def load_bundle(bundle_dir: str | Path) -> GraphModel:
-    """Rebuild the (dequantized, eval-mode) model from ``model.json`` + ``weights.bin``: ``architecture``
-    names its :data:`trainer.models.MODELS` entry."""
-    bundle_dir = Path(bundle_dir)
-    desc_path = bundle_dir / "model.json"
-    if not desc_path.exists():
-        raise FileNotFoundError(f"'bundle' expected {desc_path} (got no such file)")
-    desc = json.loads(desc_path.read_text())
-    if desc.get("format") != BUNDLE_FORMAT:
-        raise ValueError(f"'{desc_path}' expected format {BUNDLE_FORMAT!r} (got {desc.get('format')!r})")
-    blob = (bundle_dir / desc["weights"]["file"]).read_bytes()
-    digest = hashlib.sha256(blob).hexdigest()
-    if digest != desc["weights"]["sha256"]:
-        raise ValueError(f"'{bundle_dir / desc['weights']['file']}' expected sha256 {desc['weights']['sha256']} "
-                         f"(got {digest})")
-    state: dict[str, torch.Tensor] = {}
-    for t in desc["tensors"]:
-        raw = blob[t["offset"] : t["offset"] + t["nbytes"]]
-        if t["dtype"] == "int8":
-            w = np.frombuffer(raw, dtype=np.int8).astype(np.float32) * np.float32(t["scale"])
-        elif t["dtype"] == "float32":
-            w = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-        else:
-            raise ValueError(f"'{desc_path}' tensor {t['name']} expected dtype int8 or float32 (got {t['dtype']})")
-        state[t["name"]] = torch.from_numpy(w.reshape(t["shape"]))
-    model = build_model(desc["architecture"], **desc["model_args"])
-    model.load_state_dict(state)
-    model.eval()
-    return model

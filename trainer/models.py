@@ -201,27 +201,9 @@ class GraphSAGE(nn.Module):
 
     @property
     def model_args(self) -> dict[str, Any]:
-        """Constructor arguments (checkpoint ``model_args``, bundle descriptor)."""
+        """Constructor arguments (checkpoint ``model_args``, ``model.json``)."""
         return {"in_dim": self.in_dim, "hidden_dim": self.hidden_dim, "out_dim": self.out_dim,
                 "num_layers": self.num_layers, "dropout": self.dropout}
-
-    def bundle_descriptor(self) -> dict[str, Any]:
-        """The architecture as a WASM runtime reads it (``trainer.export.export_bundle``): the registry name,
-        one entry per layer naming its ``state_dict`` tensors, the formula, aggregation and activation."""
-        dims = [self.in_dim] + [self.hidden_dim] * (self.num_layers - 1) + [self.out_dim]
-        return {
-            "architecture": "graphsage",
-            "layers": [
-                {"type": "sage", "in_dim": dims[i], "out_dim": dims[i + 1], "aggregation": "mean",
-                 "weights": {"self": f"layers.{i}.lin_self.weight", "self_bias": f"layers.{i}.lin_self.bias",
-                             "neigh": f"layers.{i}.lin_neigh.weight"},
-                 "activation": "relu" if i < self.num_layers - 1 else None}
-                for i in range(self.num_layers)
-            ],
-            "formula": "h_dst' = h_dst @ self.T + self_bias + mean_{j in N(i)} h_src[j] @ neigh.T",
-            "aggregation": "mean",
-            "activation": "relu",
-        }
 
     def forward(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
         """``x`` (num_nodes, in_dim) in the batch's node order -> logits (num_seeds, out_dim)."""

@@ -1,19 +1,17 @@
-"""Export stage: ONNX (checked in onnxruntime) plus a quantized WASM-ready bundle, registered in MLflow.
+"""Export stage: ONNX (checked in onnxruntime), its fp16 and int8 variants and the browser app, registered
+in MLflow.
 
-Every model exports to ONNX; the bundle only for models that describe their layers to its runtime
-(``trainer.export.supports_bundle``: graphsage). For the others (gcn, gat) the stage records why it skipped
-the bundle under the stat ``bundle``.
-
-The ``export`` artifact holds ``model.onnx``, the bundle (``model.json`` descriptor + ``weights.bin``) and
-the registry outcome. The files are also logged to the training run, whose ``model`` directory becomes a
-new version of the registered model; the ``champion`` alias moves only when validation accuracy improves.
+The ``export`` artifact is a deployable web folder (:mod:`pipelines.webapp`): ``model.onnx`` (fp32, verified
+against PyTorch), ``model.fp16.onnx``, ``model.int8.onnx`` (QDQ), a sample ``subgraph.json`` + ``subgraph.bin``
+of validation nodes, ``web.json`` and the page (``index.html``, ``app.mjs``, ``strata.mjs``), which runs the
+models in onnxruntime-web. Each variant's size and validation-accuracy delta (vs fp32, onnxruntime on every
+validation batch) are in the stats. ``model.onnx`` is also logged to the training run, whose ``model``
+directory becomes a new version of the registered model; the ``champion`` alias moves only when validation
+accuracy improves.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from pipelines.config import PipelineConfig
@@ -25,7 +23,7 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "ONNX_TOLERANCE", "model_name_for", "run", "summary"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the web folder and model variants replace the model.json + weights.bin bundle
 ONNX_TOLERANCE = 1e-4  # max |onnxruntime - torch| on a random subgraph before the export is refused
 
 
@@ -33,10 +31,11 @@ def model_name_for(cfg: PipelineConfig) -> str:
     return cfg.export.model_name or f"strata-{cfg.dataset_name}"
 
 
-def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress: Progress | None = None
-        ) -> StageResult:
-    """Export the trained model, verify it, and register it."""
-    from trainer.export import export_bundle, export_onnx, random_subgraph, supports_bundle, verify_onnx
+def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, train: Artifact,
+        progress: Progress | None = None) -> StageResult:
+    """Export the trained model, verify it, write its variants and the web app, and register it."""
+    from pipelines.webapp import build_web
+    from trainer.export import export_onnx, random_subgraph, verify_onnx
     from trainer.tracking import MlflowTracker
 
     paths = StrataPaths(store.root)
@@ -52,28 +51,18 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                              f"(got max |diff| {diff:.3g})")
         if progress:
             progress("export: onnx verified", 1, 3)
-        if supports_bundle(net):
-            with tempfile.TemporaryDirectory(dir=builder.dir.parent) as tmp:
-                export_bundle(net, tmp, quantization=cfg.export.quantize, opset=cfg.export.opset,
-                              onnx_file="model.onnx")
-                for f in sorted(Path(tmp).iterdir()):
-                    shutil.copyfile(f, builder.add_file(f.name))
-            bundle_note = "export: bundle written"
-        else:  # the bundle's runtime only knows the layers it describes; the ONNX model is the export then
-            builder.stats["bundle"] = (f"skipped: model {cfg.train.model!r} has no bundle_descriptor (the WASM "
-                                       "bundle's runtime knows graphsage layers only); exported as ONNX only")
-            bundle_note = f"export: bundle skipped ({cfg.train.model} is exported as ONNX only)"
+        about = {"dataset": cfg.dataset_name, "model_name": model_name_for(cfg), "architecture": cfg.train.model}
+        builder.stats.update(build_web(builder, onnx_path, reorder=reorder, sample=sample,
+                                       web_seeds=cfg.export.web_seeds,
+                                       calibration_batches=cfg.export.calibration_batches, about=about))
         if progress:
-            progress(bundle_note, 2, 3)
+            progress("export: variants and web app written", 2, 3)
 
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         run_id = train.stats["mlflow_run_id"]
         with tracker.attach(run_id):  # the finished training run also gets the export files
             tracker.log_artifact(onnx_path, "model")
-            for name in ("model.json", "weights.bin"):
-                if (builder.dir / name).exists():
-                    tracker.log_artifact(builder.dir / name, "model/bundle")
         name = model_name_for(cfg)
         version, champion = tracker.register(run_id, name, "model", float(train.stats["val_acc"]))
         if progress:
@@ -86,21 +75,28 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                 "onnx_max_abs_diff": diff,
                 "onnx_opset": cfg.export.opset,
                 "onnx_bytes": onnx_path.stat().st_size,
-                "bundle_bytes": sum(p.stat().st_size for p in builder.dir.iterdir() if p.name != "model.onnx"),
                 "mlflow_run_id": run_id,
                 "val_acc": float(train.stats["val_acc"]),
             }
         )
 
-    return materialize(store, cfg, "export", FORMAT_VERSION, {"train": train}, build,
+    return materialize(store, cfg, "export", FORMAT_VERSION, {"reorder": reorder, "sample": sample, "train": train},
+                       build,
                        derived={"model_name": model_name_for(cfg)})
 
 
-_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc",
-                   "bundle")
+_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc")
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:
-    """Registry outcome and ONNX verification (asset metadata)."""
+    """Registry outcome, ONNX verification and the variants' sizes and accuracy deltas (asset metadata)."""
+    from trainer.export_variants import VARIANTS
+
     s = artifact.stats
-    return {"registry": markdown_table({k: s[k] for k in _REGISTRY_STATS if k in s})}
+    out: dict[str, Any] = {"registry": markdown_table({k: s[k] for k in _REGISTRY_STATS if k in s})}
+    rows = {name: f"{s[f'{name}_bytes']} bytes, val acc {s[f'{name}_val_acc']:.4f} "
+                  f"(delta {s[f'{name}_val_acc_delta']:+.4f})"
+            for name in VARIANTS if f"{name}_bytes" in s}
+    if rows:
+        out["variants"] = markdown_table(rows)
+    return out

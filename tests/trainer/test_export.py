@@ -1,15 +1,14 @@
-"""ONNX export with dynamic subgraph shapes (checked in onnxruntime) and the quantized bundle."""
+"""ONNX export with dynamic subgraph shapes (checked in onnxruntime)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import onnx
 import pytest
 import torch
 
-from trainer.export import export_bundle, export_onnx, load_bundle, onnx_input_names, random_subgraph, verify_onnx
+from trainer.export import export_onnx, onnx_input_names, random_subgraph, verify_onnx
 from trainer.models import GraphSAGE
 
 IN_DIM, NUM_LAYERS = 12, 2
@@ -54,41 +53,3 @@ def test_export_onnx_rejects_mismatched_dims(model: GraphSAGE, tmp_path: Path) -
         export_onnx(model, tmp_path / "x.onnx", in_dim=7, num_layers=NUM_LAYERS)
     with pytest.raises(ValueError, match="'opset' expected >= 16"):
         export_onnx(model, tmp_path / "x.onnx", opset=13)
-
-
-def test_bundle_int8_roundtrip_is_close(model: GraphSAGE, tmp_path: Path) -> None:
-    path = export_bundle(model, tmp_path / "bundle", quantization="int8", onnx_file="sage.onnx")
-    desc = json.loads(path.read_text())
-    assert desc["quantization"]["scheme"] == "int8-symmetric-per-tensor"
-    assert desc["inputs"][:4] == ["x", "edge_src_0", "edge_dst_0", "dst_pos_0"]
-    weights = [t for t in desc["tensors"] if t["name"].endswith("weight")]
-    assert weights and all(t["dtype"] == "int8" and t["scale"] > 0 for t in weights)
-    assert (tmp_path / "bundle" / "weights.bin").stat().st_size < 0.4 * sum(p.numel() * 4 for p in model.parameters())
-    restored = load_bundle(tmp_path / "bundle")
-    x, blocks = random_subgraph(IN_DIM, NUM_LAYERS, num_seeds=30, fanout=4, seed=5)
-    model.eval()
-    with torch.no_grad():
-        want, got = model(x, blocks), restored(x, blocks)
-    model.train()
-    assert (got - want).abs().max() < 0.02 * want.abs().max()
-    assert (got.argmax(1) == want.argmax(1)).float().mean() > 0.9
-
-
-def test_bundle_fp32_roundtrip_is_exact(model: GraphSAGE, tmp_path: Path) -> None:
-    export_bundle(model, tmp_path, quantization="fp32")
-    restored = load_bundle(tmp_path)
-    for name, value in model.state_dict().items():
-        assert torch.equal(restored.state_dict()[name], value)
-
-
-def test_bundle_checks_format_and_checksum(model: GraphSAGE, tmp_path: Path) -> None:
-    export_bundle(model, tmp_path)
-    blob = bytearray((tmp_path / "weights.bin").read_bytes())
-    blob[0] ^= 1
-    (tmp_path / "weights.bin").write_bytes(bytes(blob))
-    with pytest.raises(ValueError, match="expected sha256"):
-        load_bundle(tmp_path)
-    with pytest.raises(ValueError, match="'quantization' expected"):
-        export_bundle(model, tmp_path, quantization="int4")
-    with pytest.raises(FileNotFoundError, match="model.json"):
-        load_bundle(tmp_path / "missing")

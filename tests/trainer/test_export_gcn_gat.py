@@ -1,5 +1,5 @@
 """GCN and GAT export to ONNX (opset 18) and match PyTorch in onnxruntime on real sampled blocks of other
-batch sizes than the traced one; they have no WASM bundle, and say so."""
+batch sizes than the traced one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from storage_kernels import kernels
 from storage_kernels.sampleset import Block
-from trainer.export import export_bundle, export_onnx, onnx_input_names, random_subgraph, supports_bundle, verify_onnx
+from trainer.export import export_onnx, onnx_input_names, random_subgraph, verify_onnx
 from trainer.models import TensorBlock, build_model, to_tensor_blocks
 
 NUM_LAYERS = 2
@@ -78,11 +78,3 @@ def test_onnx_graph_is_opset_18_with_scatter_reductions_only(exported) -> None:
     (out,) = proto.graph.output
     dims = out.type.tensor_type.shape.dim
     assert dims[0].dim_param == "num_seeds" and dims[1].dim_value == model.out_dim  # rank 2, as declared
-
-
-def test_no_bundle_for_gcn_and_gat(exported, tmp_path: Path) -> None:
-    model, _ = exported
-    assert not supports_bundle(model)
-    with pytest.raises(ValueError, match="expected a model with bundle_descriptor"):
-        export_bundle(model, tmp_path / "bundle")
-    assert supports_bundle(build_model("graphsage", in_dim=4, hidden_dim=4, out_dim=2, num_layers=1, dropout=0.0))

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.export import export_bundle, export_onnx, random_subgraph, verify_onnx
+from trainer.export import export_onnx, random_subgraph, verify_onnx
 from trainer.features import InMemoryFeatures
 from trainer.models import MODELS, GraphSAGE, TensorBlock, build_model, load_trained
 from trainer.train import train
@@ -109,8 +109,6 @@ def test_a_registered_model_trains_exports_and_rebuilds(dataset, toy: str, tmp_p
     net.eval()
     torch.testing.assert_close(rebuilt(x, blocks), net(x, blocks), rtol=0, atol=0)
 
-    with pytest.raises(ValueError, match="expected a model with bundle_descriptor"):
-        export_bundle(net, tmp_path / "bundle")
     with pytest.raises(ValueError, match=r"expected model_args \{'model': 'graphsage'"):
         train(dataclasses.replace(cfg, model="graphsage", checkpoint_path="", resume=str(tmp_path / "ckpt.pt"),
                                   epochs=4), dataset.samples, InMemoryFeatures(dataset.features), dataset.labels)

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from trainer.config import TrainConfig
-from trainer.export import export_bundle, export_onnx
+from trainer.export import export_onnx
+from trainer.export_variants import to_fp16
 from trainer.features import InMemoryFeatures
 from trainer.models import build_model
 from trainer.tracking import CHAMPION, MlflowTracker
@@ -45,7 +46,8 @@ def test_run_logs_params_metrics_and_model_files(tracker: MlflowTracker, dataset
         model = build_model(**result.model_args)
         model.load_state_dict(result.best_state_dict)
         onnx_path = export_onnx(model, tmp_path / "model.onnx", model.in_dim, model.num_layers)
-        export_bundle(model, tmp_path / "bundle", onnx_file="model.onnx")
+        (tmp_path / "bundle").mkdir()
+        to_fp16(onnx_path, tmp_path / "bundle" / "model.fp16.onnx")
         uri = tracker.log_model_files(tmp_path / "state_dict.pt", onnx_path, tmp_path / "bundle")
     run = tracker.client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["strata.dataset"] == "synthetic"

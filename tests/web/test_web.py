@@ -1,0 +1,113 @@
+"""The browser app end to end: every model variant in onnxruntime-web (Node, WASM backend, through the page's
+own ``web/strata.mjs``) against PyTorch, and the page itself in headless Chromium, read from the DOM.
+
+The Node and Chromium tests are marked ``web`` (deselected by default: ``pytest -m web`` or ``make test-web``)
+and skip with the reason when Node, npm (or the registry) or Chromium is missing; after the one-time
+``npm install`` each takes a few seconds of CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines.browser import find_chromium, open_web
+from pipelines.webapp import copy_web, variant_file
+from tests.web.conftest import WebExport, node_predict
+from trainer.export_variants import VARIANTS, session
+from trainer.models import TensorBlock
+from trainer.subgraph_file import read_subgraph
+
+
+def _torch_logits(web_export: WebExport) -> np.ndarray:
+    sub = read_subgraph(web_export.artifact.path / "subgraph.json")
+    a = {k: torch.from_numpy(v.copy()) for k, v in sub.arrays.items()}
+    blocks = [TensorBlock(a[f"edge_src_{i}"], a[f"edge_dst_{i}"], len(a[f"dst_pos_{i}"]))
+              for i in range(sub.header["num_layers"])]
+    with torch.no_grad():
+        return web_export.model(a["x"], blocks).numpy()
+
+
+def _softmax_max(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (z / z.sum(axis=1, keepdims=True)).max(axis=1)
+
+
+def test_web_json_records_every_variant(web_export: WebExport) -> None:
+    manifest = web_export.artifact.json("web.json")
+    stats = web_export.artifact.stats
+    assert [v["name"] for v in manifest["variants"]] == list(VARIANTS)
+    for v in manifest["variants"]:
+        assert v["bytes"] == (web_export.artifact.path / v["file"]).stat().st_size == stats[f"{v['name']}_bytes"]
+        assert v["val_acc_delta"] == pytest.approx(v["val_acc"] - stats["fp32_val_acc"])
+    # the fp32 model in onnxruntime on the sampled validation batches is the trainer's own evaluation
+    assert stats["fp32_val_acc"] == pytest.approx(web_export.val_acc, abs=1e-9)
+    assert stats["web_val_nodes"] == manifest["num_val_nodes"] == manifest["num_seeds"]  # one val batch, all seeds
+
+
+@pytest.mark.web
+def test_every_variant_matches_pytorch_in_onnxruntime_web(web_export: WebExport, ort_web: Path) -> None:
+    folder = web_export.artifact.path
+    want = _torch_logits(web_export)
+    out = node_predict(ort_web, folder / "subgraph.json", [folder / variant_file(v) for v in VARIANTS])
+    got = {v: np.asarray(r["logits"], dtype=np.float32).reshape(r["dims"]) for v, r in zip(VARIANTS, out["results"],
+                                                                                             strict=True)}
+    sub = read_subgraph(folder / "subgraph.json")
+    assert want.shape == (sub.header["num_seeds"], 4) and sub.header["num_seeds"] >= 50
+    assert np.abs(got["fp32"] - want).max() <= 1e-4
+    for name in VARIANTS:  # the page's argmax (strata.mjs) is the logits' argmax
+        assert out["results"][VARIANTS.index(name)]["predicted"] == got[name].argmax(1).tolist()
+        # onnxruntime-web (WASM) computes what onnxruntime (native CPU) computes
+        native = session(folder / variant_file(name)).run(["logits"], sub.feed)[0]
+        assert np.abs(got[name] - native).max() <= 1e-4
+    assert (got["int8"].argmax(1) == want.argmax(1)).mean() >= 0.99
+    # fp16 (weights and activations rounded to half, aggregation fp32): within 1e-2, same classes here
+    assert np.abs(got["fp16"] - want).max() <= 1e-2 and (got["fp16"].argmax(1) == want.argmax(1)).mean() >= 0.99
+
+
+@pytest.mark.web
+@pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (Debian: apt-get install chromium)")
+def test_page_shows_predictions_in_headless_chromium(web_export: WebExport, ort_web: Path, tmp_path: Path) -> None:
+    site = copy_web(web_export.artifact, tmp_path / "site", npm_cache=ort_web.parent.parent)
+    assert site["runtime"] == "ort/" and (tmp_path / "site" / "ort" / "ort-wasm-simd-threaded.wasm").is_file()
+    assert "manifest.json" not in site["files"] and "index.html" in site["files"]
+    page = open_web(tmp_path / "site", variant="int8", screenshot=tmp_path / "page.png")
+    assert page["state"] == "done", page["error"]
+    assert page["variant"] == "int8" and "/ort/" in page["status"]  # the local runtime: works offline
+    sub = read_subgraph(tmp_path / "site" / "subgraph.json")
+    logits = session(tmp_path / "site" / "model.int8.onnx").run(["logits"], sub.feed)[0]
+    assert [r["node"] for r in page["rows"]] == sub.node_ids[: sub.header["num_seeds"]].tolist()
+    assert [r["predicted"] for r in page["rows"]] == logits.argmax(1).tolist()
+    np.testing.assert_allclose([r["probability"] for r in page["rows"]], _softmax_max(logits), atol=1e-4)
+    assert (tmp_path / "page.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_copy_web_refuses_a_foreign_directory_and_falls_back_to_the_cdn(web_export: WebExport,
+                                                                          tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="'--web' expected a new or empty directory"):
+        copy_web(web_export.artifact, tmp_path / "other")
+    empty = tmp_path / "no-npm"  # an npm cache without onnxruntime-web
+    info = copy_web(web_export.artifact, tmp_path / "site", npm_cache=empty)
+    assert info["runtime"].startswith("https://cdn.jsdelivr.net/npm/onnxruntime-web@")
+    assert not (tmp_path / "site" / "ort").exists()
+    again = copy_web(web_export.artifact, tmp_path / "site", npm_cache=empty)  # an earlier copy: refreshed
+    assert again["files"] == info["files"]
+    with pytest.raises(FileNotFoundError, match="expected a web folder"):
+        copy_web(tmp_path / "other", tmp_path / "x")
+
+
+
+def test_export_screenshot_needs_web(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    result = CliRunner().invoke(app, ["export", "--dataset", "tiny", "--root", str(tmp_path),
+                                      "--screenshot", str(tmp_path / "x.png")])
+    text = " ".join(result.output.replace("│", " ").split())  # unwrap the error box
+    assert result.exit_code == 2 and "'--screenshot' expected together with --web DIR" in text
+    assert not (tmp_path / "tiny").exists()  # refused before anything ran
