@@ -231,9 +231,10 @@ def _artifact_bytes(*artifacts: Any) -> int:
 def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | None = None,
               progress: Progress | None = None, policies: str | Sequence[str] | None = "all",
               memory_budget: int | None = None, memory_overhead: int | None = None,
-              repeats: int = 1, timeout_s: float | None = None) -> dict[str, Any]:
+              repeats: int = 1, timeout_s: float | None = None, eval_batches: int | None = None) -> dict[str, Any]:
     """Materialise and train every policy of ``policies`` (see the module docstring); returns (and writes, with
-    its plot) the report."""
+    its plot) the report. ``eval_batches`` evaluates on the first that many validation and test batches only
+    (for timing runs on large graphs: the accuracies are then those of a subset)."""
     names = resolve_policies(policies)
     if memory_budget is not None:
         cfg = _budgeted(cfg, memory_budget)
@@ -243,8 +244,11 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     if support is not None:
         MemoryCgroup.remove_stale(support)  # groups of a bench that was killed
     store = paths.store()
+    if eval_batches is not None and eval_batches < 1:
+        raise ValueError(f"'--eval-batches' expected at least 1 (got {eval_batches})")
     report: dict[str, Any] = {"dataset": cfg.dataset, "memory_budget": memory_budget, "confinement": confinement,
-                              "repeats": repeats, "timeout_s": timeout_s}
+                              "repeats": repeats, "timeout_s": timeout_s, "eval_batches": eval_batches}
+    subset = {"max_eval_batches": eval_batches} if eval_batches else {}
     workers = _Workers(store.root, support, [], timeout_s)
 
     # 1. preprocessing, per policy (confined like training where a budget is set)
@@ -306,7 +310,8 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     for r in range(repeats):
         for i, name in enumerate(names):
             limit = memory_budget + overheads[name] if name in overheads and memory_budget is not None else None
-            runs[name].append(workers.run(name, "train", cfg.model_copy(update={"policy": name}), limit=limit))
+            runs[name].append(workers.run(name, "train", cfg.model_copy(update={"policy": name}), limit=limit,
+                                          **subset))
             if progress:
                 progress("bench: training", r * len(names) + i + 1, total)
 
@@ -409,6 +414,7 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "read_amplification": _amplification(bytes_read, needed, None if paged else done[0]["hit_rate_measured"]),
         "test_acc": done[0]["test_acc"],
         "val_acc": done[0]["val_acc"],
+        "eval_batches_run": done[0].get("eval_batches_run"),
         "hit_rate_measured": None if paged else done[0]["hit_rate_measured"],
         "peak_rss_mb": max(r["peak_rss_mb"] for r in done),
         "peak_cgroup_mb": max((r["peak_cgroup_mb"] or 0.0) for r in done) or None,

@@ -120,6 +120,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
         "os_read_bytes": [b["read_bytes"] - a["read_bytes"] for a, b in zip(io_marks, io_marks[1:], strict=False)],
         "major_faults": [b["major_faults"] - a["major_faults"] for a, b in zip(io_marks, io_marks[1:], strict=False)],
         "epochs": epochs,
+        "eval_batches_run": len(samples.batch_ids("val")) + len(samples.batch_ids("test")),
         "test_acc": float(result.test_acc),
         "val_acc": float(result.val_acc),
         "losses": [float(x) for x in result.losses],

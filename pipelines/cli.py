@@ -749,6 +749,9 @@ def bench(
     timeout: float | None = typer.Option(
         None, "--timeout", help="training: seconds one policy's run may take; past it the run is stopped and "
         "reported as timed out, with the bytes it had read.", min=1),
+    eval_batches: int | None = typer.Option(
+        None, "--eval-batches", help="training: evaluate on the first N validation and test batches only (timing "
+        "runs on large graphs; the accuracies are then those of that subset).", min=1),
     strategies: str | None = typer.Option(
         None, "--strategies", help="locality: comma-separated reorder strategies (default: all)."
     ),
@@ -792,7 +795,8 @@ def bench(
     try:
         with _quiet_libraries(verbose=False), _ProgressCallback(err) as progress:
             report = run_bench(cfg, paths, out_path, progress=progress, policies=names, memory_budget=budget,
-                               memory_overhead=overhead, repeats=repeats, timeout_s=timeout)
+                               memory_overhead=overhead, repeats=repeats, timeout_s=timeout,
+                               eval_batches=eval_batches)
     except BenchError as e:
         err.print(str(e))
         raise typer.Exit(1) from None

@@ -98,3 +98,13 @@ def test_a_budget_bounds_the_streaming_stages_memory_but_not_settings_the_user_c
     assert cfg.reorder.memory_mb == (100 + 512) // 2 and cfg.pack.memory_mb == 256
     chosen = PipelineConfig.load(overrides=[*OVERRIDES, "reorder.memory_mb=2048"], dataset="tiny")
     assert _budgeted(chosen, 100 << 20).reorder.memory_mb == 2048
+
+
+def test_eval_batches_evaluates_a_subset(root):
+    cfg = PipelineConfig.load(overrides=[*OVERRIDES, "sample.eval_batch_size=64"], dataset="tiny")
+    full = run_bench(cfg, StrataPaths.at(root), policies=("in_memory",))["policies"]["in_memory"]
+    subset = run_bench(cfg, StrataPaths.at(root), policies=("in_memory",), eval_batches=1)
+    assert subset["eval_batches"] == 1
+    assert full["eval_batches_run"] > 2 and subset["policies"]["in_memory"]["eval_batches_run"] == 2  # val + test
+    with pytest.raises(ValueError, match="'--eval-batches' expected at least 1"):
+        run_bench(cfg, StrataPaths.at(root), policies=("in_memory",), eval_batches=0)
