@@ -127,6 +127,9 @@ def command(
     if not base.is_dir():
         _err.print(f"error: '--root' expected a directory (got {base})", highlight=False)
         raise typer.Exit(2)
+    if dataset is not None and (not dataset or dataset.startswith(".") or "/" in dataset or "*" in dataset):
+        _err.print(f"error: '--dataset' expected a dataset directory name (got {dataset!r})", highlight=False)
+        raise typer.Exit(2)
     if mode not in ("full", "sampled"):
         _err.print(f"error: '--mode' expected full or sampled (got {mode!r})", highlight=False)
         raise typer.Exit(2)

@@ -29,6 +29,7 @@ import json
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -176,7 +177,10 @@ def check_manifest(art: Artifact) -> FileCheck:
     recorded = art.manifest.get("manifest_digest")
     if recorded is None:
         return FileCheck("manifest.json", "unverifiable", "digest", detail="written without manifest_digest")
-    actual = manifest_digest(art.manifest)
+    try:
+        actual = manifest_digest(art.manifest)
+    except ValueError as e:  # NaN/inf written into it by hand: not what publish wrote
+        return FileCheck("manifest.json", "bad", "digest", str(recorded), f"no digest ({e})")
     return FileCheck("manifest.json", "ok" if actual == recorded else "bad", "digest", str(recorded), actual)
 
 
@@ -276,7 +280,13 @@ def quarantine(root: Path, path: Path, reason: str, catalog: Any = None) -> Path
         note = {"from": str(path), "reason": reason, "quarantined_at": stamp, "pid": os.getpid()}
         (dest / "QUARANTINE.json").write_text(json.dumps(note, indent=2) + "\n", encoding="utf8")
     if catalog is not None and len(rel.parts) == 3:
-        catalog.forget_artifact(*rel.parts)
+        from .catalog import CatalogLockTimeout
+
+        try:
+            catalog.forget_artifact(*rel.parts)
+        except (CatalogLockTimeout, OSError) as e:  # the files are out of the way; the index catches up later
+            warnings.warn(f"'{catalog.db_path}' expected to drop {rel} (got {e}); run `strata catalog rebuild`",
+                          RuntimeWarning, stacklevel=2)
     return dest
 
 
