@@ -153,6 +153,20 @@ def test_strata_verify_finds_and_repairs(pristine: dict[str, Artifact], tmp_path
     assert final.exit_code == 0 and json.loads(final.stdout)["ok"] == len(STAGES)
 
 
+def test_an_old_manifest_is_unverifiable_not_bad(pristine: dict[str, Artifact], tmp_path: Path) -> None:
+    root = _copy(pristine, tmp_path)
+    art = pristine["partition"]
+    mpath = root / art.path.relative_to(art.path.parents[2]) / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    del manifest["manifest_digest"], manifest["integrity"]  # as written before verification existed
+    mpath.write_text(json.dumps(manifest))
+    result = cli.invoke(app, ["verify", "--root", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["stage"]: r for r in json.loads(result.stdout)["results"]}
+    assert rows["partition"]["status"] == "UNVERIFIABLE" and "without manifest_digest" in rows["partition"]["problem"]
+    assert _run(root) == {s: True for s in STAGES}  # still reused: its files' checksums match
+
+
 def test_catalog_rebuild_skips_a_broken_manifest_and_restores_metrics(pristine: dict[str, Artifact],
                                                                       tmp_path: Path) -> None:
     root = _copy(pristine, tmp_path)
