@@ -25,6 +25,7 @@ from pipelines.formatting import Markdown, format_bytes, markdown_table
 from pipelines.graph import STAGES, Stage
 from pipelines.resources import RunReporter, StrataResource
 from pipelines.stages.common import Progress
+from storage_kernels.catalog import artifact_metrics
 from storage_kernels.store import Artifact
 
 __all__ = ["ALL_ASSETS", "ALL_CHECKS", "asset_for", "checks_for"]
@@ -43,10 +44,6 @@ def _metadata_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return dg.MetadataValue.json(list(value))
     return dg.MetadataValue.text(str(value))
-
-
-def _numeric(values: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _files_table(artifact: Artifact) -> Markdown:
@@ -88,7 +85,7 @@ def _materialize(context: dg.AssetExecutionContext, strata: StrataResource, repo
     seconds = time.perf_counter() - start
     artifact = result.artifact
     if not result.reused:  # a reused artifact's metrics were recorded when it was built
-        metrics = {**_numeric(artifact.stats), **{f"time_{k}": v for k, v in _numeric(artifact.timings).items()}}
+        metrics = artifact_metrics(artifact.stats, artifact.timings)  # what `catalog rebuild` restores
         strata.paths().catalog().record_metrics(artifact.dataset, stage.name, artifact.version, metrics)
     context.log.info(f"{stage.name} {artifact.version}: {'reused' if result.reused else 'built'} in "
                      f"{seconds:.2f} s ({artifact.path})")

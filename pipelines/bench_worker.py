@@ -90,8 +90,11 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     from trainer.device import resolve_device
     from trainer.train import train
 
+    # Built, checked and verified by the prepare phase: only looked up here. Verifying again would read every
+    # artifact inside the measured, memory-confined worker and warm the page cache the policies are compared on.
+    cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"on_reuse": "off"})})
     runner = StageRunner(cfg, store)
-    runner.run_until("pack", checks=False)  # built and checked by the prepare phase: only looked up here
+    runner.run_until("pack", checks=False)
     ordering, pack = runner.artifact("reorder"), runner.artifact("pack")
     samples: Any = SampleSet(runner.artifact("sample").path)
     if job.get("max_train_batches") or job.get("max_eval_batches"):

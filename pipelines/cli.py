@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipelines.config import PipelineConfig
+from pipelines.verify import command as verify_command
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -50,6 +51,7 @@ catalog_app = typer.Typer(help="Inspect the DuckDB artifact catalog.", no_args_i
 app.add_typer(catalog_app, name="catalog")
 config_app = typer.Typer(help="Show the configuration a run would use.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.command("verify")(verify_command)
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -678,13 +680,22 @@ def catalog_show(
 
 @catalog_app.command("rebuild")
 def catalog_rebuild(root: str | None = RootOption) -> None:
-    """Re-create the catalog's artifacts, files and lineage from the manifests (metrics are kept)."""
+    """Re-create the catalog's artifacts, files and lineage from the manifests; bad manifests are skipped and
+    reported, metrics are kept and restored from the manifests of artifacts that have none."""
     paths = _paths(root)
     try:
-        count = paths.catalog().rebuild(paths.root)
+        report = paths.catalog().rebuild_report(paths.root)
     except ValueError as e:
         _fail(str(e))
-    out.print(f"indexed {count} artifact{'s' if count != 1 else ''} in {paths.catalog_path}", highlight=False)
+    count = report.indexed
+    for _path, problem in report.skipped:
+        err.print(Text.assemble(("skipped: ", "bold yellow"), problem), highlight=False)
+    message = f"indexed {count} artifact{'s' if count != 1 else ''} in {paths.catalog_path}"
+    if report.metrics_restored:
+        message += f"; restored {report.metrics_restored} metric rows from the manifests"
+    if report.skipped:
+        message += f"; skipped {len(report.skipped)} bad manifest(s) (`strata verify --repair` quarantines them)"
+    out.print(message, highlight=False)
 
 
 # ----------------------------------------------------------------------------------------- datasets

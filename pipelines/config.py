@@ -41,6 +41,7 @@ __all__ = [
     "ReorderConfig",
     "SampleConfig",
     "TrainConfig",
+    "VerifyConfig",
     "artifact_params",
     "dataset_slug",
     "describe_settings",
@@ -254,6 +255,16 @@ class ExportConfig(_Section):
                                        gt=0)
 
 
+class VerifyConfig(_Section):
+    on_reuse: Literal["full", "sampled", "off"] = setting(
+        "full",
+        "Checks a reused artifact against its manifest before a stage reads it: full (re-hash every file: any "
+        "changed byte is caught), sampled (size + 10 sampled 1 MiB blocks per file: files up to 10 MiB fully, "
+        "larger ones only partly), off. A mismatch quarantines the artifact and fails the run.",
+        artifact=False,
+    )
+
+
 class PipelineConfig(_Section):
     """The whole run: which dataset, which policy, and every stage's settings."""
 
@@ -273,6 +284,7 @@ class PipelineConfig(_Section):
     pack: PackConfig = Field(default_factory=PackConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     @property
     def dataset_name(self) -> str:

@@ -14,20 +14,21 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
 
-__all__ = ["DDL_PATH", "Catalog", "CatalogLockTimeout"]
+__all__ = ["DDL_PATH", "Catalog", "CatalogLockTimeout", "RebuildReport", "artifact_metrics"]
 
 #: The schema, ``CREATE TABLE IF NOT EXISTS`` statements only.
 DDL_PATH = Path(__file__).with_name("catalog.sql")
 
 _T = TypeVar("_T")
-_REBUILT_TABLES = ("files", "lineage", "artifacts")  # metrics are not in the manifests: kept on rebuild
+_REBUILT_TABLES = ("files", "lineage", "artifacts")  # metrics are kept on rebuild (restored when missing)
 _MANIFEST_KEYS = ("dataset", "stage", "version", "files", "created_at")
 _FIRST_DELAY_S = 0.005
 _MAX_DELAY_S = 0.25
@@ -111,6 +112,28 @@ def _rows_for(manifest: dict[str, Any], path: Path, where: str) -> tuple[tuple, 
         json.dumps(manifest.get("stats") or {}, sort_keys=True),
     )
     return artifact, files, lineage
+
+
+def artifact_metrics(stats: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, float]:
+    """The metric rows a stage's artifact contributes: its numeric stats, and its timings as ``time_<key>``.
+
+    What a run records when it builds the artifact, and what :meth:`Catalog.rebuild` restores from a manifest.
+    """
+
+    def numeric(values: Mapping[str, Any]) -> dict[str, float]:
+        return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    return {**numeric(stats or {}), **{f"time_{k}": v for k, v in numeric(timings or {}).items()}}
+
+
+@dataclass
+class RebuildReport:
+    """What :meth:`Catalog.rebuild_report` did: artifacts indexed, manifests skipped (path, problem), metric
+    rows restored from manifests for artifacts that had none."""
+
+    indexed: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    metrics_restored: int = 0
 
 
 _ARTIFACT_COLUMNS = "dataset, stage, version, path, bytes, created_at, format_version, library_version, params, stats"
@@ -305,27 +328,52 @@ class Catalog:
                 )
             )
 
+    def forget_artifact(self, dataset: str, stage: str, version: str) -> None:
+        """Remove one artifact's rows (artifact, files, lineage, metrics): it was quarantined or deleted."""
+        key = [str(dataset), str(stage), str(version)]
+
+        def body(con: duckdb.DuckDBPyConnection) -> None:
+            for table in (*_REBUILT_TABLES, "metrics"):
+                con.execute(f"DELETE FROM {table} WHERE dataset = ? AND stage = ? AND version = ?", key)
+
+        self._write(body)
+
     def rebuild(self, root: str | Path) -> int:
+        """:meth:`rebuild_report` returning only the number of artifacts indexed."""
+        return self.rebuild_report(root).indexed
+
+    def rebuild_report(self, root: str | Path) -> RebuildReport:
         """Re-create artifacts, files and lineage from ``<root>/*/*/*/manifest.json`` in one transaction.
 
-        Metrics (not in the manifests) are kept. Returns the number of artifacts indexed. A manifest whose
-        dataset/stage/version disagree with its directory raises ValueError naming the file.
+        A manifest that does not parse, lacks fields or disagrees with its directory (dataset/stage/version) is
+        skipped and reported (``strata verify --repair`` quarantines it), never aborting the rebuild. Metrics
+        already recorded are kept; an artifact without any gets the rows its manifest holds
+        (:func:`artifact_metrics`: numeric stats and timings, recorded at its ``created_at``).
         """
         root = Path(root)
-        all_rows = []
+        report = RebuildReport()
+        all_rows, all_metrics = [], []
         for mpath in sorted(root.glob("*/*/*/manifest.json")):
             art_dir = mpath.parent
             if any(part.startswith(".") for part in art_dir.relative_to(root).parts):
-                continue  # temp dirs and other hidden entries
+                continue  # temp dirs, quarantine and other hidden entries
             try:
                 manifest = json.loads(mpath.read_text(encoding="utf8"))
-            except (OSError, ValueError) as e:
-                raise ValueError(f"'{mpath}' expected a JSON manifest (got {type(e).__name__}: {e})") from e
-            expect = (art_dir.parent.parent.name, art_dir.parent.name, art_dir.name)
-            got = tuple(str(manifest.get(k)) for k in ("dataset", "stage", "version"))
-            if got != expect:
-                raise ValueError(f"'{mpath}' expected dataset/stage/version {expect} (got {got})")
-            all_rows.append(_rows_for(manifest, art_dir, str(mpath)))
+                if not isinstance(manifest, dict):
+                    raise ValueError(f"'{mpath}' expected a JSON object (got {type(manifest).__name__})")
+                expect = (art_dir.parent.parent.name, art_dir.parent.name, art_dir.name)
+                got = tuple(str(manifest.get(k)) for k in ("dataset", "stage", "version"))
+                if got != expect:
+                    raise ValueError(f"'{mpath}' expected dataset/stage/version {expect} (got {got})")
+                rows = _rows_for(manifest, art_dir, str(mpath))
+                metrics = artifact_metrics(manifest.get("stats") or {}, manifest.get("timings") or {})
+            except (OSError, ValueError, TypeError, AttributeError) as e:
+                problem = str(e) if str(e).startswith("'") else f"'{mpath}' expected a JSON manifest (got " \
+                    f"{type(e).__name__}: {e})"
+                report.skipped.append((str(mpath), problem))
+                continue
+            all_rows.append(rows)
+            all_metrics.append((rows[0][:3], rows[0][5], metrics))
 
         def body(con: duckdb.DuckDBPyConnection) -> int:
             for table in _REBUILT_TABLES:
@@ -333,9 +381,17 @@ class Catalog:
             con.execute(_ddl())
             for rows in all_rows:
                 self._insert(con, *rows)
-            return len(all_rows)
+            have = {tuple(r) for r in con.execute("SELECT DISTINCT dataset, stage, version FROM metrics").fetchall()}
+            restored = [[*key, k, v, None, created] for key, created, metrics in all_metrics if key not in have
+                        for k, v in metrics.items()]
+            if restored:
+                con.executemany("INSERT INTO metrics (dataset, stage, version, key, value, step, recorded_at) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?)", restored)
+            return len(restored)
 
-        return self._write(body)
+        report.metrics_restored = self._write(body)
+        report.indexed = len(all_rows)
+        return report
 
     # ------------------------------------------------------------------------------------------ reads
 

@@ -1,6 +1,6 @@
 -- Strata catalog: an index over the artifact manifests (<root>/<dataset>/<stage>/<version>/manifest.json).
 -- It is not the truth: Catalog.rebuild(root) re-creates artifacts, files and lineage from the manifests.
--- Metrics are only recorded here. Versions hash (stage, format_version, params, upstream) and not the
+-- Metrics are recorded here; a rebuild restores the ones a manifest holds (stats, timings). Versions hash (stage, format_version, params, upstream) and not the
 -- dataset, so every table carries (dataset, stage, version).
 
 CREATE TABLE IF NOT EXISTS artifacts (

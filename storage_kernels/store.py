@@ -42,6 +42,7 @@ import numpy as np
 
 from .arrays import ArrayWriter, FileInfo, file_checksum, file_info, open_array, save_array
 from .catalog import Catalog
+from .integrity import integrity_record, manifest_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where Parquet is used: keeps `import` cheap for workers
     import pyarrow as pa
@@ -513,7 +514,10 @@ class ArtifactBuilder:
             "timings": _json.loads(_canonical_json(self.timings, "timings")),
             "created_at": _utc_now_iso(),
             "library_version": _library_version(),
+            # sampled block digests and the manifest's own digest: what verification on reuse compares
+            "integrity": integrity_record(self.dir, [i.name for i in infos]),
         }
+        manifest["manifest_digest"] = manifest_digest(manifest)
         mpath = self.dir / MANIFEST_NAME
         with open(mpath, "w", encoding="utf8") as f:
             f.write(_json.dumps(manifest, sort_keys=True, indent=2) + "\n")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.config import PipelineConfig, artifact_params
+from storage_kernels.integrity import find_verified
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["Progress", "StageResult", "materialize", "peak_rss_mb", "stage_version"]
@@ -79,7 +80,8 @@ def materialize(
     upstream_versions = {name: art.version for name, art in upstream.items()}
     dataset = cfg.dataset_name
     version = store.version_for(stage, format_version, params, upstream_versions)
-    existing = store.find(dataset, stage, version)
+    # Verified before anything reads it: a corrupted artifact is quarantined and ArtifactCorrupted raised.
+    existing = find_verified(store, dataset, stage, version, cfg.verify.on_reuse)
     if existing is not None:
         return StageResult(existing, reused=True, metadata=_metadata(existing))
     start = time.perf_counter()

@@ -17,6 +17,7 @@ import numpy as np
 from pipelines.config import PipelineConfig
 from pipelines.formatting import markdown_table
 from pipelines.sources.base import GraphSource, dedupe_csr_rows
+from pipelines.sources.fingerprint import fingerprint_files
 from pipelines.sources.spec import parse_source_spec
 from pipelines.sources.validate import validate_source
 from pipelines.stages.common import Progress, StageResult, materialize
@@ -26,7 +27,7 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "open_source", "run", "summary"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipelines.sources.fingerprint)
 _DEDUPE_BLOCK_EDGES = 8_000_000
 
 
@@ -35,18 +36,10 @@ def open_source(cfg: PipelineConfig) -> GraphSource:
     return validate_source(parse_source_spec(cfg.dataset, cfg.ingest.options))
 
 
-def _fingerprint(source: GraphSource) -> dict[str, Any]:
-    """Size and mtime of every input file, so a changed file gives a new version."""
-    out = {}
-    for role, path in sorted(source.files.items()):
-        p = Path(path)
-        if p.is_file():
-            st = p.stat()
-            out[role] = {"path": str(p.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-        elif p.is_dir():
-            out[role] = {"path": str(p.resolve()), "entries": sorted(
-                (f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.rglob("*") if f.is_file())}
-    return out
+def _fingerprint(source: GraphSource, root: Path) -> dict[str, Any]:
+    """Path, size and content digest of every input file, so a changed file gives a new version (even one
+    rewritten with the same size and mtime); see :mod:`pipelines.sources.fingerprint`."""
+    return fingerprint_files(source.files, root)
 
 
 def _build_csr(builder: ArtifactBuilder, source: GraphSource, progress: Progress | None) -> tuple[int, int]:
@@ -111,7 +104,8 @@ def _place(source: GraphSource, indptr: np.ndarray, indices: np.ndarray, num_edg
 def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None = None) -> StageResult:
     """Write the ``ingest`` artifact (the graph) for ``cfg.dataset``."""
     source = open_source(cfg)
-    derived = {"source": cfg.dataset, "description": source.description, "files": _fingerprint(source)}
+    derived = {"source": cfg.dataset, "description": source.description,
+               "files": _fingerprint(source, store.root)}
 
     def build(builder: ArtifactBuilder) -> None:
         num_edges, duplicates = _build_csr(builder, source, progress)

@@ -95,8 +95,9 @@ class _Recorder(RunReporter):
         self.checks.append((stage, check, passed))
 
 
-def _materialize(root: Path, reporter: RunReporter, assets: list[str] = PREPROCESS) -> dg.ExecuteInProcessResult:
-    config = PipelineConfig.load(overrides=["sample.epochs=1"], dataset="tiny")
+def _materialize(root: Path, reporter: RunReporter, assets: list[str] = PREPROCESS,
+                 overrides: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
+    config = PipelineConfig.load(overrides=["sample.epochs=1", *overrides], dataset="tiny")
     resources = build_resources(root=str(root), config=config, reporter=reporter)
     job = make_definitions(resources).resolve_job_def(STRATA_JOB)
     selection = [dg.AssetKey(name) for name in assets]
@@ -138,7 +139,9 @@ def test_failing_blocking_check_stops_downstream(tmp_path: Path) -> None:
     indices.flush()
     del indices
 
-    result = _materialize(tmp_path, _Recorder(), upto_partitioning)
+    # verification on reuse would stop the ingest step first (tests/pipelines/test_verify.py): off, so the
+    # blocking check is what catches it here
+    result = _materialize(tmp_path, _Recorder(), upto_partitioning, ("verify.on_reuse=off",))
     assert not result.success
     failed = [e for e in result.get_asset_check_evaluations() if not e.passed]
     assert [(e.asset_key.to_user_string(), e.check_name) for e in failed] == [("ingest", "csr_valid")]

@@ -17,6 +17,10 @@ from pipelines.settings import StrataPaths
 from pipelines.stages import ingest
 
 CFG = PipelineConfig.load(overrides=["sample.epochs=1", "partition.num_parts=4"], dataset="tiny")
+# Verification on reuse would quarantine an artifact corrupted in place before its checks ran
+# (tests/pipelines/test_verify.py); the check tests below turn it off to reach the checks.
+UNVERIFIED = PipelineConfig.load(overrides=["sample.epochs=1", "partition.num_parts=4", "verify.on_reuse=off"],
+                                 dataset="tiny")
 
 
 @pytest.fixture
@@ -62,7 +66,7 @@ def test_run_until_stops_at_a_failing_check(tmp_path: Path) -> None:
     perm[0] = perm[1]  # corrupt the published permutation in place
     perm.flush()
     del perm
-    runner = StageRunner(CFG, store)
+    runner = StageRunner(UNVERIFIED, store)
     with pytest.raises(CheckFailed, match=r"check 'reorder:permutation_bijective' failed on .*reorder"):
         runner.run_until("sample")
     assert "partition" not in runner._results  # nothing downstream of the broken artifact ran
@@ -87,7 +91,7 @@ def test_nan_features_in_a_published_artifact_stop_the_run(tmp_path: Path) -> No
     features[7, 3] = np.nan
     features.flush()
     del features
-    runner = StageRunner(CFG, store)
+    runner = StageRunner(UNVERIFIED, store)
     with pytest.raises(CheckFailed, match=r"'reorder:features_finite'.*expected finite values \(got 1 NaN/inf; "
                                           r"the first at row 7, column 3: nan\)"):
         runner.run_until("sample")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -191,21 +192,25 @@ def test_rebuild_from_manifests_gives_the_same_listing(tmp_path: Path) -> None:
     for p in tmp_path.glob("catalog.duckdb*"):
         p.unlink()
     assert cat.list_artifacts() == []
-    assert cat.rebuild(tmp_path) == 3  # from scratch: metrics are gone, the rest is identical
+    assert cat.rebuild(tmp_path) == 3  # from scratch: the manifests' metrics are back, the rest is identical
     assert cat.list_artifacts() == listed
-    assert cat.get(s) == {**detail, "metrics": []}
+    rebuilt = cat.get(s)
+    assert rebuilt is not None and {**rebuilt, "metrics": []} == {**detail, "metrics": []}
+    assert {m["key"]: m["value"] for m in rebuilt["metrics"]}["k"] == 2.0  # stats.k; "acc" was never in it
     assert cat.get(g)["downstream"] == [{"dataset": "ds", "stage": "samples", "version": s}]  # type: ignore[index]
 
 
-def test_rebuild_rejects_a_misplaced_manifest(tmp_path: Path) -> None:
+def test_rebuild_skips_and_reports_a_misplaced_or_broken_manifest(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
     v = _publish(store, "ds", "graph", 1, {})
+    _publish(store, "ds", "graph", 2, {})
     (tmp_path / "ds" / "graph" / v).rename(tmp_path / "ds" / "graph" / "000000000000")
-    with pytest.raises(ValueError, match=r"manifest.json' expected dataset/stage/version \('ds', 'graph', '0000"):
-        Catalog(tmp_path / "catalog.duckdb").rebuild(tmp_path)
+    report = Catalog(tmp_path / "catalog.duckdb").rebuild_report(tmp_path)
+    assert report.indexed == 1 and len(report.skipped) == 1
+    assert re.search(r"manifest.json' expected dataset/stage/version \('ds', 'graph', '0000", report.skipped[0][1])
     (tmp_path / "ds" / "graph" / "000000000000" / "manifest.json").write_text("{not json")
-    with pytest.raises(ValueError, match="manifest.json' expected a JSON manifest"):
-        Catalog(tmp_path / "catalog.duckdb").rebuild(tmp_path)
+    report = Catalog(tmp_path / "catalog.duckdb").rebuild_report(tmp_path)
+    assert report.indexed == 1 and "manifest.json' expected a JSON manifest" in report.skipped[0][1]
 
 
 # ---------------------------------------------------------------------------------- lock conflicts

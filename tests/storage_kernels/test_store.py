@@ -138,6 +138,8 @@ def test_publish_roundtrip_all_file_kinds(tmp_path: Path) -> None:
         "timings",
         "created_at",
         "library_version",
+        "integrity",
+        "manifest_digest",
     }
     assert set(on_disk) == expected_keys
     assert on_disk["created_at"].endswith("+00:00") and on_disk["library_version"]

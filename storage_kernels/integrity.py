@@ -1,0 +1,317 @@
+"""Artifact integrity: checksums verified on reuse, sampled block digests, quarantine of corrupted artifacts.
+
+Every file of an artifact has a whole-file ``blake2b`` checksum in its manifest (written at publish). This
+module checks a published artifact against its manifest before anything reads it again:
+
+``full``
+    Re-hash every file (hashlib's C code, 8 MiB blocks, one thread per file). Any changed byte is caught.
+``sampled``
+    Size, plus the digests of sampled 1 MiB blocks recorded at publish (``manifest["integrity"]``): the
+    first and last block and :data:`SAMPLE_BLOCKS` more at evenly spaced offsets. Files of at most
+    ``SAMPLE_BLOCKS + 2`` blocks are covered completely; in larger files a change outside the sampled blocks
+    is *not* caught. Manifests written before block digests existed are checked by size only.
+``off``
+    Nothing is read.
+
+The manifest itself carries ``manifest_digest`` (blake2b of its canonical JSON without that key), so a
+changed value in a manifest that still parses is caught in every mode but ``off``.
+
+A corrupted artifact is moved aside to ``<root>/.quarantine/<dataset>/<stage>/<version>-<time>`` (a hidden
+directory: the store, the catalog rebuild and ``strata verify`` never see it) and removed from the catalog, so
+the next run rebuilds it; :func:`find_verified` then raises :class:`ArtifactCorrupted` naming the artifact,
+the file and the expected and actual digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .arrays import file_checksum
+
+if TYPE_CHECKING:
+    from .store import Artifact, ArtifactStore
+
+__all__ = [
+    "BLOCK_BYTES",
+    "MODES",
+    "QUARANTINE_NAME",
+    "SAMPLE_BLOCKS",
+    "ArtifactCheck",
+    "ArtifactCorrupted",
+    "FileCheck",
+    "block_digests",
+    "check_file",
+    "check_manifest",
+    "find_verified",
+    "manifest_digest",
+    "quarantine",
+    "sample_offsets",
+    "verify_artifact",
+    "verify_manifest_dir",
+]
+
+Mode = Literal["full", "sampled", "off"]
+#: Verification modes, strongest first.
+MODES: tuple[str, ...] = ("full", "sampled", "off")
+#: Size of one sampled block.
+BLOCK_BYTES = 1 << 20
+#: Sampled blocks per file besides the first and the last.
+SAMPLE_BLOCKS = 8
+#: Hidden directory under the root that holds quarantined artifacts.
+QUARANTINE_NAME = ".quarantine"
+
+_ALGORITHM = "blake2b"
+_BLOCK_DIGEST_BYTES = 16
+Status = Literal["ok", "bad", "unverifiable"]
+
+
+# ------------------------------------------------------------------------------------- digests
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """``blake2b:<hex>`` of the canonical JSON of ``manifest`` without its ``manifest_digest`` key."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return f"{_ALGORITHM}:" + hashlib.blake2b(text.encode("utf8")).hexdigest()
+
+
+def sample_offsets(size: int, block: int = BLOCK_BYTES, count: int = SAMPLE_BLOCKS) -> list[int]:
+    """Byte offsets of the sampled blocks of a ``size``-byte file: every block of a small file, else the first,
+    the last and ``count`` evenly spaced between them (deterministic: the same size gives the same offsets)."""
+    if size <= 0:
+        return []
+    nblocks = -(-size // block)
+    if nblocks <= count + 2:
+        return [i * block for i in range(nblocks)]
+    picks = {0, nblocks - 1}
+    picks.update(round(i * (nblocks - 1) / (count + 1)) for i in range(1, count + 1))
+    return [i * block for i in sorted(picks)]
+
+
+def _block_digest(f: Any, offset: int, block: int) -> str:
+    f.seek(offset)
+    return hashlib.blake2b(f.read(block), digest_size=_BLOCK_DIGEST_BYTES).hexdigest()
+
+
+def block_digests(path: str | os.PathLike[str], block: int = BLOCK_BYTES, count: int = SAMPLE_BLOCKS
+                  ) -> list[list[Any]]:
+    """``[[offset, hex digest], ...]`` of the sampled blocks of ``path`` (what ``sampled`` mode re-checks)."""
+    size = os.stat(path).st_size
+    with open(path, "rb", buffering=0) as f:
+        return [[off, _block_digest(f, off, block)] for off in sample_offsets(size, block, count)]
+
+
+def integrity_record(directory: Path, names: Iterable[str]) -> dict[str, Any]:
+    """The manifest's ``integrity`` entry for the files ``names`` of ``directory`` (read at publish)."""
+    return {"block_bytes": BLOCK_BYTES,
+            "blocks": {name: block_digests(directory / name) for name in sorted(names)}}
+
+
+# ------------------------------------------------------------------------------------- checking
+
+
+@dataclass
+class FileCheck:
+    """The outcome for one file: ``ok``, ``bad`` (with expected/actual) or ``unverifiable`` (with why)."""
+
+    name: str
+    status: Status
+    checked: str = ""  # what was compared: checksum, blocks, size
+    expected: str = ""
+    actual: str = ""
+    detail: str = ""
+    bytes_read: int = 0
+
+
+@dataclass
+class ArtifactCheck:
+    """The outcome for one artifact directory."""
+
+    path: Path
+    mode: str
+    files: list[FileCheck] = field(default_factory=list)
+    seconds: float = 0.0
+    artifact: Artifact | None = None
+
+    @property
+    def bad(self) -> list[FileCheck]:
+        return [f for f in self.files if f.status == "bad"]
+
+    @property
+    def unverifiable(self) -> list[FileCheck]:
+        return [f for f in self.files if f.status == "unverifiable"]
+
+    @property
+    def status(self) -> str:
+        """``BAD`` if any file is bad, else ``UNVERIFIABLE`` if any could not be checked, else ``OK``."""
+        return "BAD" if self.bad else "UNVERIFIABLE" if self.unverifiable else "OK"
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(f.bytes_read for f in self.files)
+
+    def problem(self) -> str:
+        """One line naming the first bad file and its expected/actual value (empty when nothing is bad)."""
+        if not self.bad:
+            return ""
+        f = self.bad[0]
+        what = " ".join(part for part in (f.checked, f.expected) if part)
+        text = f"'{self.path / f.name}' expected {what} (got {f.actual})"
+        return text + (f" [{f.detail}]" if f.detail else "") + (
+            f"; {len(self.bad) - 1} more bad file(s)" if len(self.bad) > 1 else "")
+
+
+def check_manifest(art: Artifact) -> FileCheck:
+    """The manifest against its recorded ``manifest_digest`` (unverifiable when it has none)."""
+    recorded = art.manifest.get("manifest_digest")
+    if recorded is None:
+        return FileCheck("manifest.json", "unverifiable", "digest", detail="written without manifest_digest")
+    try:
+        actual = manifest_digest(art.manifest)
+    except ValueError as e:  # NaN/inf written into it by hand: not what publish wrote
+        return FileCheck("manifest.json", "bad", "digest", str(recorded), f"no digest ({e})")
+    return FileCheck("manifest.json", "ok" if actual == recorded else "bad", "digest", str(recorded), actual)
+
+
+def check_file(art: Artifact, name: str, mode: str) -> FileCheck:
+    """One file of ``art`` against its manifest entry in ``mode`` (``full`` or ``sampled``)."""
+    info = art.files[name]
+    path = art.path / name
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return FileCheck(name, "bad", "file", "present", "missing")
+    if size != info.bytes:
+        return FileCheck(name, "bad", "size", f"{info.bytes} bytes", f"{size} bytes")
+    if mode == "full":
+        if not info.checksum.startswith(f"{_ALGORITHM}:"):
+            return FileCheck(name, "unverifiable", "checksum", info.checksum,
+                             detail=f"unknown checksum algorithm (expected {_ALGORITHM}:)")
+        actual = file_checksum(path)
+        status: Status = "ok" if actual == info.checksum else "bad"
+        return FileCheck(name, status, "checksum", info.checksum, actual, bytes_read=size)
+    record = art.manifest.get("integrity") or {}
+    blocks = (record.get("blocks") or {}).get(name)
+    block = int(record.get("block_bytes") or BLOCK_BYTES)
+    if blocks is None:
+        return FileCheck(name, "unverifiable", "size", detail="manifest has no block digests: size only")
+    read = 0
+    with open(path, "rb", buffering=0) as f:
+        for offset, expected in blocks:
+            actual = _block_digest(f, int(offset), block)
+            read += min(block, size - int(offset))
+            if actual != expected:
+                return FileCheck(name, "bad", f"block digest at byte {offset}", expected, actual,
+                                 bytes_read=read)
+    return FileCheck(name, "ok", "blocks", bytes_read=read)
+
+
+def verify_artifact(art: Artifact, mode: str = "full", threads: int = 0,
+                    pool: ThreadPoolExecutor | None = None) -> ArtifactCheck:
+    """Check ``art``'s files against its manifest in ``mode`` (see the module doc); never raises for bad data.
+
+    ``threads``: files hashed in parallel (0: one per CPU, at most 8); or pass an executor to share.
+    """
+    if mode not in MODES:
+        raise ValueError(f"'verify.on_reuse' expected one of {', '.join(MODES)} (got {mode!r})")
+    start = time.perf_counter()
+    out = ArtifactCheck(art.path, mode, artifact=art)
+    if mode == "off":
+        return out
+    names = sorted(art.files)
+    own = pool is None and len(names) > 1
+    workers = threads or min(8, os.cpu_count() or 1)
+    executor = ThreadPoolExecutor(max_workers=workers) if own else pool
+    try:
+        if executor is None:
+            files = [check_file(art, n, mode) for n in names]
+        else:
+            files = list(executor.map(lambda n: check_file(art, n, mode), names))
+    finally:
+        if own and executor is not None:
+            executor.shutdown()
+    out.files = [check_manifest(art), *files]
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def verify_manifest_dir(path: Path, mode: str = "full", pool: ThreadPoolExecutor | None = None) -> ArtifactCheck:
+    """:func:`verify_artifact` on the artifact directory ``path``; an unreadable manifest is a bad file."""
+    from .store import Artifact
+
+    try:
+        art = Artifact(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return ArtifactCheck(path, mode, [FileCheck("manifest.json", "bad", "a valid manifest", "",
+                                                    f"{type(e).__name__}: {str(e)[:200]}")])
+    return verify_artifact(art, mode, pool=pool)
+
+
+# ------------------------------------------------------------------------------------ quarantine
+
+
+def quarantine(root: Path, path: Path, reason: str, catalog: Any = None) -> Path | None:
+    """Move the artifact directory ``path`` to ``<root>/.quarantine/...`` and drop it from ``catalog``.
+
+    Returns where it went, or None when it was already gone (another process quarantined it first). A
+    ``QUARANTINE.json`` beside its files says why and when.
+    """
+    root, path = Path(root), Path(path)
+    rel = path.relative_to(root)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    dest = root / QUARANTINE_NAME / rel.parent / f"{rel.name}-{stamp}-{uuid.uuid4().hex[:6]}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(path, dest)
+    except FileNotFoundError:
+        dest = None  # type: ignore[assignment]
+    if dest is not None:
+        note = {"from": str(path), "reason": reason, "quarantined_at": stamp, "pid": os.getpid()}
+        (dest / "QUARANTINE.json").write_text(json.dumps(note, indent=2) + "\n", encoding="utf8")
+    if catalog is not None and len(rel.parts) == 3:
+        from .catalog import CatalogLockTimeout
+
+        try:
+            catalog.forget_artifact(*rel.parts)
+        except (CatalogLockTimeout, OSError) as e:  # the files are out of the way; the index catches up later
+            warnings.warn(f"'{catalog.db_path}' expected to drop {rel} (got {e}); run `strata catalog rebuild`",
+                          RuntimeWarning, stacklevel=2)
+    return dest
+
+
+class ArtifactCorrupted(ValueError):
+    """A reused artifact did not match its manifest; it was quarantined and nothing read it."""
+
+    def __init__(self, check: ArtifactCheck, moved_to: Path | None) -> None:
+        where = f"moved to {moved_to}" if moved_to is not None else "already moved aside by another process"
+        super().__init__(f"{check.problem()}: artifact {check.path} is corrupted ({where}, removed from the "
+                         "catalog; the next run rebuilds it)")
+        self.check, self.moved_to = check, moved_to
+
+
+def find_verified(store: ArtifactStore, dataset: str, stage: str, version: str, mode: str) -> Artifact | None:
+    """``store.find`` plus verification in ``mode``: the intact artifact, None when absent, and
+    :class:`ArtifactCorrupted` (after quarantining it) when its manifest or a file does not match."""
+    if mode not in MODES:
+        raise ValueError(f"'verify.on_reuse' expected one of {', '.join(MODES)} (got {mode!r})")
+    if mode == "off":
+        return store.find(dataset, stage, version)
+    path = store.path(dataset, stage, version)
+    if not (path / "manifest.json").is_file():
+        return None
+    check = verify_manifest_dir(path, mode)
+    if check.status == "BAD":
+        moved = quarantine(store.root, path, check.problem(), store.catalog)
+        raise ArtifactCorrupted(check, moved)
+    return check.artifact
