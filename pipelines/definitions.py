@@ -18,6 +18,7 @@ import dagster as dg
 
 from pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from pipelines.config import PipelineConfig
+from pipelines.partitioned import PARTITIONED_ASSETS, PARTITIONED_JOBS
 from pipelines.resources import RESOURCE_KEY, build_resources
 from pipelines.retrain import RETRAIN_JOB, retrain_run_config, source_sensor
 
@@ -30,9 +31,10 @@ RETRAIN_CRON = "0 3 * * 1"
 # In process unless a run's config says `execution: config: multiprocess: {}` (then independent steps run in
 # parallel processes): one process avoids re-importing torch and the stages per step.
 _IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
+_STAGE_ASSETS = dg.AssetSelection.assets(*ALL_ASSETS)  # not the opt-in partitioned variant (pipelines.partitioned)
 strata_job = dg.define_asset_job(
     STRATA_JOB,
-    selection=dg.AssetSelection.all(),
+    selection=_STAGE_ASSETS,
     description="Every stage of one dataset, ingest to export, with the blocking checks.",
     config=_IN_PROCESS,
 )
@@ -43,7 +45,7 @@ def _retrain(root: str | None) -> tuple[dg.UnresolvedAssetJobDefinition, dg.Sche
     names the resource's data root, since a run config replacing the resource's config would drop it."""
     job = dg.define_asset_job(
         RETRAIN_JOB,
-        selection=dg.AssetSelection.all(),
+        selection=_STAGE_ASSETS,
         description="Retrain on the newest source snapshot (changed stages rebuilt, the rest reused), warm-started "
                     "from the registered champion (train.warm_start=champion), then export and register.",
         config=retrain_run_config(root=root),
@@ -63,9 +65,9 @@ def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
     """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`)."""
     retrain_job, weekly_retrain = _retrain(getattr(resources.get(RESOURCE_KEY), "root", None))
     return dg.Definitions(
-        assets=ALL_ASSETS,
+        assets=[*ALL_ASSETS, *PARTITIONED_ASSETS],
         asset_checks=ALL_CHECKS,
-        jobs=[strata_job, retrain_job],
+        jobs=[strata_job, retrain_job, *PARTITIONED_JOBS],
         schedules=[weekly_retrain],
         sensors=[source_sensor],
         resources=dict(resources),
