@@ -129,7 +129,7 @@ def _wait_for_assets(url: str) -> list[dict[str, Any]]:
 def test_webserver_lists_assets_and_materializes_tiny(webserver: str, tmp_path: Path) -> None:
     nodes = _wait_for_assets(webserver)
     by_name = {"/".join(n["assetKey"]["path"]): n for n in nodes}
-    assert set(by_name) == set(STAGE_NAMES)
+    assert set(STAGE_NAMES) <= set(by_name) and {"sample_shards", "sample_merged"} <= set(by_name)
     assert "strata_job" in by_name["ingest"]["jobNames"] and "retrain_job" in by_name["train"]["jobNames"]
     assert by_name["train"]["groupName"] == "training" and by_name["ingest"]["groupName"] == "preprocess"
 
