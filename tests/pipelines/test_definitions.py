@@ -61,6 +61,9 @@ def test_weekly_retrain_schedule_is_stopped() -> None:
     assert schedule.job_name == RETRAIN_JOB
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert schedule.cron_schedule == "0 3 * * 1"
+    # a scheduled run has no run config of its own: the job's default config warm-starts from the champion
+    settings = defs.resolve_job_def(RETRAIN_JOB).run_config["resources"]["strata"]["config"]["settings"]
+    assert settings == {"train": {"warm_start": "champion"}}
 
 
 def test_resource_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
