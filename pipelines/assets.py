@@ -89,6 +89,8 @@ def _materialize(context: dg.AssetExecutionContext, strata: StrataResource, repo
         strata.paths().catalog().record_metrics(artifact.dataset, stage.name, artifact.version, metrics)
     context.log.info(f"{stage.name} {artifact.version}: {'reused' if result.reused else 'built'} in "
                      f"{seconds:.2f} s ({artifact.path})")
+    for note in result.notes:
+        context.log.info(f"{stage.name} {artifact.version}: {note}")
     total_bytes = int(result.metadata.get("bytes", 0))
     metadata = {k: _metadata_value(v) for k, v in result.metadata.items() if k != "path"}
     metadata.update({

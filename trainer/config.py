@@ -90,6 +90,10 @@ class TrainConfig:
     checkpoint_every: int = setting(0, "Also checkpoint every N training batches (steps), mid-epoch; 0 = only "
                                        "after each epoch. Needs checkpoint_path.", artifact=False)
     resume: str = setting("", "Continue from this checkpoint ('' = train from scratch).", artifact=False)
+    warm_start: Literal["none", "champion"] = setting(
+        "none", "Initial weights (read by the train stage, pipelines.warmstart): none (seeded random init) or "
+        "champion (the registered model's 'champion' version when its architecture and weight shapes match; "
+        "the retrain schedule and the source sensor set it).")
     # data parallel (trainer.distributed; the world size enters the train artifact's version)
     distributed: bool = setting(False, "DistributedDataParallel over the torchrun ranks (also on when RANK and "
                                 "WORLD_SIZE are set); alone, a world of one.", artifact=False)

@@ -437,6 +437,7 @@ def train(
     tracker: Tracker | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    init: Callable[[GraphModel, dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Train ``cfg.model`` for at most ``cfg.epochs`` epochs (early stopping after ``cfg.patience`` epochs
     without a better validation accuracy) and return losses, accuracies, timings and the best weights.
@@ -445,7 +446,9 @@ def train(
     batches and ``eval_source`` (default ``source``) for the val/test batches; ``labels`` int64 (N,).
     ``tracker.log_params`` gets the flat config, ``tracker.log_metrics`` the per-epoch metrics;
     ``progress(epoch, metrics)`` is called after each epoch, ``on_step(epoch, batch)`` after each training
-    step (``batch`` steps of ``epoch`` done) and after the checkpoint that step may write. Under torchrun (or
+    step (``batch`` steps of ``epoch`` done) and after the checkpoint that step may write. ``init(model,
+    model_args)`` may set the freshly built model's weights before the optimizer sees them (a warm start,
+    ``pipelines.warmstart``; ``cfg.resume`` still wins). Under torchrun (or
     ``cfg.distributed``) every rank calls this and trains its share of the batches data parallel
     (``trainer.distributed``); only rank 0 logs and checkpoints.
     """
@@ -469,6 +472,8 @@ def train(
                   "out_dim": num_classes, "num_layers": samples.num_layers, "dropout": cfg.dropout,
                   **model_options(cfg)}  # the settings the model reads beyond these (gat: heads)
     model = build_model(**model_args).to(device)
+    if init is not None:  # before the optimizer and the initial best-weights copy
+        init(model, model_args)
 
     # ------------------------------------------------------------------ optimizer
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

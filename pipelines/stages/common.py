@@ -26,6 +26,7 @@ class StageResult:
     artifact: Artifact
     reused: bool
     metadata: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # lines worth a log entry (the Dagster asset logs them)
 
     @property
     def version(self) -> str:

@@ -23,6 +23,7 @@ from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 if TYPE_CHECKING:
+    from pipelines.warmstart import WarmStart
     from trainer.features import FeatureSource
 
 __all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "load_model", "open_features", "run", "summary",
@@ -53,6 +54,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     tcfg = dataclasses.replace(cfg.train, device=device)  # CPU and GPU runs are different artifacts
     paths = StrataPaths(store.root)
     upstream = {"reorder": reorder, "sample": sample, "plan": plan, "pack": pack}
+    warm = _warm_start(store, cfg)
 
     def build(builder: ArtifactBuilder) -> None:
         import torch
@@ -72,7 +74,13 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                 "strata.policy": cfg.policy, **{f"strata.upstream.{k}": v.version for k, v in upstream.items()}}
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
-                result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch)
+                result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm)
+                if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
+                    tracker.set_tags({"strata.warm_start_from": warm.tag})
+                    tracker.log_params({"warm_start_from": warm.tag})
+                    builder.stats.update({"warm_start_from": warm.tag, "warm_start": warm.describe()})
+                    if progress:
+                        progress(f"train: {warm.describe()}", 0, 0)
                 state_path = builder.add_file("state_dict.pt")
                 torch.save(result.best_state_dict, state_path)
                 builder.write_json("model.json", {"architecture": tcfg.model, **result.model_args})
@@ -93,17 +101,38 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update({"mlflow_run_id": run_id, "mlflow_tracking_uri": paths.mlflow_tracking_uri,
                               "device": device, "policy": cfg.policy})
 
-    return materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
-                       derived=_derived(device))
+    result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
+                         derived=_derived(device, warm))
+    if warm is not None or cfg.train.warm_start != "none":
+        result.notes.append(_warm_note(result, warm))
+    return result
 
 
-def _derived(device: str) -> dict[str, Any]:
-    """Computed values that change the artifact: the device, and the world size of a data parallel run
-    (its ranks average the gradients of world-size batches per step)."""
+def _warm_start(store: ArtifactStore, cfg: PipelineConfig) -> WarmStart | None:
+    """The champion to start from with ``train.warm_start=champion`` (None: off, or no champion yet)."""
+    from pipelines.warmstart import find_warm_start
+
+    return find_warm_start(cfg, store) if cfg.train.warm_start == "champion" else None
+
+
+def _warm_note(result: StageResult, warm: WarmStart | None) -> str:
+    """The log line of a ``train.warm_start=champion`` run: where training started, or why nothing ran."""
+    if result.reused:
+        since = f"champion version {warm.champion.version}" if warm is not None else "no champion"
+        how = result.artifact.stats.get("warm_start", "from scratch")
+        return (f"nothing retrained: the source snapshot, the upstream artifacts and the champion ({since}) are "
+                f"unchanged since this artifact was trained ({how})")
+    return warm.describe() if warm is not None else "no champion registered yet: trained from scratch"
+
+
+def _derived(device: str, warm: WarmStart | None = None) -> dict[str, Any]:
+    """Computed values that change the artifact: the device, the world size of a data parallel run (its ranks
+    average the gradients of world-size batches per step), and the champion a warm start starts from."""
     import torch.distributed as dist
 
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    return {"device": device, **({"world_size": world} if world > 1 else {})}
+    return {"device": device, **({"world_size": world} if world > 1 else {}),
+            **({"warm_start_from": warm.champion.identity()} if warm is not None else {})}
 
 
 def version(store: ArtifactStore, cfg: PipelineConfig, upstream: dict[str, Artifact]) -> str:
@@ -111,7 +140,7 @@ def version(store: ArtifactStore, cfg: PipelineConfig, upstream: dict[str, Artif
     from trainer.device import resolve_device
 
     return stage_version(store, cfg, "train", FORMAT_VERSION, upstream, also=ALSO_READS,
-                         derived=_derived(resolve_device(cfg.train.device)))
+                         derived=_derived(resolve_device(cfg.train.device), _warm_start(store, cfg)))
 
 
 def train_rank(cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, pack: Artifact) -> None:

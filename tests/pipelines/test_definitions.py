@@ -27,13 +27,18 @@ def test_every_job_resolves() -> None:
 def test_jobs_select_the_right_assets() -> None:
     full = defs.resolve_job_def(STRATA_JOB)
     assert {k.to_user_string() for k in full.asset_layer.executable_asset_keys} == set(STAGE_NAMES)
+    # retrain re-resolves every stage (a changed source is re-ingested; unchanged stages are lookups)
     retrain = defs.resolve_job_def(RETRAIN_JOB)
-    assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == {"train", "export"}
+    assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == set(STAGE_NAMES)
+    shards = defs.resolve_job_def("sample_shards_job")
+    assert {k.to_user_string() for k in shards.asset_layer.executable_asset_keys} == {"sample_shards"}
 
 
 def test_assets_follow_the_stage_table() -> None:
     graph = defs.resolve_asset_graph()
     assert [a.key.to_user_string() for a in ALL_ASSETS] == list(STAGE_NAMES)
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {*STAGE_NAMES, "sample_shards",
+                                                                         "sample_merged"}
     for spec in STAGES:
         node = graph.get(dg.AssetKey(spec.name))
         assert {k.to_user_string() for k in node.parent_keys} == set(spec.upstream), spec.name
@@ -56,6 +61,9 @@ def test_weekly_retrain_schedule_is_stopped() -> None:
     assert schedule.job_name == RETRAIN_JOB
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert schedule.cron_schedule == "0 3 * * 1"
+    # a scheduled run has no run config of its own: the job's default config warm-starts from the champion
+    settings = defs.resolve_job_def(RETRAIN_JOB).run_config["resources"]["strata"]["config"]["settings"]
+    assert settings == {"train": {"warm_start": "champion"}}
 
 
 def test_resource_defaults_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
