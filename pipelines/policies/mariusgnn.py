@@ -12,7 +12,9 @@ Plan (``pipelines.policies.marius_tuning``, ``marius_orders``)
     training nodes are ordered first, so they fill the first ``k`` partitions; when ``k < c`` the epoch is the
     static node-classification policy (one set: the ``k`` plus ``c - k`` random others, zero swaps within an
     epoch, re-drawn every epoch). Otherwise (or ``train_first`` off: partitions by locality only) the order
-    ``plan.partition_order``: ``beta``, ``comet`` or ``random`` (``marius_orders``). ``bucket_counts.npy``
+    ``plan.partition_order``: ``alg7`` (default: node classification's Algorithm 7, every partition read once),
+    ``beta``, ``comet`` or ``random`` (``marius_orders``; the last three make every pair of partitions
+    co-resident, as link prediction needs). ``bucket_counts.npy``
     (p, p) counts the CSR entries of every edge bucket. Arrays: ``phys_part.npy`` (N,) int32, ``phys_ptr.npy``,
     ``phys_nodes.npy`` (ids ascending within a partition). Stats: ``p``, ``c``, ``l``, ``k``, the mode, BETA's
     Eq. 5.2 and the Eq. 5.1 bound for ``(p, c)``.
@@ -21,15 +23,18 @@ Pack
     ``partitions.bin``: each partition's rows contiguous (node order) at a 4 KiB-aligned offset
     (``kernels.pack_batches``, one pass over the feature file), ``part_offset.npy`` / ``part_rows.npy``,
     ``node_part.npy`` / ``node_row.npy``. Then, per sampled epoch, the order's sets (``set_ptr.npy`` /
-    ``set_parts.npy``, ``set_epoch.npy``) and the training batches re-sampled per set: each training node goes
-    to one set holding its partition (``beta``: the first; ``comet``/``random``: a random one; ``static``: the
-    one), each set's nodes are shuffled and cut into ``sample.batch_size`` batches, and every batch is sampled
-    by ``sample.sampler`` (``sample.fanouts``, the batch's seed as the sample stage derives it) from the CSR
-    restricted to the set's nodes (entries whose neighbour is resident). These batches form a sample set in the
-    pack artifact (``batch_set.npy``: each one's set). **Design choice**: the offline ``samples`` artifact is
-    kept for evaluation (full-graph neighbourhoods, the same as every other policy) and for the access trace;
-    training batches are MariusGNN's per-set ones, written by this pack. Their number per epoch follows the sets
-    (a set's last batch may be short), so the trainer takes them from the feature source's ``train_hook``.
+    ``set_parts.npy``, ``set_epoch.npy``) and the training batches re-sampled per set: each training node
+    goes to one set holding its partition (``beta``: the first; ``comet``/``random``/``alg7``: a random
+    one; ``static``: the one), each set's nodes are shuffled and cut into ``sample.batch_size`` batches,
+    and every batch is sampled by ``sample.sampler`` (``sample.fanouts``, the seed the sample stage would
+    give it) from the CSR restricted to the set's nodes (entries whose neighbour is resident). These
+    batches form a sample set in the pack artifact (``batch_set.npy``: each one's set).
+    **Design choice**: the offline ``samples`` artifact is kept for evaluation (full-graph neighbourhoods,
+    as every other policy) and for the access trace; training batches are MariusGNN's per-set ones,
+    written by this pack. Their number per epoch follows the sets (a set's last batch may be short), so
+    the trainer takes them from the feature source's ``train_hook``. A set no training node was assigned
+    to is never loaded (``partition_reads_per_epoch`` counts what is read; ``swaps_per_epoch`` is the
+    order's own count, Eq. 5.2 for ``beta``).
 
 Features (:class:`trainer.features.partition_buffer.PartitionBufferSource`)
     The buffer of ``c`` partition slots (plus the staging slots one swap needs), filled with large sequential
@@ -295,8 +300,10 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConf
             set_parts.append(np.asarray(members, dtype=np.int64))
             set_epoch.append(epoch)
         swaps.append(order.swaps)
-        reads.append(len(order.sets[0]) + order.swaps)
-        incoming = [order.sets[0]] + [np.setdiff1d(b, a) for a, b in zip(order.sets[:-1], order.sets[1:], strict=True)]
+        # what training reads: the sets with batches, in order (a set without training nodes is skipped)
+        visited = [order.sets[g - base] for g in dict.fromkeys(batch_set[len(batch_set) - step :])]
+        incoming = visited[:1] + [np.setdiff1d(b, a) for a, b in zip(visited[:-1], visited[1:], strict=True)]
+        reads.append(sum(len(q) for q in incoming))
         read_bytes.append(int(sum(int(part_bytes[q].sum()) for q in incoming)))
         max_resident = max(max_resident, order.max_resident)
         if progress:
@@ -311,8 +318,8 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConf
     original = sum(int(np.diff(samples.node_range(b))[0]) for b in samples.batch_ids("train"))
     return {
         "sets_per_epoch": len(set_parts) / max(samples.epochs, 1),
-        "swaps_per_epoch": float(np.mean(swaps)) if swaps else 0.0,
-        "partition_reads_per_epoch": float(np.mean(reads)) if reads else 0.0,
+        "swaps_per_epoch": float(np.mean(swaps)) if swaps else 0.0,  # the order's (Eq. 5.2 for beta)
+        "partition_reads_per_epoch": float(np.mean(reads)) if reads else 0.0,  # sets with batches only
         "epoch_read_bytes": read_bytes[0] if read_bytes else 0,  # sample epoch 0 from a cold buffer, exact
         "mean_epoch_read_bytes": float(np.mean(read_bytes)) if read_bytes else 0.0,
         "max_resident_partitions": max_resident,

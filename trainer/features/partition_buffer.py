@@ -269,8 +269,9 @@ class PartitionBufferSource(TieredSource):
         capacity = int(sizes.max(initial=1))
         self.next_set = self._successors()
         # staging: the most partitions one swap within an epoch brings in (epoch changes read the rest in turn)
-        staging = max((len(np.setdiff1d(self.members(g + 1), self.members(g))) for g in range(len(sizes) - 1)
-                       if self.set_epoch[g + 1] == self.set_epoch[g]), default=0)
+        staging = max((len(np.setdiff1d(self.members(int(self.next_set[g])), self.members(g)))
+                       for g in range(len(sizes)) if self.next_set[g] > g
+                       and self.set_epoch[self.next_set[g]] == self.set_epoch[g]), default=0)
         self.buffer = PartitionBuffer(self.pack_dir / "partitions.bin", offsets, rows, row_bytes, capacity, staging,
                                       num_threads)
         self.buffer_tier = BufferTier(self.buffer, self.node_part, self.node_row, file.feature_dim, file)
@@ -283,14 +284,13 @@ class PartitionBufferSource(TieredSource):
         return np.asarray(self.set_parts[self.set_ptr[g] : self.set_ptr[g + 1]], dtype=np.int64)
 
     def _successors(self) -> np.ndarray:
-        """The set after each set in training order: the next one, or the first of the next sample epoch."""
+        """The set training activates after each set: the next one with batches, cyclically through the sample
+        epochs (a set no training node was assigned to is never loaded)."""
         n = len(self.set_epoch)
-        epochs = int(self.set_epoch.max()) + 1 if n else 0
-        first = {e: int(np.flatnonzero(self.set_epoch == e)[0]) for e in range(epochs)}
-        nxt = np.empty(n, dtype=np.int64)
-        for g in range(n):
-            e = int(self.set_epoch[g])
-            nxt[g] = g + 1 if g + 1 < n and self.set_epoch[g + 1] == e else first[(e + 1) % epochs]
+        used = np.flatnonzero(np.bincount(self.batch_set, minlength=n) > 0)  # (u,) ascending = training order
+        nxt = np.full(n, -1, dtype=np.int64)
+        if len(used):
+            nxt[used] = np.roll(used, -1)
         return nxt
 
     def addresses(self, batch: NodeBatch) -> BatchAddresses:
