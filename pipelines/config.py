@@ -233,6 +233,9 @@ class PlanConfig(_Section):
         "alg7", "mariusgnn: order of partition sets when the training partitions do not fit the buffer: BETA "
         "(greedy, fewest swaps), COMET (random logical partitions, deferred assignment), random swaps (every pair "
         "co-resident), or alg7 (every partition read once: node classification's Alg. 7).", artifact="selected")
+    static_fill: Literal["random", "connected"] = setting(
+        "random", "mariusgnn: the static set's c - k other partitions, re-drawn every epoch: uniformly (the thesis) "
+        "or in proportion to their edges to the training partitions.", artifact="selected")
     train_first: bool = setting(
         True, "mariusgnn: lay the training nodes out in the first k partitions (one static set per epoch, zero "
         "swaps, when k < c); false: partitions by locality only, always an order.", artifact="selected")

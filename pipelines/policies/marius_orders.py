@@ -185,12 +185,19 @@ def comet_order(p: int, c: int, rng: np.random.Generator) -> EpochOrder:
     return EpochOrder("comet", sets, assign_buckets(sets, p, rng), logical=lg)
 
 
-def static_order(p: int, c: int, k: int, rng: np.random.Generator) -> EpochOrder:
-    """One set: partitions ``0..k-1`` (the training nodes') and ``c - k`` random others (``k < c``)."""
+def static_order(p: int, c: int, k: int, rng: np.random.Generator, weights: np.ndarray | None = None
+                 ) -> EpochOrder:
+    """One set: partitions ``0..k-1`` (the training nodes') and ``c - k`` others drawn without replacement,
+    uniformly (the thesis) or with probability proportional to ``weights`` ((p,) >= 0; e.g. the edges between
+    each partition and the training ones, so the buffer holds more of the training nodes' neighbourhoods)."""
     if not 0 < k < c or c > p:
         raise ValueError(f"'plan.buffer_partitions' expected more than the {k} training partitions and at most "
                          f"{p} (got {c})")
-    others = np.sort(rng.choice(np.arange(k, p), size=c - k, replace=False)) if c > k else np.empty(0, np.int64)
+    prob = None
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float64)[k:] + 1.0  # +1: every partition stays possible
+        prob = w / w.sum()
+    others = np.sort(rng.choice(np.arange(k, p), size=c - k, replace=False, p=prob))
     sets = [np.concatenate([np.arange(k, dtype=np.int64), others.astype(np.int64)])]
     return EpochOrder("static", sets, assign_buckets(sets, p, None))
 

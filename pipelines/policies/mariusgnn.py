@@ -11,7 +11,8 @@ Plan (``pipelines.policies.marius_tuning``, ``marius_orders``)
     its locality), then id, and cut into ``p`` ranges of ``ceil(N / p)`` nodes. With ``plan.train_first`` the
     training nodes are ordered first, so they fill the first ``k`` partitions; when ``k < c`` the epoch is the
     static node-classification policy (one set: the ``k`` plus ``c - k`` random others, zero swaps within an
-    epoch, re-drawn every epoch). Otherwise (or ``train_first`` off: partitions by locality only) the order
+    epoch, re-drawn every epoch; ``plan.static_fill=connected`` draws them in proportion to their edges to the
+    training partitions instead of uniformly). Otherwise (or ``train_first`` off: partitions by locality only) the order
     ``plan.partition_order``: ``alg7`` (default: node classification's Algorithm 7, every partition read once),
     ``beta``, ``comet`` or ``random`` (``marius_orders``; the last three make every pair of partitions
     co-resident, as link prediction needs). ``bucket_counts.npy``
@@ -167,7 +168,7 @@ class MariusGNN(Policy):
     description = ("MariusGNN: the feature file in physical partitions, a CPU buffer of c of them filled by large "
                    "direct reads with a prefetch thread; training batches sampled per partition set from the "
                    "in-memory subgraph (static set when the training partitions fit, else BETA/COMET/random).")
-    reads = frozenset({"num_partitions", "buffer_partitions", "partition_order", "train_first"})
+    reads = frozenset({"num_partitions", "buffer_partitions", "partition_order", "train_first", "static_fill"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         from pipelines.stages.partition import cut_statistics
@@ -226,7 +227,8 @@ class MariusGNN(Policy):
         builder.save_array("node_row.npy", node_row)
 
         part_bytes = align_up(np.asarray(rows, dtype=np.int64) * row_bytes, DATA_ALIGN)  # (p,) one read each
-        stats = _write_set_batches(graph, samples, cfg, builder, part, p, c, k, mode, part_bytes, inputs.progress)
+        stats = _write_set_batches(graph, samples, cfg, builder, part, p, c, k, mode, part_bytes,
+                                   np.asarray(plan.array("bucket_counts.npy")), inputs.progress)
         return {
             "layout": "partitions",
             "num_partitions": p,
@@ -248,13 +250,18 @@ class MariusGNN(Policy):
 
 
 def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConfig, builder: Any, part: np.ndarray,
-                       p: int, c: int, k: int, mode: str, part_bytes: np.ndarray, progress: Any) -> dict[str, Any]:
+                       p: int, c: int, k: int, mode: str, part_bytes: np.ndarray, bucket_counts: np.ndarray,
+                       progress: Any) -> dict[str, Any]:
     """Per sampled epoch: the order's sets and the training batches sampled from each set's subgraph."""
     from pipelines.samplers import SAMPLERS
     from pipelines.stages.sample import batch_seed
 
     sc = cfg.sample
     sampler = SAMPLERS.get(sc.sampler)
+    weights = None
+    if mode == "static" and cfg.plan.static_fill == "connected":  # edges between each partition and the k
+        buckets = np.asarray(bucket_counts, dtype=np.int64).reshape(p, p)
+        weights = buckets[:k].sum(axis=0) + buckets[:, :k].sum(axis=1)
     fanouts = np.asarray(sc.fanouts, dtype=np.int64)
     train_idx = np.asarray(graph.train_idx, dtype=np.int64)
     indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
@@ -269,7 +276,7 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConf
     kept_edges = total_edges = inputs_sampled = 0
     for epoch in range(samples.epochs):
         rng = np.random.default_rng([sc.seed & 0xFFFFFFFF, epoch, _ORDER_SALT])
-        order = static_order(p, c, k, rng) if mode == "static" else epoch_order(mode, p, c, rng)
+        order = static_order(p, c, k, rng, weights) if mode == "static" else epoch_order(mode, p, c, rng)
         which = assign_training_nodes(order, part, train_idx, greedy=order.name in ("beta", "static"), rng=rng)
         if np.any(which < 0):
             bad = int(train_idx[np.flatnonzero(which < 0)[0]])

@@ -124,3 +124,14 @@ def test_resolve_config_wins_and_a_small_budget_raises_p() -> None:
     assert t.c * n * row / t.p < 0.25 * n * row
     zero = resolve(n, row, e, 0)  # no budget at all: two partitions anyway, flagged
     assert zero.c == 2 and not zero.budget_ok
+
+
+def test_static_fill_connected_prefers_partitions_linked_to_the_training_ones() -> None:
+    weights = np.zeros(10)
+    weights[7] = 1e9  # partition 7 holds nearly every edge to the training partitions 0, 1
+    rng = np.random.default_rng(0)
+    picked = [static_order(10, 3, 2, rng, weights).sets[0].tolist() for _ in range(20)]
+    assert all(s[:2] == [0, 1] and len(s) == 3 for s in picked)
+    assert sum(s[2] == 7 for s in picked) >= 19
+    uniform = [static_order(10, 3, 2, rng).sets[0][2] for _ in range(40)]
+    assert len(set(uniform)) > 3  # the thesis's rule: any other partition
