@@ -44,6 +44,7 @@ __all__ = [
     "beta_sets",
     "beta_swaps",
     "comet_order",
+    "edge_permutation_bias",
     "epoch_order",
     "random_sets",
     "static_order",
@@ -229,3 +230,22 @@ def epoch_order(name: str, p: int, c: int, rng: np.random.Generator) -> EpochOrd
         sets = alg7_sets(p, c, rng)
         return EpochOrder("alg7", sets, assign_buckets(sets, p, rng))
     raise ValueError(f"'plan.partition_order' expected one of {', '.join(ORDERS)} (got {name!r})")
+
+
+def edge_permutation_bias(order: EpochOrder, bucket_counts: np.ndarray | None = None) -> float:
+    """The thesis's edge permutation bias ``B`` (section 5.4) of one epoch's bucket assignment.
+
+    Per partition (nodes of a partition are alike under the thesis's uniform-degree assumption), the fraction of
+    its edges trained after each set: ``t_i[q]`` = edges of buckets ``(q, *)`` assigned to sets ``<= i`` over all
+    of ``q``'s; ``B = max_i (max_q t_i[q] - min_q t_i[q])`` in [0, 1]. ``bucket_counts`` (p, p) weighs the
+    buckets (default: all equal)."""
+    b = order.bucket_set
+    p = b.shape[0]
+    w = np.ones((p, p)) if bucket_counts is None else np.asarray(bucket_counts, dtype=np.float64).reshape(p, p)
+    w = w + w.T  # a bucket's edges count for both of its partitions, in either direction
+    per_set = np.zeros((len(order.sets), p))
+    for k in range(len(order.sets)):
+        per_set[k] = np.where(b == k, w, 0.0).sum(axis=1)
+    total = per_set.sum(axis=0)
+    t = np.cumsum(per_set, axis=0) / np.where(total > 0, total, 1.0)  # (|S|, p)
+    return float((t.max(axis=1) - t.min(axis=1)).max()) if len(order.sets) else 0.0

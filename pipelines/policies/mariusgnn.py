@@ -35,7 +35,8 @@ Pack
     written by this pack. Their number per epoch follows the sets (a set's last batch may be short), so
     the trainer takes them from the feature source's ``train_hook``. A set no training node was assigned
     to is never loaded (``partition_reads_per_epoch`` counts what is read; ``swaps_per_epoch`` is the
-    order's own count, Eq. 5.2 for ``beta``).
+    order's own count, Eq. 5.2 for ``beta``; ``edge_permutation_bias`` the thesis's diagnostic B of the
+    bucket assignment, weighted by ``bucket_counts``).
 
 Features (:class:`trainer.features.partition_buffer.PartitionBufferSource`)
     The buffer of ``c`` partition slots (plus the staging slots one swap needs), filled with large sequential
@@ -56,6 +57,7 @@ from pipelines.policies.base import FeatureInputs, PackInputs, PlanInputs, Polic
 from pipelines.policies.marius_orders import (
     EpochOrder,
     beta_swaps,
+    edge_permutation_bias,
     epoch_order,
     static_order,
     swap_lower_bound,
@@ -272,6 +274,7 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConf
     swaps: list[int] = []
     reads: list[int] = []
     read_bytes: list[int] = []
+    bias: list[float] = []
     max_resident = 0
     kept_edges = total_edges = inputs_sampled = 0
     for epoch in range(samples.epochs):
@@ -307,6 +310,7 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConf
             set_parts.append(np.asarray(members, dtype=np.int64))
             set_epoch.append(epoch)
         swaps.append(order.swaps)
+        bias.append(edge_permutation_bias(order, np.asarray(bucket_counts).reshape(p, p)))
         # what training reads: the sets with batches, in order (a set without training nodes is skipped)
         visited = [order.sets[g - base] for g in dict.fromkeys(batch_set[len(batch_set) - step :])]
         incoming = visited[:1] + [np.setdiff1d(b, a) for a, b in zip(visited[:-1], visited[1:], strict=True)]
@@ -332,6 +336,7 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConf
         "max_resident_partitions": max_resident,
         "train_batches": len(batch_set),
         "train_batches_sampled_offline": len(samples.batch_ids("train")),
+        "edge_permutation_bias": float(np.mean(bias)) if bias else 0.0,  # thesis section 5.4, per epoch
         "resident_edge_fraction": kept_edges / total_edges if total_edges else 1.0,
         "input_nodes_vs_full_graph": inputs_sampled / original if original else 0.0,
         "order_seed_salt": _ORDER_SALT,

@@ -13,6 +13,7 @@ from pipelines.policies.marius_orders import (
     beta_sets,
     beta_swaps,
     comet_order,
+    edge_permutation_bias,
     epoch_order,
     random_sets,
     static_order,
@@ -135,3 +136,13 @@ def test_static_fill_connected_prefers_partitions_linked_to_the_training_ones() 
     assert sum(s[2] == 7 for s in picked) >= 19
     uniform = [static_order(10, 3, 2, rng).sets[0][2] for _ in range(40)]
     assert len(set(uniform)) > 3  # the thesis's rule: any other partition
+
+
+def test_comet_lowers_the_edge_permutation_bias_of_beta() -> None:
+    rng = np.random.default_rng(3)
+    for p, c in ((16, 4), (32, 8)):
+        beta = [edge_permutation_bias(epoch_order("beta", p, c, rng)) for _ in range(3)]
+        comet = [edge_permutation_bias(epoch_order("comet", p, c, rng)) for _ in range(3)]
+        assert max(comet) < min(beta) <= 1.0
+    one = epoch_order("beta", 4, 4, rng)  # everything resident at once: every tally moves together
+    assert edge_permutation_bias(one) == 0.0

@@ -79,6 +79,7 @@ def test_beta_swaps_equal_eq_5_2_and_batches_stay_inside_their_set(runners: dict
             members = set_parts[set_ptr[batch_set[b]] : set_ptr[batch_set[b] + 1]]
             assert np.isin(node_part[sets.batch(b).nodes], members).all()
     assert 0 < pack["resident_edge_fraction"] < 1 and pack["input_nodes_vs_full_graph"] < 1
+    assert 0 < pack["edge_permutation_bias"] <= 1
 
 
 def test_the_source_serves_exact_rows_from_at_most_c_partitions(runners: dict[str, StageRunner]) -> None:
