@@ -155,21 +155,23 @@ def random_sets(p: int, c: int, rng: np.random.Generator) -> list[np.ndarray]:
 
 def assign_buckets(sets: list[np.ndarray], p: int, rng: np.random.Generator | None) -> np.ndarray:
     """``(p, p)`` int32: per pair, the first set holding both partitions (``rng`` None: greedy, BETA) or a
-    uniformly random one of them (COMET's deferred assignment); -1 where none does."""
-    member = np.zeros((len(sets), p), dtype=bool)
-    for k, s in enumerate(sets):
-        member[k, s] = True
-    both = member[:, :, None] & member[:, None, :]  # (|S|, p, p)
-    count = both.sum(axis=0)  # (p, p)
+    uniformly random one of them (COMET's deferred assignment, by reservoir sampling over the sets); -1 where
+    none does. Memory O(p^2), time O(sum |S_k|^2)."""
     out = np.full((p, p), -1, dtype=np.int32)
-    if rng is None:
-        has = count > 0
-        out[has] = np.argmax(both, axis=0)[has]
-        return out
-    iu, ju = np.triu_indices(p)
-    for i, j in zip(iu.tolist(), ju.tolist(), strict=True):  # p(p+1)/2 pairs: the partitions, not the nodes
-        if count[i, j]:
-            out[i, j] = out[j, i] = int(rng.choice(np.flatnonzero(both[:, i, j])))
+    seen = np.zeros((p, p), dtype=np.int64)  # sets holding each pair so far (reservoir sampling)
+    for k, members in enumerate(sets):
+        ix = np.ix_(members, members)
+        if rng is None:
+            block = out[ix]
+            block[block < 0] = k
+            out[ix] = block
+            continue
+        seen[ix] += 1
+        r = rng.random((len(members), len(members)))
+        r = np.triu(r) + np.triu(r, 1).T  # one draw per unordered pair: the assignment stays symmetric
+        block = out[ix]
+        block[r * seen[ix] < 1.0] = k  # replace with probability 1 / (sets holding the pair so far)
+        out[ix] = block
     return out
 
 

@@ -146,3 +146,11 @@ def test_comet_lowers_the_edge_permutation_bias_of_beta() -> None:
         assert max(comet) < min(beta) <= 1.0
     one = epoch_order("beta", 4, 4, rng)  # everything resident at once: every tally moves together
     assert edge_permutation_bias(one) == 0.0
+
+
+def test_random_bucket_assignment_is_uniform_over_the_co_resident_sets() -> None:
+    sets = [np.array([0, 1]), np.array([0, 1, 2]), np.array([0, 1]), np.array([0, 1, 3])]
+    rng = np.random.default_rng(0)
+    draws = np.bincount([assign_buckets(sets, 4, rng)[0, 1] for _ in range(2000)], minlength=4)
+    assert draws.min() > 400 and draws.max() < 600  # 500 each expected (sd ~19)
+    assert assign_buckets(sets, 4, None)[0, 1] == 0 and assign_buckets(sets, 4, None)[2, 3] == -1
