@@ -94,6 +94,7 @@ def test_the_source_serves_exact_rows_from_at_most_c_partitions(runners: dict[st
             np.testing.assert_array_equal(source.load(batch).numpy(), features[batch.nodes])
         s = source.stats()
         assert s["max_resident_partitions"] <= 3 and 8 <= s["partitions_loaded"] <= 3 + beta_swaps(8, 3)
+        assert s["staging_partitions"] == 1  # BETA brings one partition in per swap
         assert source.bytes_read == r.artifact("pack").stats["epoch_read_bytes"]
         assert source.read_requests >= s["partitions_loaded"] and s["rows_packed"] > 0
         val = SampleSet(r.artifact("sample").path)

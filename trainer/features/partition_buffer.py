@@ -335,5 +335,6 @@ class PartitionBufferSource(TieredSource):
         b = self.buffer
         out.update({"partitions_loaded": float(b.loads), "partitions_prefetched": float(b.prefetched),
                     "partition_sets_activated": float(b.activations), "max_resident_partitions": float(b.max_resident),
-                    "buffer_partitions": float(b.capacity), "partition_wait_s": b.wait_s})
+                    "buffer_partitions": float(b.capacity), "staging_partitions": float(b.staging),
+                    "partition_wait_s": b.wait_s})
         return out
