@@ -224,6 +224,22 @@ class PlanConfig(_Section):
         0, "ginex: training batches per superbatch, whose cache changesets are precomputed together (never "
         "spanning two sampled epochs); 0 = one superbatch per sampled epoch.", artifact="selected", ge=0,
     )
+    num_partitions: int = setting(
+        0, "mariusgnn: physical partitions p of the feature file (0 = MariusGNN's rule p = min(NO/D, sqrt(EO/D)), "
+        "raised until two fit the CPU budget).", artifact="selected", ge=0)
+    buffer_partitions: int = setting(
+        0, "mariusgnn: partitions c the CPU buffer holds (0 = the largest c with c*PO + 2c^2*EBO under the CPU "
+        "budget plan.cpu_cache_bytes / cpu_cache_fraction).", artifact="selected", ge=0)
+    partition_order: Literal["beta", "comet", "random", "alg7"] = setting(
+        "alg7", "mariusgnn: order of partition sets when the training partitions do not fit the buffer: BETA "
+        "(greedy, fewest swaps), COMET (random logical partitions, deferred assignment), random swaps (every pair "
+        "co-resident), or alg7 (every partition read once: node classification's Alg. 7).", artifact="selected")
+    static_fill: Literal["random", "connected"] = setting(
+        "random", "mariusgnn: the static set's c - k other partitions, re-drawn every epoch: uniformly (the thesis) "
+        "or in proportion to their edges to the training partitions.", artifact="selected")
+    train_first: bool = setting(
+        True, "mariusgnn: lay the training nodes out in the first k partitions (one static set per epoch, zero "
+        "swaps, when k < c); false: partitions by locality only, always an order.", artifact="selected")
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""

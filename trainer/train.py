@@ -76,7 +76,8 @@ class Tracker(Protocol):
 class TrainHook(Protocol):
     """A feature source's ``train_hook`` (optional): the training batches' topology (``samples``, same batch
     ids) and the training step's forward -- OUTRE's pruned batches and historical cache
-    (``trainer.history.HistoryHook``). Evaluation is unchanged."""
+    (``trainer.history.HistoryHook``). A hook with ``batch_ids(sample_epoch)`` also lists the training batches
+    itself (``mariusgnn``'s per-partition-set batches). Evaluation is unchanged."""
 
     samples: Samples
 
@@ -498,13 +499,15 @@ def train(
         epoch = state.epoch + 1
         while epoch < cfg.epochs and state.stopped_epoch < 0:
             # forward backward update (from the checkpointed batch when resuming mid-epoch)
+            hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
             train_ids = samples.batch_ids("train", epoch % samples.epochs)
+            if hook is not None and callable(getattr(hook, "batch_ids", None)):
+                train_ids = hook.batch_ids(epoch % samples.epochs)  # a policy that re-batches the seeds (mariusgnn)
             if not train_ids:
                 raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} "
                                  "(got none)")
             if ddp:
                 train_ids = ddp.shard(train_ids)  # this rank's share, as many as every other rank's
-            hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
             assert state.progress is not None
             loader = BatchLoader(hook.samples if hook else samples, source, train_ids[state.progress.batch:], labels,
                                  cfg.prefetch, device, cfg.sequential)

@@ -4,7 +4,7 @@ The interface is in :mod:`pipelines.policies.base`; each module below registers 
 new module plus one line here, ``docs/EXTENDING.md``).
 """
 
-from pipelines.policies import baselines, diskgnn, ginex, hyperbatch, outre  # noqa: F401  (registration)
+from pipelines.policies import baselines, diskgnn, ginex, hyperbatch, mariusgnn, outre  # noqa: F401  (registration)
 from pipelines.policies.base import (
     POLICIES,
     FeatureInputs,
