@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipelines.config import PipelineConfig
+from pipelines.models_cli import models_app
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -50,6 +51,7 @@ catalog_app = typer.Typer(help="Inspect the DuckDB artifact catalog.", no_args_i
 app.add_typer(catalog_app, name="catalog")
 config_app = typer.Typer(help="Show the configuration a run would use.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(models_app, name="models")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)

@@ -478,8 +478,8 @@ def train(
         state = TrainState(model, optimizer, model_args, cfg.to_dict(), device)
     if ddp:
         state.model = ddp.wrap(model)  # trains through DDP; evaluation and state_dict use the plain model
-    if tracker is not None:
-        tracker.log_params(cfg.to_dict())
+    if tracker is not None:  # the resolved layer and class counts, not the config's 0 ("from the data")
+        tracker.log_params({**cfg.to_dict(), "num_layers": samples.num_layers, "num_classes": num_classes})
 
     # ------------------------------------------------------------------ evaluation helper
     def evaluate_split(split: str) -> float:

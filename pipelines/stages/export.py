@@ -5,8 +5,9 @@ Every model exports to ONNX; the bundle only for models that describe their laye
 the bundle under the stat ``bundle``.
 
 The ``export`` artifact holds ``model.onnx``, the bundle (``model.json`` descriptor + ``weights.bin``) and
-the registry outcome. The files are also logged to the training run, whose ``model`` directory becomes a
-new version of the registered model; the ``champion`` alias moves only when validation accuracy improves.
+the registry outcome. The training run gains an MLflow model (pyfunc + ONNX flavor,
+:mod:`pipelines.model_registry`) that becomes a new version of the registered model; the ``champion`` alias
+moves only when validation accuracy improves.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from pipelines.config import PipelineConfig
 from pipelines.formatting import markdown_table
+from pipelines.model_registry import log_and_register
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.train import load_model
@@ -69,20 +71,15 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         run_id = train.stats["mlflow_run_id"]
-        with tracker.attach(run_id):  # the finished training run also gets the export files
-            tracker.log_artifact(onnx_path, "model")
-            for name in ("model.json", "weights.bin"):
-                if (builder.dir / name).exists():
-                    tracker.log_artifact(builder.dir / name, "model/bundle")
         name = model_name_for(cfg)
-        version, champion = tracker.register(run_id, name, "model", float(train.stats["val_acc"]))
+        bundle = [builder.dir / f for f in ("model.json", "weights.bin") if (builder.dir / f).exists()]
+        registered = log_and_register(tracker, run_id, name, train, onnx_path, bundle)
         if progress:
             progress("export: registered", 3, 3)
         builder.stats.update(
             {
                 "model_name": name,
-                "model_version": version,
-                "champion_version": champion,
+                **registered,
                 "onnx_max_abs_diff": diff,
                 "onnx_opset": cfg.export.opset,
                 "onnx_bytes": onnx_path.stat().st_size,
@@ -96,8 +93,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, train: Artifact, progress:
                        derived={"model_name": model_name_for(cfg)})
 
 
-_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc",
-                   "bundle")
+_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "mlflow_model_uri", "onnx_max_abs_diff",
+                   "onnx_opset", "val_acc", "bundle")
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:
