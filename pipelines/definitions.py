@@ -1,7 +1,9 @@
 """Dagster definitions: wiring only (assets, checks, jobs, schedule, resources, executor).
 
 ``dagster dev -w workspace.yaml`` (or ``strata ui``) loads :data:`defs`, whose resources take their defaults
-from ``STRATA_HOME``, ``STRATA_DATASET`` and ``STRATA_CONFIG``. ``strata run`` builds the same definitions with
+from ``STRATA_HOME``, ``STRATA_DATASET`` and ``STRATA_CONFIG`` -- and, without a dataset there, from the last
+dataset run under the root; every dataset materialized under the root gets its own job
+(:mod:`pipelines.ui_datasets`). ``strata run`` builds the same definitions with
 the configuration it parsed, through :func:`make_definitions`.
 
 The executor runs in process unless a run's config picks ``execution: config: multiprocess``: the stages form a
@@ -12,7 +14,8 @@ nothing in memory (:mod:`pipelines.assets`), so the multiprocess executor runs i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import dagster as dg
 
@@ -20,8 +23,17 @@ from pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from pipelines.config import PipelineConfig
 from pipelines.graph import GROUP_TRAINING
 from pipelines.resources import build_resources
+from pipelines.settings import resolve_root
+from pipelines.ui_datasets import (
+    MaterializedDataset,
+    dataset_run_config,
+    default_config,
+    default_run_config,
+    job_name_for,
+    materialized_datasets,
+)
 
-__all__ = ["RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "defs", "make_definitions"]
+__all__ = ["RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "dataset_job", "defs", "make_definitions"]
 
 STRATA_JOB = "strata_job"
 RETRAIN_JOB = "retrain_job"
@@ -43,31 +55,59 @@ retrain_job = dg.define_asset_job(
     description="Retrain and re-export (train, export) on the current preprocessing artifacts.",
     config=_IN_PROCESS,
 )
+
+
+def _root() -> Path:
+    return resolve_root(os.environ.get("STRATA_HOME") or None)
+
+
+def _environment_config() -> PipelineConfig:
+    """What UI-launched runs default to: ``STRATA_DATASET``, else ``STRATA_CONFIG``'s dataset, else the last
+    dataset run under the root (:func:`pipelines.ui_datasets.default_config`)."""
+    return default_config(_root(), os.environ.get("STRATA_CONFIG") or None, os.environ.get("STRATA_DATASET") or None)
+
+
+def _tick_run_config(context: dg.ScheduleEvaluationContext) -> dict:
+    """The dataset a tick retrains: the UI's default resolved now (the last run may have changed since load)."""
+    return {**_IN_PROCESS, **default_run_config(_root(), os.environ.get("STRATA_CONFIG") or None,
+                                                 os.environ.get("STRATA_DATASET") or None)}
+
+
 weekly_retrain = dg.ScheduleDefinition(
     name="weekly_retrain",
     job=retrain_job,
     cron_schedule=RETRAIN_CRON,
+    run_config_fn=_tick_run_config,
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Weekly retrain + export; the registry's 'champion' alias moves only if validation improves.",
+    description="Weekly retrain + export of the last dataset run; the registry's 'champion' alias moves only if "
+                "validation improves.",
 )
 
 
-def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
-    """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`)."""
+def dataset_job(dataset: MaterializedDataset) -> dg.UnresolvedAssetJobDefinition:
+    """``strata_job_<name>``: every stage of one dataset materialized under the root (its launchpad config
+    selects it)."""
+    return dg.define_asset_job(
+        job_name_for(dataset),
+        selection=dg.AssetSelection.all(),
+        description=f"Every stage of dataset {dataset.spec!r} (materialized under the data root).",
+        config={**_IN_PROCESS, **dataset_run_config(dataset.spec, dataset.options)},
+    )
+
+
+def make_definitions(resources: Mapping[str, object], datasets: Sequence[MaterializedDataset] = ()
+                     ) -> dg.Definitions:
+    """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`), with a
+    job per dataset of ``datasets`` (:func:`pipelines.ui_datasets.materialized_datasets`)."""
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
-        jobs=[strata_job, retrain_job],
+        jobs=[strata_job, retrain_job, *(dataset_job(d) for d in datasets)],
         schedules=[weekly_retrain],
         resources=dict(resources),
         executor=dg.multi_or_in_process_executor,
     )
 
 
-def _environment_config() -> PipelineConfig:
-    """``STRATA_CONFIG`` (a file) with ``STRATA_DATASET`` on top: what UI-launched runs default to."""
-    return PipelineConfig.load(os.environ.get("STRATA_CONFIG") or None,
-                               dataset=os.environ.get("STRATA_DATASET") or None)
-
-
-defs = make_definitions(build_resources(root=os.environ.get("STRATA_HOME") or None, config=_environment_config()))
+defs = make_definitions(build_resources(root=os.environ.get("STRATA_HOME") or None, config=_environment_config()),
+                        datasets=materialized_datasets(_root()))

@@ -19,6 +19,7 @@ from typing import Any
 
 from pipelines.config import PipelineConfig
 from pipelines.formatting import markdown_table
+from pipelines.links import mlflow_model_version_url, mlflow_run_url
 from pipelines.model_registry import log_and_register
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize
@@ -100,4 +101,9 @@ _REGISTRY_STATS = ("model_name", "model_version", "champion_version", "mlflow_mo
 def summary(artifact: Artifact) -> dict[str, Any]:
     """Registry outcome and ONNX verification (asset metadata)."""
     s = artifact.stats
-    return {"registry": markdown_table({k: s[k] for k in _REGISTRY_STATS if k in s})}
+    out: dict[str, Any] = {"registry": markdown_table({k: s[k] for k in _REGISTRY_STATS if k in s})}
+    if "model_name" in s and "model_version" in s:
+        out["mlflow_model_version"] = mlflow_model_version_url(s["model_name"], s["model_version"])
+    if "mlflow_run_id" in s:
+        out["mlflow_run"] = mlflow_run_url(s["mlflow_run_id"])
+    return out

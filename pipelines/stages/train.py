@@ -18,6 +18,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.formatting import format_bytes, markdown_table
+from pipelines.links import mlflow_run_url
 from pipelines.policies import POLICIES, FeatureInputs
 from pipelines.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
 from pipelines.settings import StrataPaths
@@ -91,7 +92,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         finally:
             source.close()
         builder.stats.update(headline)
-        builder.stats.update({"mlflow_run_id": run_id, "mlflow_tracking_uri": paths.mlflow_tracking_uri,
+        builder.stats.update({"mlflow_run_id": run_id, "mlflow_experiment_id": tracker.experiment_id,
+                              "mlflow_tracking_uri": paths.mlflow_tracking_uri,
                               "device": device, "policy": cfg.policy})
 
     return materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
@@ -196,4 +198,5 @@ def summary(artifact: Artifact) -> dict[str, Any]:
     out: dict[str, Any] = {"metrics": markdown_table(rows)}
     if "mlflow_run_id" in s:
         out["mlflow_run_id"] = s["mlflow_run_id"]
+        out["mlflow_run"] = mlflow_run_url(s["mlflow_run_id"], s.get("mlflow_experiment_id"))
     return out
