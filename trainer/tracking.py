@@ -57,8 +57,8 @@ class MlflowTracker:
     >>> tracker = MlflowTracker(root="/data/strata", experiment="cora")
     >>> with tracker.run("sage-packed") as run_id:
     ...     result = train(cfg, samples, source, labels, tracker=tracker)
-    ...     tracker.log_model_files(state_dict_path=..., onnx_path=...)
-    >>> version, champion = tracker.register(run_id, "cora-sage", "model", result.val_acc)
+    ...     model_id = tracker.log_model_dir(lambda path, model: save_mlflow_model(path, ..., mlflow_model=model))
+    >>> version, champion = tracker.register(run_id, "cora-sage", None, result.val_acc, model_id=model_id)
     """
 
     def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None,
