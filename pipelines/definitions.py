@@ -84,11 +84,11 @@ weekly_retrain = dg.ScheduleDefinition(
 )
 
 
-def dataset_job(dataset: MaterializedDataset) -> dg.UnresolvedAssetJobDefinition:
+def dataset_job(dataset: MaterializedDataset, taken: Sequence[str] = ()) -> dg.UnresolvedAssetJobDefinition:
     """``strata_job_<name>``: every stage of one dataset materialized under the root (its launchpad config
-    selects it)."""
+    selects it); ``taken``: job names already defined."""
     return dg.define_asset_job(
-        job_name_for(dataset),
+        job_name_for(dataset, taken),
         selection=dg.AssetSelection.all(),
         description=f"Every stage of dataset {dataset.spec!r} (materialized under the data root).",
         config={**_IN_PROCESS, **dataset_run_config(dataset.spec, dataset.options)},
@@ -99,10 +99,13 @@ def make_definitions(resources: Mapping[str, object], datasets: Sequence[Materia
                      ) -> dg.Definitions:
     """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`), with a
     job per dataset of ``datasets`` (:func:`pipelines.ui_datasets.materialized_datasets`)."""
+    jobs = [strata_job, retrain_job]
+    for dataset in datasets:
+        jobs.append(dataset_job(dataset, [j.name for j in jobs]))
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
-        jobs=[strata_job, retrain_job, *(dataset_job(d) for d in datasets)],
+        jobs=jobs,
         schedules=[weekly_retrain],
         resources=dict(resources),
         executor=dg.multi_or_in_process_executor,

@@ -17,6 +17,7 @@ import os
 import re
 import tempfile
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -111,9 +112,15 @@ def default_config(root: str | Path, config_file: str | None = None, dataset: st
         return cfg
 
 
-def job_name_for(dataset: MaterializedDataset) -> str:
-    """``strata_job_<name>`` with every character Dagster refuses in a job name replaced by ``_``."""
-    return "strata_job_" + re.sub(r"[^A-Za-z0-9_]", "_", dataset.name)
+def job_name_for(dataset: MaterializedDataset, taken: Collection[str] = ()) -> str:
+    """``strata_job_<name>`` with every character Dagster refuses in a job name replaced by ``_`` (and a
+    ``_2``, ``_3``, ... suffix when that name is in ``taken``: two names may differ only in those characters)."""
+    base = "strata_job_" + re.sub(r"[^A-Za-z0-9_]", "_", dataset.name)
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
 
 
 def dataset_run_config(spec: str, options: dict[str, str] | None = None) -> dict[str, Any]:
