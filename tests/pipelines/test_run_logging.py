@@ -32,14 +32,16 @@ def test_summary_metrics_never_share_a_name_with_a_curve() -> None:
 
 
 def test_check_accuracy_refuses_missing_nan_and_inconsistent_values() -> None:
-    history = {"val_acc": [0.5, math.nan, 0.75]}
+    # epoch 3 gained less than min_delta over epoch 2: no new best, so the maximum is not val_acc
+    history = {"val_acc": [0.5, math.nan, 0.75, 0.7505], "best_epoch": 2}
     assert check_accuracy({"val_acc": 0.75, "test_acc": 0.7}, history).passed
     assert "'stats.test_acc' expected a number (got None)" in check_accuracy({"val_acc": 0.75}, history).problems
     nan = check_accuracy({"val_acc": 0.75, "test_acc": math.nan}, history)
     assert nan.problems == ["'stats.test_acc' expected a finite accuracy in [0, 1] (got nan)"]
     off = check_accuracy({"val_acc": 0.5, "test_acc": 0.7}, history)
-    assert off.problems == ["'stats.val_acc' expected the best validation accuracy of the history 0.75 (got 0.5)"]
-    assert not check_accuracy({"val_acc": 0.5, "test_acc": 0.5}, {"val_acc": [math.nan]}).passed
+    assert off.problems == ["'stats.val_acc' expected the validation accuracy of best epoch 2, 0.75 (got 0.5)"]
+    never = check_accuracy({"val_acc": 0.5, "test_acc": 0.5}, {"val_acc": [math.nan], "best_epoch": -1})
+    assert never.problems == ["'history.json' expected a best_epoch in [0, 1) (got -1)"]
 
 
 def test_plots_are_png_files(tmp_path: Path) -> None:
