@@ -202,8 +202,9 @@ class MlflowTracker:
         from mlflow.models import Model
 
         run_id = self._active()
+        params = dict(self.client.get_run(run_id).data.params)  # as mlflow's log_model does: the run's params
         logged = self.client.create_logged_model(self.experiment_id, name=name, source_run_id=run_id,
-                                                 tags=tags)
+                                                 tags=tags, params=params)
         try:
             self.client.log_outputs(run_id, models=[LoggedModelOutput(logged.model_id, step=step)])
             model = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id, run_id=run_id,

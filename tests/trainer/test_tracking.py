@@ -135,8 +135,10 @@ def test_log_model_dir_creates_a_logged_model_of_the_run(tracker: MlflowTracker)
         model.save(str(path / "MLmodel"))
 
     with tracker.run("logged-model") as run_id:
+        tracker.log_params({"lr": 0.01})
         model_id = tracker.log_model_dir(save, name="model")
     logged = tracker.client.get_logged_model(model_id)
+    assert logged.params == {"lr": "0.01"}
     assert str(logged.status) == "READY"
     assert logged.source_run_id == run_id and logged.name == "model"
     run = tracker.client.get_run(run_id)
