@@ -61,6 +61,8 @@ class GraphPyfunc(PythonModel):
         self.net = load_trained(info, context.artifacts[STATE_DICT])
         self.names = _input_names(self.net.num_layers)
 
+    # model_input (a Mapping[str, np.ndarray]) is left unannotated: MLflow reads a predict's input hint as a
+    # list[...] of records and warns at every save that a Mapping is not one.
     def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Logits of the subgraph's seeds: ``model_input`` maps the ONNX input names to arrays."""
         import torch
