@@ -115,6 +115,7 @@ class TrainResult:
     timers: dict[str, float]  # loader stages summed over epochs, plus eval_s and train_s
     model_args: dict[str, Any]  # the MODELS name under "model" + constructor arguments: build_model(**model_args)
     config: dict[str, Any] = field(default_factory=dict)
+    rows_by_tier: dict[str, int] = field(default_factory=dict)  # training rows served per tier label
 
 
 @dataclass
@@ -307,6 +308,7 @@ class TrainState:
             read_requests=self.counters["read_requests"],
             cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
             best_state_dict=self.best_state, timers=timers, model_args=self.model_args, config=self.config,
+            rows_by_tier=dict(rows),
         )
 
 

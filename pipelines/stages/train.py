@@ -88,7 +88,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                 tracker.log_metrics(summary_metrics(headline, curves))  # once, under names no curve uses
                 for name in ("state_dict.pt", "model.json", "history.json"):
                     tracker.log_artifact(builder.dir / name, "train")
-                _log_plots(tracker, result, source, plan, ancestors)
+                _log_plots(tracker, result, plan, ancestors)
         finally:
             source.close()
         builder.stats.update(headline)
@@ -106,14 +106,14 @@ def _history(result: Any) -> dict[str, Any]:
             "stopped_epoch": result.stopped_epoch, "early_stopped": result.early_stopped}
 
 
-def _log_plots(tracker: Any, result: Any, source: Any, plan: Artifact, ancestors: dict[str, Any]) -> None:
+def _log_plots(tracker: Any, result: Any, plan: Artifact, ancestors: dict[str, Any]) -> None:
     """Curves, per-tier rows and stage timing as PNGs under the run's ``plots/`` artifacts."""
     import tempfile
 
     from pipelines.graph import STAGE_NAMES
     from pipelines.run_plots import write_run_plots
 
-    rows = {k: int(v) for k, v in source.rows_by_tier.items()}
+    rows = {k: int(v) for k, v in result.rows_by_tier.items()}  # training batches only, as the plan predicts
     total = sum(rows.values())
     measured = {k: v / total for k, v in rows.items()} if total else {}
     predicted = {t: float(plan.stats[f"predicted_hit_rate_{t}"]) for t in ("gpu", "cpu")
