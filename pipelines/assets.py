@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines.checks import Finding, StageCheck
-from pipelines.formatting import Markdown, format_bytes, markdown_table
+from pipelines.formatting import Markdown, Url, format_bytes, markdown_table
 from pipelines.graph import STAGES, Stage
 from pipelines.resources import RunReporter, StrataResource
 from pipelines.stages.common import Progress
@@ -37,6 +37,8 @@ def _metadata_value(value: Any) -> Any:
     """Stage metadata as Dagster metadata (Markdown rendered, scalars kept, everything else as JSON)."""
     if isinstance(value, Markdown):
         return dg.MetadataValue.md(str(value))
+    if isinstance(value, Url):
+        return dg.MetadataValue.url(str(value))
     if isinstance(value, (bool, int, float, str, dg.MetadataValue)) or value is None:
         return value
     if isinstance(value, Mapping):

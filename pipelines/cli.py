@@ -12,8 +12,6 @@ import inspect
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -31,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipelines.config import PipelineConfig
+from pipelines.models_cli import models_app
 from pipelines.verify import command as verify_command
 
 if TYPE_CHECKING:
@@ -52,6 +51,7 @@ app.add_typer(catalog_app, name="catalog")
 config_app = typer.Typer(help="Show the configuration a run would use.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.command("verify")(verify_command)
+app.add_typer(models_app, name="models")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -567,21 +567,25 @@ def ui(
     target = ["-w", str(_WORKSPACE)] if _WORKSPACE.exists() else ["-m", "pipelines.definitions"]
     command = [sys.executable, "-m", "dagster", "dev", *target, "--port", str(port), "--host", host]
     err.print(f"Dagster UI on http://{host}:{port} (DAGSTER_HOME={home}); Ctrl-C to stop.", highlight=False)
-    process = subprocess.Popen(command, env=env, cwd=_REPO_ROOT if _WORKSPACE.exists() else None)
-    # `dagster dev` shuts down on SIGINT (Ctrl-C reaches it directly); turn our SIGTERM into that too.
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: process.send_signal(signal.SIGINT))
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        try:
-            code = process.wait(timeout=_UI_SHUTDOWN_S)
-        except subprocess.TimeoutExpired:
-            err.print(f"dagster dev did not stop within {_UI_SHUTDOWN_S} s: killing it", highlight=False)
-            process.kill()
-            code = process.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    err.print(_ui_datasets_line(paths.root, env), highlight=False)
+    from pipelines.ui_process import run_process_group
+
+    # its own process group: SIGINT/SIGTERM to `strata ui` stop dagster dev and everything it started
+    code = run_process_group(command, env, _REPO_ROOT if _WORKSPACE.exists() else None, _UI_SHUTDOWN_S,
+                             log=lambda message: err.print(message, highlight=False))
     raise typer.Exit(code)
+
+
+def _ui_datasets_line(root: Path, env: Mapping[str, str]) -> str:
+    """``datasets under ROOT: demo, tiny (default: demo)``: what the UI offers and defaults to."""
+    from pipelines.ui_datasets import default_config, materialized_datasets
+
+    names = [d.name for d in materialized_datasets(root)]
+    try:
+        default = default_config(root, env.get("STRATA_CONFIG"), env.get("STRATA_DATASET")).dataset
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e), code=2)
+    return f"datasets under {root}: {', '.join(names) or 'none yet'} (default: {default})"
 
 
 # ------------------------------------------------------------------------------------------ catalog

@@ -1,7 +1,9 @@
 """Dagster definitions: wiring only (assets, checks, jobs, schedule, sensor, resources, executor).
 
 ``dagster dev -w workspace.yaml`` (or ``strata ui``) loads :data:`defs`, whose resources take their defaults
-from ``STRATA_HOME``, ``STRATA_DATASET`` and ``STRATA_CONFIG``. ``strata run`` builds the same definitions with
+from ``STRATA_HOME``, ``STRATA_DATASET`` and ``STRATA_CONFIG`` -- and, without a dataset there, from the last
+dataset run under the root; every dataset materialized under the root gets its own job
+(:mod:`pipelines.ui_datasets`). ``strata run`` builds the same definitions with
 the configuration it parsed, through :func:`make_definitions`.
 
 The executor runs in process unless a run's config picks ``execution: config: multiprocess``: the stages form a
@@ -12,7 +14,8 @@ nothing in memory (:mod:`pipelines.assets`), so the multiprocess executor runs i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import dagster as dg
 
@@ -21,8 +24,16 @@ from pipelines.config import PipelineConfig
 from pipelines.partitioned import PARTITIONED_ASSETS, PARTITIONED_JOBS
 from pipelines.resources import RESOURCE_KEY, build_resources
 from pipelines.retrain import RETRAIN_JOB, retrain_run_config, source_sensor
+from pipelines.settings import resolve_root
+from pipelines.ui_datasets import (
+    MaterializedDataset,
+    dataset_run_config,
+    default_config,
+    job_name_for,
+    materialized_datasets,
+)
 
-__all__ = ["RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "defs", "make_definitions"]
+__all__ = ["RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "dataset_job", "defs", "make_definitions"]
 
 STRATA_JOB = "strata_job"
 #: Weekly, Monday 03:00 (the schedule starts STOPPED; switch it on in the UI).
@@ -40,6 +51,16 @@ strata_job = dg.define_asset_job(
 )
 
 
+def _root() -> Path:
+    return resolve_root(os.environ.get("STRATA_HOME") or None)
+
+
+def _environment_config() -> PipelineConfig:
+    """What UI-launched runs default to: ``STRATA_DATASET``, else ``STRATA_CONFIG``'s dataset, else the last
+    dataset run under the root (:func:`pipelines.ui_datasets.default_config`)."""
+    return default_config(_root(), os.environ.get("STRATA_CONFIG") or None, os.environ.get("STRATA_DATASET") or None)
+
+
 def _retrain(root: str | None) -> tuple[dg.UnresolvedAssetJobDefinition, dg.ScheduleDefinition]:
     """``retrain_job`` (pipelines.retrain: what a retrain run does) and its weekly schedule; the job's config
     names the resource's data root, since a run config replacing the resource's config would drop it."""
@@ -50,24 +71,47 @@ def _retrain(root: str | None) -> tuple[dg.UnresolvedAssetJobDefinition, dg.Sche
                     "from the registered champion (train.warm_start=champion), then export and register.",
         config=retrain_run_config(root=root),
     )
+
+    def tick_run_config(context: dg.ScheduleEvaluationContext) -> dict:
+        """The dataset a tick retrains: the UI's default resolved now (the last run may have changed since
+        load)."""
+        return retrain_run_config(_environment_config(), root=root)
+
     schedule = dg.ScheduleDefinition(
         name="weekly_retrain",
         job=job,
         cron_schedule=RETRAIN_CRON,
+        run_config_fn=tick_run_config,
         default_status=dg.DefaultScheduleStatus.STOPPED,
-        description="Weekly retrain_job on the newest source snapshot, warm-started from the champion; the "
-                    "registry's 'champion' alias moves only if validation improves.",
+        description="Weekly retrain_job of the last dataset run, on the newest source snapshot, warm-started from "
+                    "the champion; the registry's 'champion' alias moves only if validation improves.",
     )
     return job, schedule
 
 
-def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
-    """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`)."""
+def dataset_job(dataset: MaterializedDataset, taken: Sequence[str] = ()) -> dg.UnresolvedAssetJobDefinition:
+    """``strata_job_<name>``: every stage of one dataset materialized under the root (its launchpad config
+    selects it); ``taken``: job names already defined."""
+    return dg.define_asset_job(
+        job_name_for(dataset, taken),
+        selection=_STAGE_ASSETS,
+        description=f"Every stage of dataset {dataset.spec!r} (materialized under the data root).",
+        config={**_IN_PROCESS, **dataset_run_config(dataset.spec, dataset.options)},
+    )
+
+
+def make_definitions(resources: Mapping[str, object], datasets: Sequence[MaterializedDataset] = ()
+                     ) -> dg.Definitions:
+    """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`), with a
+    job per dataset of ``datasets`` (:func:`pipelines.ui_datasets.materialized_datasets`)."""
     retrain_job, weekly_retrain = _retrain(getattr(resources.get(RESOURCE_KEY), "root", None))
+    jobs = [strata_job, retrain_job, *PARTITIONED_JOBS]
+    for dataset in datasets:
+        jobs.append(dataset_job(dataset, [j.name for j in jobs]))
     return dg.Definitions(
         assets=[*ALL_ASSETS, *PARTITIONED_ASSETS],
         asset_checks=ALL_CHECKS,
-        jobs=[strata_job, retrain_job, *PARTITIONED_JOBS],
+        jobs=jobs,
         schedules=[weekly_retrain],
         sensors=[source_sensor],
         resources=dict(resources),
@@ -75,10 +119,5 @@ def make_definitions(resources: Mapping[str, object]) -> dg.Definitions:
     )
 
 
-def _environment_config() -> PipelineConfig:
-    """``STRATA_CONFIG`` (a file) with ``STRATA_DATASET`` on top: what UI-launched runs default to."""
-    return PipelineConfig.load(os.environ.get("STRATA_CONFIG") or None,
-                               dataset=os.environ.get("STRATA_DATASET") or None)
-
-
-defs = make_definitions(build_resources(root=os.environ.get("STRATA_HOME") or None, config=_environment_config()))
+defs = make_definitions(build_resources(root=os.environ.get("STRATA_HOME") or None, config=_environment_config()),
+                        datasets=materialized_datasets(_root()))

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Markdown", "format_bytes", "markdown_table"]
+__all__ = ["Markdown", "Url", "format_bytes", "markdown_table"]
 
 
 class Markdown(str):
     """Text to show as Markdown (Dagster renders it as such; the CLI prints it as is)."""
+
+
+class Url(str):
+    """A link (Dagster shows it as a clickable URL; the CLI prints it as is)."""
 
 
 def format_bytes(n: float) -> str:

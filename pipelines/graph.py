@@ -39,6 +39,7 @@ from pipelines.checks import (
     StageCheck,
 )
 from pipelines.checks_aligned import ALIGNED_LAYOUT
+from pipelines.checks_model import ACCURACY_RECORDED, EXPORT_FILES, ONNX_MATCHES_TORCH
 from pipelines.stages import export, ingest, pack, partition, plan, reorder, sample, train
 from pipelines.stages.common import StageResult
 from storage_kernels.store import Artifact
@@ -107,12 +108,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", train.run, ("reorder", "sample", "plan", "pack"), GROUP_TRAINING,
           "Best-validation model weights (state_dict), architecture and training history; the MLflow run holds "
           "the same files, parameters and per-epoch metrics.",
-          frozenset({"pytorch", "mlflow"}), train.summary),
+          frozenset({"pytorch", "mlflow"}), train.summary, (ACCURACY_RECORDED,)),
     Stage("export", export.run, ("reorder", "sample", "train"), GROUP_TRAINING,
           "ONNX model verified against PyTorch in onnxruntime, its fp16 and int8 variants, a browser app "
           "(onnxruntime-web) with a sample subgraph, and the registered "
           "model version (the 'champion' alias moves only when validation improves).",
-          frozenset({"onnx", "mlflow"}), export.summary),
+          frozenset({"onnx", "mlflow"}), export.summary, (EXPORT_FILES, ONNX_MATCHES_TORCH)),
 )
 
 #: Stage names in topological order.

@@ -103,7 +103,11 @@ class StrataResource(dg.ConfigurableResource):
                             f"outside its asset (materialize '{stage}' to record it in Dagster)")
 
         if self._runner is None:
-            self._runner = StageRunner(self.pipeline_config(), self.paths().store())
+            from pipelines.ui_datasets import record_last_run
+
+            cfg, paths = self.pipeline_config(), self.paths()
+            record_last_run(paths.root, cfg)  # the UI and its schedule default to the last dataset run
+            self._runner = StageRunner(cfg, paths.store())
         self._runner.on_upstream_built = warn
         return self._runner
 

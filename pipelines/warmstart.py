@@ -138,13 +138,13 @@ class WarmStart:
 
 
 def _weights_from_run(champion: Champion, tracking_uri: str, dest: Path) -> tuple[dict[str, Any], Path]:
-    """The champion's ``model.json`` and ``state_dict.pt`` from its MLflow run's ``model/`` directory."""
+    """The champion's ``model.json`` and ``state_dict.pt`` from its MLflow run's ``train/`` directory."""
     from mlflow.tracking import MlflowClient  # imported after trainer.tracking set the telemetry switches
 
     client = MlflowClient(tracking_uri=tracking_uri)
     files = {}
     for name in ("model.json", "state_dict.pt"):
-        files[name] = Path(client.download_artifacts(champion.run_id, f"model/{name}", str(dest)))
+        files[name] = Path(client.download_artifacts(champion.run_id, f"train/{name}", str(dest)))
     return json.loads(files["model.json"].read_text()), files["state_dict.pt"]
 
 
@@ -166,5 +166,5 @@ def find_warm_start(cfg: PipelineConfig, store: ArtifactStore) -> WarmStart | No
     except Exception as e:
         raise FileNotFoundError(f"'train.warm_start' expected the weights of {champion.model_name} version "
                                 f"{champion.version} (train artifact {champion.train_version!r} or run "
-                                f"{champion.run_id}'s model/state_dict.pt) (got {type(e).__name__}: {e})") from e
+                                f"{champion.run_id}'s train/state_dict.pt) (got {type(e).__name__}: {e})") from e
     return WarmStart(champion, info, state)

@@ -4,10 +4,14 @@ Defaults: a SQLite tracking store ``sqlite:///<root>/mlflow/mlflow.db`` and a lo
 ``<root>/mlflow/artifacts``; telemetry off (``MLFLOW_DISABLE_TELEMETRY=true``, ``DO_NOT_TRACK=1`` are set
 before mlflow is imported, and mlflow is imported lazily, only when a tracker is built).
 
-Models are logged as files (a ``state_dict`` saved with ``torch.save`` and read back with
-``torch.load(weights_only=True)``, the ONNX graph, the quantized bundle), never with ``mlflow.pytorch``,
-which pickles whole modules. Each training run registers one model version; the ``champion`` alias moves to
-it only when its validation accuracy (stored as the version tag ``val_acc``) beats the current champion's.
+Experiments are created with the tag ``mlflow.experimentKind=custom_model_development`` so that MLflow 3's UI
+opens them as machine-learning experiments (runs, metrics, models), not in its GenAI view.
+
+Models are MLflow 3 logged models (:meth:`MlflowTracker.log_model_dir`: a directory written by
+``trainer.mlflow_model``, a models-from-code pyfunc over a ``state_dict`` read with
+``torch.load(weights_only=True)`` plus the ONNX flavor), never ``mlflow.pytorch``, which pickles whole modules.
+Each training run registers one model version; the ``champion`` alias moves to it only when its validation
+accuracy (stored as the version tag ``val_acc``) beats the current champion's.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +29,16 @@ __all__ = ["CHAMPION", "MlflowTracker", "default_uris"]
 
 CHAMPION = "champion"
 VAL_ACC_TAG = "val_acc"
+#: Experiment tag MLflow 3's UI reads to pick the experiment's view; the value selects classic ML / deep learning.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND_ML = "custom_model_development"
 
 
 def _mlflow() -> Any:
     """Import mlflow with telemetry off (the variables must be set before the first import)."""
     os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
     os.environ["DO_NOT_TRACK"] = "1"
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars on stderr per copy
     import mlflow
 
     return mlflow
@@ -48,8 +57,8 @@ class MlflowTracker:
     >>> tracker = MlflowTracker(root="/data/strata", experiment="cora")
     >>> with tracker.run("sage-packed") as run_id:
     ...     result = train(cfg, samples, source, labels, tracker=tracker)
-    ...     tracker.log_model_files(state_dict_path=..., onnx_path=...)
-    >>> version, champion = tracker.register(run_id, "cora-sage", "model", result.val_acc)
+    ...     model_id = tracker.log_model_dir(lambda path, model: save_mlflow_model(path, ..., mlflow_model=model))
+    >>> version, champion = tracker.register(run_id, "cora-sage", None, result.val_acc, model_id=model_id)
     """
 
     def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None,
@@ -69,9 +78,12 @@ class MlflowTracker:
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             location = f"{artifact_root.rstrip('/')}/{experiment}" if artifact_root else None
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
+                                                               tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND_ML})
         else:
             self.experiment_id = found.experiment_id
+            if EXPERIMENT_KIND_TAG not in found.tags:  # created before the tag: open it as ML too
+                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND_ML)
         self.experiment = experiment
         self.run_id: str | None = None
         self._monitor: Any = None
@@ -177,6 +189,36 @@ class MlflowTracker:
             self.log_artifact(bundle_dir, f"{artifact_path}/bundle")
         return self.artifact_uri(self._active(), artifact_path)
 
+    def log_model_dir(self, save: Callable[[Path, Any], None], name: str = "model", step: int = 0,
+                      tags: dict[str, str] | None = None) -> str:
+        """Log an MLflow model as an MLflow 3 logged model of the active run; returns its ``model_id``.
+
+        ``save(path, mlflow_model)`` writes the model directory at ``path`` filling ``mlflow_model`` (an
+        ``mlflow.models.Model`` carrying the logged model's id and run, e.g. through
+        ``trainer.mlflow_model.save_mlflow_model``). The model is linked to the run as an output at ``step``
+        and finalized ``READY`` (``FAILED`` if ``save`` raises).
+        """
+        from mlflow.entities import LoggedModelOutput
+        from mlflow.models import Model
+
+        run_id = self._active()
+        params = dict(self.client.get_run(run_id).data.params)  # as mlflow's log_model does: the run's params
+        logged = self.client.create_logged_model(self.experiment_id, name=name, source_run_id=run_id,
+                                                 tags=tags, params=params)
+        try:
+            self.client.log_outputs(run_id, models=[LoggedModelOutput(logged.model_id, step=step)])
+            model = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id, run_id=run_id,
+                          model_id=logged.model_id)
+            with tempfile.TemporaryDirectory(prefix="strata-mlflow-model-") as tmp:
+                local = Path(tmp) / name
+                save(local, model)
+                self.client.log_model_artifacts(logged.model_id, str(local))
+        except BaseException:
+            self.client.finalize_logged_model(logged.model_id, "FAILED")
+            raise
+        self.client.finalize_logged_model(logged.model_id, "READY")
+        return logged.model_id
+
     def artifact_uri(self, run_id: str, artifact_path: str) -> str:
         """URI of ``artifact_path`` inside the run's artifact directory."""
         return f"{self.client.get_run(run_id).info.artifact_uri.rstrip('/')}/{artifact_path}"
@@ -194,11 +236,14 @@ class MlflowTracker:
             raise
         return int(mv.version), float(mv.tags.get(VAL_ACC_TAG, "-inf"))
 
-    def register(self, run_id: str, model_name: str, artifact_path: str, val_acc: float) -> tuple[int, int]:
-        """Register the run's ``artifact_path`` directory as a new version of ``model_name`` (created if
-        missing), tag it with ``val_acc``, and move ``champion`` to it only if it beats the current champion.
+    def register(self, run_id: str, model_name: str, artifact_path: str | None, val_acc: float,
+                 model_id: str | None = None) -> tuple[int, int]:
+        """Register a new version of ``model_name`` (created if missing), tag it with ``val_acc``, and move
+        ``champion`` to it only if it beats the current champion.
 
-        Returns ``(version, champion_version)``.
+        The version's source is the logged model ``model_id`` (from :meth:`log_model_dir`: what
+        ``mlflow.pyfunc.load_model("models:/NAME@champion")`` loads) or, without one, the run's
+        ``artifact_path`` directory. Returns ``(version, champion_version)``.
         """
         from mlflow.exceptions import MlflowException
 
@@ -208,9 +253,14 @@ class MlflowTracker:
             if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             self.client.create_registered_model(model_name, tags={"framework": "strata"})
+        if model_id is not None:  # the logged model's own location (a models:/ source needs global state)
+            source = self.client.get_logged_model(model_id).artifact_location
+        elif artifact_path is not None:
+            source = self.artifact_uri(run_id, artifact_path)
+        else:
+            raise ValueError("'register' expected a model_id or an artifact_path (got neither)")
         mv = self.client.create_model_version(
-            model_name, source=self.artifact_uri(run_id, artifact_path), run_id=run_id,
-            tags={VAL_ACC_TAG: repr(float(val_acc))},
+            model_name, source=source, run_id=run_id, tags={VAL_ACC_TAG: repr(float(val_acc))}, model_id=model_id,
         )
         version = int(mv.version)
         current = self.champion(model_name)

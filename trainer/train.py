@@ -116,6 +116,7 @@ class TrainResult:
     timers: dict[str, float]  # loader stages summed over epochs, plus eval_s and train_s
     model_args: dict[str, Any]  # the MODELS name under "model" + constructor arguments: build_model(**model_args)
     config: dict[str, Any] = field(default_factory=dict)
+    rows_by_tier: dict[str, int] = field(default_factory=dict)  # training rows served per tier label
 
 
 @dataclass
@@ -308,6 +309,7 @@ class TrainState:
             read_requests=self.counters["read_requests"],
             cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
             best_state_dict=self.best_state, timers=timers, model_args=self.model_args, config=self.config,
+            rows_by_tier=dict(rows),
         )
 
 
@@ -484,8 +486,8 @@ def train(
         state = TrainState(model, optimizer, model_args, cfg.to_dict(), device)
     if ddp:
         state.model = ddp.wrap(model)  # trains through DDP; evaluation and state_dict use the plain model
-    if tracker is not None:
-        tracker.log_params(cfg.to_dict())
+    if tracker is not None:  # the resolved layer and class counts, not the config's 0 ("from the data")
+        tracker.log_params({**cfg.to_dict(), "num_layers": samples.num_layers, "num_classes": num_classes})
 
     # ------------------------------------------------------------------ evaluation helper
     def evaluate_split(split: str) -> float:

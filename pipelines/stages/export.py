@@ -5,9 +5,9 @@ The ``export`` artifact is a deployable web folder (:mod:`pipelines.webapp`): ``
 against PyTorch), ``model.fp16.onnx``, ``model.int8.onnx`` (QDQ), a sample ``subgraph.json`` + ``subgraph.bin``
 of validation nodes, ``web.json`` and the page (``index.html``, ``app.mjs``, ``strata.mjs``), which runs the
 models in onnxruntime-web. Each variant's size and validation-accuracy delta (vs fp32, onnxruntime on every
-validation batch) are in the stats. ``model.onnx`` is also logged to the training run, whose ``model``
-directory becomes a new version of the registered model; the ``champion`` alias moves only when validation
-accuracy improves.
+validation batch) are in the stats. The training run gains an MLflow model (pyfunc + ONNX flavor,
+:mod:`pipelines.model_registry`) that becomes a new version of the registered model; the ``champion`` alias
+moves only when validation accuracy improves.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 
 from pipelines.config import PipelineConfig
 from pipelines.formatting import markdown_table
+from pipelines.links import mlflow_model_version_url, mlflow_run_url
+from pipelines.model_registry import log_and_register
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.train import load_model
@@ -61,17 +63,15 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         run_id = train.stats["mlflow_run_id"]
-        with tracker.attach(run_id):  # the finished training run also gets the export files
-            tracker.log_artifact(onnx_path, "model")
         name = model_name_for(cfg)
-        version, champion = tracker.register(run_id, name, "model", float(train.stats["val_acc"]))
+        variants = [builder.dir / f for f in ("model.fp16.onnx", "model.int8.onnx") if (builder.dir / f).exists()]
+        registered = log_and_register(tracker, run_id, name, train, onnx_path, variants)
         if progress:
             progress("export: registered", 3, 3)
         builder.stats.update(
             {
                 "model_name": name,
-                "model_version": version,
-                "champion_version": champion,
+                **registered,
                 "onnx_max_abs_diff": diff,
                 "onnx_opset": cfg.export.opset,
                 "onnx_bytes": onnx_path.stat().st_size,
@@ -85,7 +85,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                        derived={"model_name": model_name_for(cfg)})
 
 
-_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "onnx_max_abs_diff", "onnx_opset", "val_acc")
+_REGISTRY_STATS = ("model_name", "model_version", "champion_version", "mlflow_model_uri", "onnx_max_abs_diff",
+                   "onnx_opset", "val_acc")
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:
@@ -99,4 +100,8 @@ def summary(artifact: Artifact) -> dict[str, Any]:
             for name in VARIANTS if f"{name}_bytes" in s}
     if rows:
         out["variants"] = markdown_table(rows)
+    if "model_name" in s and "model_version" in s:
+        out["mlflow_model_version"] = mlflow_model_version_url(s["model_name"], s["model_version"])
+    if "mlflow_run_id" in s:
+        out["mlflow_run"] = mlflow_run_url(s["mlflow_run_id"])
     return out

@@ -2,8 +2,10 @@
 
 The ``train`` artifact holds the best-validation weights (``state_dict.pt``, a plain tensor dict loaded with
 ``weights_only=True``), the architecture (``model.json``: the registered model name and its constructor
-arguments) and the run's metrics; the MLflow run gets the same files, the flat training configuration and
-per-epoch metrics. The version carries the policy's name and the resolved device.
+arguments) and the run's metrics. The MLflow run gets the same files (under ``train/``), every setting
+(:mod:`pipelines.run_logging`), the versions of the artifacts it was trained from as tags, one point per epoch
+for each curve, the summary once under its own names, and plots (``plots/``: :mod:`pipelines.run_plots`).
+The export stage logs the MLflow model. The version carries the policy's name and the resolved device.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.formatting import format_bytes, markdown_table
+from pipelines.links import mlflow_run_url
 from pipelines.policies import POLICIES, FeatureInputs
+from pipelines.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize, stage_version
 from storage_kernels.sampleset import SampleSet
@@ -70,10 +74,12 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
             if progress:
                 progress("train: epochs", epoch + 1, tcfg.epochs)
 
+        ancestors = lineage(store, cfg.dataset_name, upstream)
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
-                "strata.policy": cfg.policy, **{f"strata.upstream.{k}": v.version for k, v in upstream.items()}}
+                "strata.policy": cfg.policy, **artifact_tags(ancestors)}
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
+                tracker.log_params(run_params(cfg))  # the trainer logs the train section itself
                 result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm)
                 if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
                     tracker.set_tags({"strata.warm_start_from": warm.tag})
@@ -84,21 +90,18 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                 state_path = builder.add_file("state_dict.pt")
                 torch.save(result.best_state_dict, state_path)
                 builder.write_json("model.json", {"architecture": tcfg.model, **result.model_args})
-                tracker.log_model_files(state_dict_path=state_path, artifact_path="model")
-                tracker.log_artifact(builder.dir / "model.json", "model")
+                builder.write_json("history.json", _history(result))
                 headline = _headline(result, source)
-                tracker.log_metrics({**{k: v for k, v in headline.items() if isinstance(v, float)},
-                                     "best_epoch": float(result.best_epoch),
-                                     "stopped_epoch": float(result.stopped_epoch)})
+                curves = tracker.client.get_run(run_id).data.metrics.keys()
+                tracker.log_metrics(summary_metrics(headline, curves))  # once, under names no curve uses
+                for name in ("state_dict.pt", "model.json", "history.json"):
+                    tracker.log_artifact(builder.dir / name, "train")
+                _log_plots(tracker, result, plan, ancestors)
         finally:
             source.close()
-        builder.write_json("history.json", {"loss": result.losses, "train_acc": result.train_acc,
-                                            "val_acc": result.val_accs, "epoch_s": result.epoch_s,
-                                            "timers": result.timers, "best_epoch": result.best_epoch,
-                                            "stopped_epoch": result.stopped_epoch,
-                                            "early_stopped": result.early_stopped})
         builder.stats.update(headline)
-        builder.stats.update({"mlflow_run_id": run_id, "mlflow_tracking_uri": paths.mlflow_tracking_uri,
+        builder.stats.update({"mlflow_run_id": run_id, "mlflow_experiment_id": tracker.experiment_id,
+                              "mlflow_tracking_uri": paths.mlflow_tracking_uri,
                               "device": device, "policy": cfg.policy})
 
     result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
@@ -123,6 +126,31 @@ def _warm_note(result: StageResult, warm: WarmStart | None) -> str:
         return (f"nothing retrained: the source snapshot, the upstream artifacts and the champion ({since}) are "
                 f"unchanged since this artifact was trained ({how})")
     return warm.describe() if warm is not None else "no champion registered yet: trained from scratch"
+
+
+def _history(result: Any) -> dict[str, Any]:
+    return {"loss": result.losses, "train_acc": result.train_acc, "val_acc": result.val_accs,
+            "epoch_s": result.epoch_s, "timers": result.timers, "best_epoch": result.best_epoch,
+            "stopped_epoch": result.stopped_epoch, "early_stopped": result.early_stopped}
+
+
+def _log_plots(tracker: Any, result: Any, plan: Artifact, ancestors: dict[str, Any]) -> None:
+    """Curves, per-tier rows and stage timing as PNGs under the run's ``plots/`` artifacts."""
+    import tempfile
+
+    from pipelines.graph import STAGE_NAMES
+    from pipelines.run_plots import write_run_plots
+
+    rows = {k: int(v) for k, v in result.rows_by_tier.items()}  # training batches only, as the plan predicts
+    total = sum(rows.values())
+    measured = {k: v / total for k, v in rows.items()} if total else {}
+    predicted = {t: float(plan.stats[f"predicted_hit_rate_{t}"]) for t in ("gpu", "cpu")
+                 if f"predicted_hit_rate_{t}" in plan.stats}
+    loop = {k: float(v) for k, v in result.timers.items() if k.endswith("_s")}
+    with tempfile.TemporaryDirectory(prefix="strata-plots-") as tmp:
+        write_run_plots(Path(tmp), {"loss": result.losses, "train_acc": result.train_acc, "val_acc": result.val_accs},
+                        result.best_epoch, measured, predicted, stage_seconds(ancestors, STAGE_NAMES), loop)
+        tracker.log_artifact(tmp, "plots")
 
 
 def _derived(device: str, warm: WarmStart | None = None) -> dict[str, Any]:
@@ -199,4 +227,5 @@ def summary(artifact: Artifact) -> dict[str, Any]:
     out: dict[str, Any] = {"metrics": markdown_table(rows)}
     if "mlflow_run_id" in s:
         out["mlflow_run_id"] = s["mlflow_run_id"]
+        out["mlflow_run"] = mlflow_run_url(s["mlflow_run_id"], s.get("mlflow_experiment_id"))
     return out

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from pipelines import cli
 from pipelines.cli import app
 
 runner = CliRunner()
@@ -101,22 +100,20 @@ def test_run_missing_config_file(tmp_path: Path) -> None:
     assert "expected an existing YAML or JSON file" in result.stderr
 
 
-class _FakeProcess:
+def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipelines.ui_process
+
     calls: list[dict[str, Any]] = []
 
-    def __init__(self, command: list[str], env: dict[str, str], cwd: Any = None) -> None:
-        _FakeProcess.calls.append({"command": command, "env": env, "cwd": cwd})
-
-    def wait(self) -> int:
+    def record(command: list[str], env: dict[str, str], cwd: Any = None, shutdown_s: float = 0.0,
+               log: Any = None) -> int:  # the command strata ui would run (a real one: test_ui_process.py)
+        calls.append({"command": command, "env": env, "cwd": cwd, "shutdown_s": shutdown_s})
         return 0
 
-
-def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _FakeProcess.calls.clear()
-    monkeypatch.setattr(cli.subprocess, "Popen", _FakeProcess)
+    monkeypatch.setattr(pipelines.ui_process, "run_process_group", record)
     result = runner.invoke(app, ["ui", "--root", str(tmp_path), "--port", "3333", "--dataset", "demo"])
     assert result.exit_code == 0, result.output
-    (call,) = _FakeProcess.calls
+    (call,) = calls
     command = call["command"]
     assert command[:4] == [sys.executable, "-m", "dagster", "dev"]
     assert command[command.index("--port") + 1] == "3333"
@@ -125,6 +122,8 @@ def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: py
     assert env["DAGSTER_HOME"] == str(tmp_path.resolve() / "dagster_home")
     assert env["STRATA_HOME"] == str(tmp_path.resolve()) and env["STRATA_DATASET"] == "demo"
     assert (tmp_path / "dagster_home" / "dagster.yaml").read_text().startswith("telemetry:")
+    assert call["shutdown_s"] > 0
+    assert f"datasets under {tmp_path.resolve()}: none yet (default: demo)" in result.stderr
 
 
 def test_bench_prints_one_row_per_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

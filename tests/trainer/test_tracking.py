@@ -10,7 +10,9 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,8 +21,10 @@ from trainer.export import export_onnx
 from trainer.export_variants import to_fp16
 from trainer.features import InMemoryFeatures
 from trainer.models import build_model
-from trainer.tracking import CHAMPION, MlflowTracker
+from trainer.tracking import CHAMPION, EXPERIMENT_KIND_ML, EXPERIMENT_KIND_TAG, MlflowTracker
 from trainer.train import train
+
+from .test_mlflow_model import torch_logits, trained_files
 
 pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")
 
@@ -51,7 +55,9 @@ def test_run_logs_params_metrics_and_model_files(tracker: MlflowTracker, dataset
         uri = tracker.log_model_files(tmp_path / "state_dict.pt", onnx_path, tmp_path / "bundle")
     run = tracker.client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["strata.dataset"] == "synthetic"
-    assert run.data.params == {k: str(v) for k, v in cfg.to_dict().items()}
+    resolved = {"num_layers": dataset.samples.num_layers, "num_classes": dataset.num_classes}  # not the 0s
+    assert resolved["num_layers"] == 2 and cfg.num_layers == 0 and cfg.num_classes == 0
+    assert run.data.params == {k: str(v) for k, v in {**cfg.to_dict(), **resolved}.items()}
     history = tracker.client.get_metric_history(run_id, "loss")
     assert [m.step for m in history] == [0, 1] and [m.value for m in history] == result.losses
     for key in ("val_acc", "train_acc", "epoch_s", "bytes_read", "cache_hit_rate"):
@@ -112,3 +118,65 @@ def test_second_tracker_reuses_experiment(tracker: MlflowTracker) -> None:
     again = MlflowTracker(tracker.tracking_uri, tracker.artifact_root, experiment="trainer-tests")
     assert again.experiment_id == tracker.experiment_id
     assert dataclasses.is_dataclass(TrainConfig)
+
+
+def test_experiments_open_as_machine_learning(tracker: MlflowTracker) -> None:
+    tags = tracker.client.get_experiment(tracker.experiment_id).tags
+    assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND_ML == "custom_model_development"
+    # an experiment created without the tag (an older Strata, or by hand) gains it when a tracker opens it
+    old = tracker.client.create_experiment("made-elsewhere")
+    assert EXPERIMENT_KIND_TAG not in tracker.client.get_experiment(old).tags
+    MlflowTracker(tracker.tracking_uri, tracker.artifact_root, experiment="made-elsewhere")
+    assert tracker.client.get_experiment(old).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND_ML
+
+
+def test_log_model_dir_creates_a_logged_model_of_the_run(tracker: MlflowTracker) -> None:
+    def save(path: Path, model: Any) -> None:  # a minimal MLflow model directory: what save_model writes
+        path.mkdir()
+        (path / "weights.bin").write_bytes(b"w")
+        model.save(str(path / "MLmodel"))
+
+    with tracker.run("logged-model") as run_id:
+        tracker.log_params({"lr": 0.01})
+        model_id = tracker.log_model_dir(save, name="model")
+    logged = tracker.client.get_logged_model(model_id)
+    assert logged.params == {"lr": "0.01"}
+    assert str(logged.status) == "READY"
+    assert logged.source_run_id == run_id and logged.name == "model"
+    run = tracker.client.get_run(run_id)
+    assert [o.model_id for o in run.outputs.model_outputs] == [model_id]
+    assert {f.path for f in tracker.client.list_logged_model_artifacts(model_id)} == {"MLmodel", "weights.bin"}
+    version, champion = tracker.register(run_id, "logged-model-test", None, 0.5, model_id=model_id)
+    assert (version, champion) == (1, 1)
+    assert tracker.client.get_model_version("logged-model-test", "1").source == logged.artifact_location
+
+    def broken(path: Path, model: Any) -> None:
+        raise OSError("disk full")
+
+    with tracker.run("broken-model"), pytest.raises(OSError, match="disk full"):
+        tracker.log_model_dir(broken)
+    models = tracker.client.search_logged_models([tracker.experiment_id], filter_string="name = 'model'")
+    assert sorted(str(m.status) for m in models) == ["FAILED", "READY"]
+    with pytest.raises(ValueError, match="expected a model_id or an artifact_path"):
+        tracker.register(run_id, "logged-model-test", None, 0.5)
+
+
+def test_registered_champion_loads_through_models_uri(tracker: MlflowTracker, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    from trainer.mlflow_model import input_example, save_mlflow_model
+
+    files = trained_files(tmp_path / "train", "graphsage")
+    net = files.pop("net")
+    with tracker.run("trained") as run_id:
+        model_id = tracker.log_model_dir(lambda path, model: save_mlflow_model(path, mlflow_model=model, **files))
+    assert tracker.register(run_id, "strata-test", None, 0.75, model_id=model_id) == (1, 1)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.tracking_uri)  # what a user sets to load from the registry
+    feed = input_example(6, 2, num_seeds=5, seed=9)
+    pyfunc = mlflow.pyfunc.load_model("models:/strata-test@champion")
+    np.testing.assert_allclose(pyfunc.predict(feed)["logits"], torch_logits(net, feed), rtol=0, atol=1e-6)
+    assert pyfunc.metadata.model_id == model_id and pyfunc.metadata.run_id == run_id
+    proto = mlflow.onnx.load_model("models:/strata-test@champion")
+    assert [i.name for i in proto.graph.input][:2] == ["x", "edge_src_0"]

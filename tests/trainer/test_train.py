@@ -103,9 +103,14 @@ def test_tracker_and_progress_receive_every_epoch(dataset) -> None:
 
     tracker, calls = ListTracker(), []
     cfg = dataclasses.replace(CFG, epochs=2)
-    train(cfg, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels, tracker=tracker,
-          progress=lambda epoch, metrics: calls.append(epoch))
-    assert tracker.params == cfg.to_dict()
+    result = train(cfg, dataset.samples, InMemoryFeatures(dataset.features), dataset.labels, tracker=tracker,
+                   progress=lambda epoch, metrics: calls.append(epoch))
+    rows = result.rows_by_tier  # the training batches' rows per tier (what the run's tier plot shows)
+    assert sum(rows.values()) > 0 and result.cache_hit_rate == pytest.approx(
+        (rows.get("gpu", 0) + rows.get("cpu", 0)) / sum(rows.values()))
+    # the layer and class counts as resolved from the samples and labels, not the config's 0 ("from the data")
+    assert tracker.params == {**cfg.to_dict(), "num_layers": 2, "num_classes": dataset.num_classes}
+    assert cfg.num_layers == 0 and cfg.num_classes == 0 and dataset.num_classes > 0
     assert [step for step, _ in tracker.metrics] == [0, 1] and calls == [0, 1]
     assert {"loss", "train_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate"} <= set(tracker.metrics[0][1])
 
