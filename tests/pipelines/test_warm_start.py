@@ -4,6 +4,7 @@ first training step), tags the run, registers a gated new version, and retrains 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,19 @@ def test_a_mismatching_champion_is_skipped_with_a_reason(tmp_path: Path) -> None
     warm(same, info)
     assert warm.applied and warm.tag == "3"
     assert all(torch.equal(champion_net.state_dict()[k], v) for k, v in same.state_dict().items())
+
+
+def test_champion_weights_come_from_its_mlflow_run_when_its_artifact_is_gone(tmp_path: Path, spy_model: None) -> None:
+    from pipelines.warmstart import _weights_from_run, find_champion
+
+    first = _run(tmp_path, STRATA_JOB)
+    train1 = _materialization(first, "train")
+    cfg = PipelineConfig.load(dataset="tiny", overrides=["sample.epochs=1", "train.epochs=2", "train.model=spy-sage",
+                                                         "train.hidden_dim=16"])
+    champion = find_champion(cfg, StrataPaths(tmp_path).store())
+    assert champion is not None
+    info, state_path = _weights_from_run(champion, StrataPaths(tmp_path).mlflow_tracking_uri, tmp_path / "dl")
+    assert info == json.loads((Path(train1["path"]) / "model.json").read_text())
+    expected = torch.load(Path(train1["path"]) / "state_dict.pt", weights_only=True)
+    got = torch.load(state_path, weights_only=True)
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
