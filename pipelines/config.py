@@ -185,7 +185,7 @@ class SampleConfig(_Section):
     NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"sampler": _samplers}
 
     sampler: str = setting("uniform", "Neighbour sampler (pipelines.samplers): uniform (per-layer, without "
-                           "replacement).")
+                           "replacement) or dense (MariusGNN's DENSE: one-hop samples reused across hops).")
     fanouts: list[int] = setting(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
     batch_size: int = setting(1024, "Seed nodes per mini-batch.", gt=0)
     epochs: int = setting(3, "Training epochs sampled offline (reused cyclically).", gt=0)
