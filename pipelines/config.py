@@ -115,6 +115,10 @@ class IngestConfig(_Section):
         description="Source options, e.g. features=PATH.npy, labels=PATH.npy for edgelist sources.",
     )
     chunk_edges: int = setting(4_000_000, "Edges per chunk while building the CSR.", artifact=False, gt=0)
+    feature_dtype: Literal["float32", "float16"] = setting(
+        "float32", "Element type of the stored feature file: float16 halves the bytes stored and read (every "
+        "tier moves rows as opaque 4-byte words; an odd dimension gets a zero pad column) and is upcast to "
+        "float32 when a batch is assembled (storage_kernels/halfwords.py).")
 
 
 class ReorderConfig(_Section):

@@ -38,8 +38,14 @@ HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_r
 
 def open_features(cfg: PipelineConfig, policy: str, reorder: Artifact, pack: Artifact | None, samples: SampleSet,
                   device: str) -> FeatureSource:
-    """The feature source ``policy`` trains from (``pack`` must be the artifact it wrote, when it lays one out)."""
-    return POLICIES.get(policy)().features(FeatureInputs(reorder, pack, samples, device, cfg))
+    """The feature source ``policy`` trains from (``pack`` must be the artifact it wrote, when it lays one out);
+    over a float16 feature file its batches are decoded to float32 at assembly (``trainer.features.half``)."""
+    source = POLICIES.get(policy)().features(FeatureInputs(reorder, pack, samples, device, cfg))
+    if reorder.array("features.npy").dtype == np.float16:
+        from trainer.features.half import HalfFeatures
+
+        source = HalfFeatures(source, int(reorder.stats["feature_dim"]))
+    return source
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, plan: Artifact,
