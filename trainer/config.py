@@ -82,6 +82,8 @@ class TrainConfig:
     sequential: bool = setting(False, "No stage threads: load, assemble and compute in turn (ablation).",
                                artifact=False)
     device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
+    autocast: str = setting("none", "Mixed precision of the forward pass: none (float32) or bf16 (torch.autocast "
+                            "with bfloat16; for CUDA GPUs with bf16 support, also runs under CPU autocast).")
     io_backend: str = setting("auto", "Feature-file reads: uring (io_uring, queue_depth requests in flight), pread "
                               "(thread pool) or auto (uring when the kernel allows it).", artifact=False)
     io_queue_depth: int = setting(64, "io_uring reads in flight per read call (1..4096).", artifact=False)
@@ -118,6 +120,7 @@ class TrainConfig:
             "device": self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
             "io_backend": self.io_backend in ("auto", "uring", "pread"),
             "io_queue_depth": 1 <= self.io_queue_depth <= 4096,
+            "autocast": self.autocast in ("none", "bf16"),
         }
         for name, ok in checks.items():
             if not ok:

@@ -41,6 +41,7 @@ from trainer.distributed import DistributedRun
 from trainer.features import FeatureSource
 from trainer.loader import BatchLoader, LoadedBatch, Samples
 from trainer.models import GraphModel, build_model, model_options
+from trainer.precision import autocast
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -365,8 +366,9 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
     model.train()
     for lb in loader:
         # forward backward update
-        logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
-        loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
+        with autocast(state.device, state.config.get("autocast", "none")):  # train.autocast: the forward only
+            logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
+            loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -464,6 +466,7 @@ def train(
         tracker, cfg = None, dataclasses.replace(cfg, checkpoint_path="")
     eval_source = source if eval_source is None else eval_source
     labels = _check_inputs(cfg, samples, labels)
+    autocast(device, cfg.autocast)  # refused here, before any work, where the device cannot run it
     num_classes = cfg.num_classes or int(labels.max()) + 1
     eval_ids = {split: eval_batch_ids(samples, split) for split in ("val", "test")}
     torch.manual_seed(cfg.seed)
@@ -491,7 +494,8 @@ def train(
     def evaluate_split(split: str) -> float:
         ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
         loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
-        return ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
+        with autocast(device, cfg.autocast):
+            return ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
 
     # ------------------------------------------------------------------ epoch loop
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0}
