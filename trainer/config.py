@@ -69,6 +69,11 @@ class TrainConfig:
     epochs: int = setting(200, "Maximum training epochs (early stopping usually ends sooner); epoch e uses the "
                                 "train batches of sample epoch e % sample.epochs.")
     eval_every: int = setting(1, "Evaluate on the validation batches every N epochs (and after the last one).")
+    eval_mode: str = setting("sampled", "Validation/test accuracy from the sampled eval batches (sampled) or by "
+                             "full-neighbourhood layer-wise inference over all nodes, streamed in node chunks with "
+                             "bounded memory (layerwise; trainer/layerwise.py).")
+    layerwise_memory_mb: int = setting(256, "eval_mode=layerwise: a layer's embedding table larger than this is a "
+                                       "float32 memmap in the train stage's temporary directory.", artifact=False)
     patience: int = setting(10, "Early stopping: stop at an evaluation when validation accuracy has not "
                                       "improved for this many epochs; the best weights are restored. 0 = never.")
     min_delta: float = setting(0.001, "Early stopping: an improvement must exceed the best validation "
@@ -121,6 +126,8 @@ class TrainConfig:
             "io_backend": self.io_backend in ("auto", "uring", "pread"),
             "io_queue_depth": 1 <= self.io_queue_depth <= 4096,
             "autocast": self.autocast in ("none", "bf16"),
+            "eval_mode": self.eval_mode in ("sampled", "layerwise"),
+            "layerwise_memory_mb": self.layerwise_memory_mb >= 0,
         }
         for name, ok in checks.items():
             if not ok:
