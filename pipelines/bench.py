@@ -275,7 +275,8 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     graph, ordering = shared.artifact("ingest"), shared.artifact("reorder")
     sample_set = SampleSet(shared.artifact("sample").path)
     features_path = Path(ordering.file("features.npy"))
-    row_bytes = int(np.load(features_path, mmap_mode="r").shape[1]) * 4
+    file_rows = np.load(features_path, mmap_mode="r")
+    row_bytes = int(file_rows.shape[1]) * file_rows.dtype.itemsize  # float16 files: half the bytes
     feature_bytes = int(graph.stats.get("num_nodes", 0)) * row_bytes
     workers.evict = [ordering.path.parent.parent]  # the dataset's artifacts (every stage)
     needed = _bytes_needed(sample_set, row_bytes)

@@ -21,6 +21,7 @@ from storage_kernels.alignedstore import (
     BlockLayout,
     check_tables,
 )
+from storage_kernels.halfwords import as_words
 
 __all__ = ["ALIGNED_LAYOUT", "check_aligned_rows", "check_hyperbatch_tables"]
 
@@ -102,7 +103,7 @@ def _aligned_layout(c: CheckInputs) -> Finding:
     layout = BlockLayout.load(art.file(LAYOUT_JSON))
     aligned = (np.memmap(art.file(ALIGNED_BIN), dtype=np.uint8, mode="r") if layout.file_bytes
                else np.empty(0, np.uint8))
-    f = check_aligned_rows(aligned, layout, c.upstream("reorder").array("features.npy"))
+    f = check_aligned_rows(aligned, layout, as_words(c.upstream("reorder").array("features.npy")))
     if not f.passed:
         return f
     samples = SampleSet(c.upstream("sample").path)

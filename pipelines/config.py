@@ -115,6 +115,10 @@ class IngestConfig(_Section):
         description="Source options, e.g. features=PATH.npy, labels=PATH.npy for edgelist sources.",
     )
     chunk_edges: int = setting(4_000_000, "Edges per chunk while building the CSR.", artifact=False, gt=0)
+    feature_dtype: Literal["float32", "float16"] = setting(
+        "float32", "Element type of the stored feature file: float16 halves the bytes stored and read (every "
+        "tier moves rows as opaque 4-byte words; an odd dimension gets a zero pad column) and is upcast to "
+        "float32 when a batch is assembled (storage_kernels/halfwords.py).")
 
 
 class ReorderConfig(_Section):
@@ -185,7 +189,7 @@ class SampleConfig(_Section):
     NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"sampler": _samplers}
 
     sampler: str = setting("uniform", "Neighbour sampler (pipelines.samplers): uniform (per-layer, without "
-                           "replacement).")
+                           "replacement) or dense (MariusGNN's DENSE: one-hop samples reused across hops).")
     fanouts: list[int] = setting(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
     batch_size: int = setting(1024, "Seed nodes per mini-batch.", gt=0)
     epochs: int = setting(3, "Training epochs sampled offline (reused cyclically).", gt=0)

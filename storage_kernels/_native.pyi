@@ -46,6 +46,9 @@ def csr_place(src: _Int64, dst: _Int64, cursor: _Int64, indices: _Int64) -> None
 def sample_blocks(
     indptr: _Int64, indices: _Int64, seeds: _Int64, fanouts: _Int64, seed: int, num_threads: int = 0
 ) -> tuple[_Int64, _Int64, list[_Int64], list[_Int64]]: ...
+def sample_dense(
+    indptr: _Int64, indices: _Int64, seeds: _Int64, fanouts: _Int64, seed: int, num_threads: int = 0
+) -> tuple[_Int64, _Int64, _Int64, _Int64]: ...
 def _set_dense_map_limit(num_nodes: int, /) -> int: ...
 def prune_blocks(
     hop_counts: _Int64, indptr: _Int64, cols: _Int64, pulled: _Int64, state: _UInt8,

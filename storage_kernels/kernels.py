@@ -56,6 +56,7 @@ __all__ = [
     "refine_pass",
     "relabel_ids",
     "sample_blocks",
+    "sample_dense",
     "uring_read_ranges",
 ]
 
@@ -229,6 +230,33 @@ def sample_blocks(
             num_threads=num_threads,
         )
     )
+
+
+def sample_dense(
+    indptr: np.ndarray, indices: np.ndarray, seeds, fanouts: Sequence[int], seed: int, num_threads: int = 0
+) -> SampledBlocks:
+    """MariusGNN's DENSE sampling: one-hop samples reused across hops, in :class:`SampledBlocks`' layout.
+
+    Hop ``h`` samples (like :func:`sample_blocks`, stream ``(seed, h, v)``) only the nodes first reached by hop
+    ``h - 1`` (the seeds at hop 0) with ``fanouts[h]``; a node keeps that one neighbour sample at every later
+    hop, so hop 0 equals :func:`sample_blocks`' hop 0 and later hops sample only the new nodes. The kernel
+    builds ONE CSR over ``nodes[:hop_counts[L - 1]]``; hop ``h``'s block is its prefix, returned as read-only
+    views ``indptrs[h] = indptr[:hop_counts[h] + 1]``, ``cols[h] = cols[:indptr[hop_counts[h]]]``.
+    Raises like :func:`sample_blocks`.
+    """
+    nodes, hop_counts, indptr_all, cols_all = _native.sample_dense(
+        indptr=_int64_array("indptr", indptr),
+        indices=_int64_array("indices", indices),
+        seeds=_index_array("seeds", seeds),
+        fanouts=_index_array("fanouts", fanouts),
+        seed=int(seed),
+        num_threads=num_threads,
+    )
+    indptr_all.flags.writeable = False  # the hops share it: writing one block would change the others
+    cols_all.flags.writeable = False
+    ends = hop_counts[:-1] + 1
+    return SampledBlocks(nodes, hop_counts, [indptr_all[:e] for e in ends],
+                         [cols_all[: indptr_all[e - 1]] for e in ends])
 
 
 class PrunedBlocks(NamedTuple):

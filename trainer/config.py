@@ -69,6 +69,11 @@ class TrainConfig:
     epochs: int = setting(200, "Maximum training epochs (early stopping usually ends sooner); epoch e uses the "
                                 "train batches of sample epoch e % sample.epochs.")
     eval_every: int = setting(1, "Evaluate on the validation batches every N epochs (and after the last one).")
+    eval_mode: str = setting("sampled", "Validation/test accuracy from the sampled eval batches (sampled) or by "
+                             "full-neighbourhood layer-wise inference over all nodes, streamed in node chunks with "
+                             "bounded memory (layerwise; trainer/layerwise.py).")
+    layerwise_memory_mb: int = setting(256, "eval_mode=layerwise: a layer's embedding table larger than this is a "
+                                       "float32 memmap in the train stage's temporary directory.", artifact=False)
     patience: int = setting(10, "Early stopping: stop at an evaluation when validation accuracy has not "
                                       "improved for this many epochs; the best weights are restored. 0 = never.")
     min_delta: float = setting(0.001, "Early stopping: an improvement must exceed the best validation "
@@ -82,6 +87,8 @@ class TrainConfig:
     sequential: bool = setting(False, "No stage threads: load, assemble and compute in turn (ablation).",
                                artifact=False)
     device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
+    autocast: str = setting("none", "Mixed precision of the forward pass: none (float32) or bf16 (torch.autocast "
+                            "with bfloat16; for CUDA GPUs with bf16 support, also runs under CPU autocast).")
     io_backend: str = setting("auto", "Feature-file reads: uring (io_uring, queue_depth requests in flight), pread "
                               "(thread pool) or auto (uring when the kernel allows it).", artifact=False)
     io_queue_depth: int = setting(64, "io_uring reads in flight per read call (1..4096).", artifact=False)
@@ -118,6 +125,9 @@ class TrainConfig:
             "device": self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
             "io_backend": self.io_backend in ("auto", "uring", "pread"),
             "io_queue_depth": 1 <= self.io_queue_depth <= 4096,
+            "autocast": self.autocast in ("none", "bf16"),
+            "eval_mode": self.eval_mode in ("sampled", "layerwise"),
+            "layerwise_memory_mb": self.layerwise_memory_mb >= 0,
         }
         for name, ok in checks.items():
             if not ok:

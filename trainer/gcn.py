@@ -28,13 +28,16 @@ class GCNConv(nn.Module):
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
-    def forward(self, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor
-                ) -> torch.Tensor:
-        """``h`` (num_src, in_dim) -> (num_dst, out_dim); ``num_dst`` is ``dst_pos.shape[0]``."""
+    def forward(self, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor,
+                src_degree: torch.Tensor | None = None) -> torch.Tensor:
+        """``h`` (num_src, in_dim) -> (num_dst, out_dim); ``num_dst`` is ``dst_pos.shape[0]``. ``src_degree``
+        (num_src,) replaces the sources' out-degrees counted in the block (layer-wise inference over node
+        chunks passes their full-graph degrees, so a chunk's block normalises as the whole graph does)."""
         src, dst = add_self_loops(edge_src, edge_dst, dst_pos)  # (E + D,)
         hw = self.lin(h)  # (S, out): project first, the sum then moves out_dim-wide rows
         hw_dst = hw.index_select(0, dst_pos)  # (D, out), shapes the destination buffers
-        norm_src = count_into(hw, src).clamp(min=1.0).rsqrt()  # (S, 1), out-degree with loops
+        out_degree = count_into(hw, src) if src_degree is None else src_degree.to(hw.dtype).unsqueeze(1)
+        norm_src = out_degree.clamp(min=1.0).rsqrt()  # (S, 1), out-degree with loops
         norm_dst = count_into(hw_dst, dst).clamp(min=1.0).rsqrt()  # (D, 1), in-degree + 1
         msg = hw.index_select(0, src) * norm_src.index_select(0, src)  # (E + D, out)
         return scatter_sum(hw_dst, dst, msg) * norm_dst + self.bias  # (D, out)

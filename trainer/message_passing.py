@@ -35,7 +35,9 @@ def scatter_sum(like: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -
     ``like`` (R, C) gives the output shape as a tensor; ``values`` (E, C); ``index`` (E,).
     """
     expanded = index.unsqueeze(1).expand_as(values)  # (E, C)
-    return torch.zeros_like(like).scatter_reduce(0, expanded, values, reduce="sum", include_self=True)
+    # values' dtype: under autocast (train.autocast) a message may be bfloat16 while ``like`` is float32
+    return torch.zeros_like(like, dtype=values.dtype).scatter_reduce(0, expanded, values, reduce="sum",
+                                                                     include_self=True)
 
 
 def count_into(like: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -52,7 +54,7 @@ def edge_softmax(scores: torch.Tensor, index: torch.Tensor, like: torch.Tensor) 
     gets nothing (its buffers are never read). Returns weights (E, H) that sum to 1 per destination.
     """
     expanded = index.unsqueeze(1).expand_as(scores)  # (E, H)
-    floor = torch.full_like(like, float("-inf"))  # (D, H)
+    floor = torch.full_like(like, float("-inf"), dtype=scores.dtype)  # (D, H)
     peak = floor.scatter_reduce(0, expanded, scores.detach(), reduce="amax", include_self=True)  # (D, H)
     weight = torch.exp(scores - peak.index_select(0, index))  # (E, H), each <= 1
     total = scatter_sum(like, index, weight)  # (D, H), >= 1 where a destination has edges

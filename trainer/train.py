@@ -39,8 +39,10 @@ from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.distributed import DistributedRun
 from trainer.features import FeatureSource
+from trainer.layerwise import LayerwiseGraph, layerwise_accuracy
 from trainer.loader import BatchLoader, LoadedBatch, Samples
 from trainer.models import GraphModel, build_model, model_options
+from trainer.precision import autocast
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -367,8 +369,9 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
     model.train()
     for lb in loader:
         # forward backward update
-        logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
-        loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
+        with autocast(state.device, state.config.get("autocast", "none")):  # train.autocast: the forward only
+            logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
+            loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -441,6 +444,7 @@ def train(
     progress: Callable[[int, dict[str, float]], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     init: Callable[[GraphModel, dict[str, Any]], None] | None = None,
+    layerwise: LayerwiseGraph | None = None,
 ) -> TrainResult:
     """Train ``cfg.model`` for at most ``cfg.epochs`` epochs (early stopping after ``cfg.patience`` epochs
     without a better validation accuracy) and return losses, accuracies, timings and the best weights.
@@ -451,7 +455,9 @@ def train(
     ``progress(epoch, metrics)`` is called after each epoch, ``on_step(epoch, batch)`` after each training
     step (``batch`` steps of ``epoch`` done) and after the checkpoint that step may write. ``init(model,
     model_args)`` may set the freshly built model's weights before the optimizer sees them (a warm start,
-    ``pipelines.warmstart``; ``cfg.resume`` still wins). Under torchrun (or
+    ``pipelines.warmstart``; ``cfg.resume`` still wins). With ``cfg.eval_mode="layerwise"``, validation and
+    test accuracy come from full-neighbourhood layer-wise inference over ``layerwise`` (the full graph,
+    ``trainer.layerwise``) instead of the sampled eval batches. Under torchrun (or
     ``cfg.distributed``) every rank calls this and trains its share of the batches data parallel
     (``trainer.distributed``); only rank 0 logs and checkpoints.
     """
@@ -466,6 +472,12 @@ def train(
         tracker, cfg = None, dataclasses.replace(cfg, checkpoint_path="")
     eval_source = source if eval_source is None else eval_source
     labels = _check_inputs(cfg, samples, labels)
+    autocast(device, cfg.autocast)  # refused here, before any work, where the device cannot run it
+    if cfg.eval_mode == "layerwise" and (layerwise is None or ddp):
+        if ddp:
+            ddp.close()
+        raise ValueError("'train.eval_mode' layerwise expected the full graph (a LayerwiseGraph) and a single "
+                         f"process (got layerwise={type(layerwise).__name__}, distributed={ddp is not None})")
     num_classes = cfg.num_classes or int(labels.max()) + 1
     eval_ids = {split: eval_batch_ids(samples, split) for split in ("val", "test")}
     torch.manual_seed(cfg.seed)
@@ -491,9 +503,13 @@ def train(
 
     # ------------------------------------------------------------------ evaluation helper
     def evaluate_split(split: str) -> float:
-        ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
-        loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
-        return ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
+        with autocast(device, cfg.autocast):
+            if cfg.eval_mode == "layerwise":
+                assert layerwise is not None  # checked at the start
+                return layerwise_accuracy(model, layerwise, split, device)
+            ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
+            loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
+            return ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
 
     # ------------------------------------------------------------------ epoch loop
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from pipelines.policies.base import FeatureInputs, Policy, register_policy
+from storage_kernels.halfwords import as_words
 
 if TYPE_CHECKING:
     from trainer.features import FeatureSource
@@ -39,7 +40,7 @@ class InMemory(Policy):
         from trainer.features import InMemoryFeatures
 
         rows = np.load(inputs.reorder.file("features.npy"), mmap_mode=self.mmap_mode)
-        return InMemoryFeatures(rows, device=inputs.device)
+        return InMemoryFeatures(as_words(rows), device=inputs.device)  # float16 files: rows of 4-byte words
 
 
 @register_policy

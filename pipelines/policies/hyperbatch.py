@@ -49,6 +49,7 @@ from storage_kernels.alignedstore import (
     select_hotset,
     write_aligned,
 )
+from storage_kernels.halfwords import as_words
 from storage_kernels.packstore import Tier
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class Hyperbatch(Policy):
 
         if inputs.pack is None:
             raise ValueError(f"'policy' {self.name} expected its pack artifact (got None)")
-        features = inputs.reorder.array("features.npy")
+        features = as_words(inputs.reorder.array("features.npy"))  # float16 files: rows of 4-byte words
         row_bytes = int(features.shape[1]) * 4
         plan = inputs.cfg.plan
         budget_rows = plan.budgets(int(features.shape[0]) * row_bytes)["cpu"] // row_bytes

@@ -4,7 +4,7 @@ The interface is in :mod:`pipelines.samplers.base`; each module below registers 
 new module plus one line here, ``docs/EXTENDING.md``).
 """
 
-from pipelines.samplers import uniform  # noqa: F401  (registration)
+from pipelines.samplers import dense, uniform  # noqa: F401  (registration)
 from pipelines.samplers.base import SAMPLERS, Sampler
 
 __all__ = ["SAMPLERS", "Sampler"]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from storage_kernels.halfwords import as_words
 from storage_kernels.store import Artifact
 
 __all__ = ["GraphArrays", "load_graph"]
@@ -13,7 +14,10 @@ __all__ = ["GraphArrays", "load_graph"]
 
 @dataclass(frozen=True)
 class GraphArrays:
-    """CSR, features, labels and splits of one graph artifact (memory-mapped, read-only)."""
+    """CSR, features, labels and splits of one graph artifact (memory-mapped, read-only).
+
+    ``features`` are the rows as every tier moves them: float32, or a float16 file's 4-byte words
+    (``storage_kernels.halfwords``), so ``feature_dim`` counts words there and ``row_bytes`` is exact."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -51,7 +55,7 @@ def load_graph(artifact: Artifact) -> GraphArrays:
     return GraphArrays(
         indptr=artifact.array("indptr.npy"),
         indices=artifact.array("indices.npy"),
-        features=artifact.array("features.npy"),
+        features=as_words(artifact.array("features.npy")),  # float16 files: rows as 4-byte words
         labels=artifact.array("labels.npy"),
         train_idx=artifact.array("train_idx.npy"),
         val_idx=artifact.array("val_idx.npy"),

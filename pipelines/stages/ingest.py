@@ -23,6 +23,7 @@ from pipelines.sources.validate import validate_source
 from pipelines.stages.common import Progress, StageResult, materialize
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, row_ranges
+from storage_kernels.halfwords import encode_rows, file_columns, file_dtype
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "open_source", "run", "summary"]
@@ -109,10 +110,12 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
 
     def build(builder: ArtifactBuilder) -> None:
         num_edges, duplicates = _build_csr(builder, source, progress)
-        features = builder.array_writer("features.npy", np.float32, (source.feature_dim,))
+        dtype = cfg.ingest.feature_dtype
+        columns = file_columns(source.feature_dim, dtype)
+        features = builder.array_writer("features.npy", file_dtype(dtype), (columns,))
         rows = 0
         for chunk in source.feature_chunks():
-            features.append(chunk)
+            features.append(encode_rows(chunk, dtype, rows, source.where("features")))
             rows += len(chunk)
             if progress:
                 progress("ingest: features", rows, source.num_nodes)
@@ -129,7 +132,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 "duplicate_edges_dropped": duplicates,
                 "feature_dim": source.feature_dim,
                 "num_classes": source.num_classes,
-                "feature_bytes": source.num_nodes * source.feature_dim * 4,
+                "feature_bytes": source.num_nodes * columns * file_dtype(dtype).itemsize,
+                "feature_dtype": dtype,
                 "max_degree": int(degrees.max()) if len(degrees) else 0,
                 "mean_degree": float(degrees.mean()) if len(degrees) else 0.0,
                 "isolated_nodes": int(np.count_nonzero(degrees == 0)),

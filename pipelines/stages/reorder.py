@@ -194,7 +194,8 @@ def _bucket_sizes(memory_mb: int, row_bytes: int) -> tuple[int, int]:
 
 
 def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.ndarray, rc: ReorderConfig,
-                      scratch: Path, progress: Progress | None) -> dict[str, int]:
+                      scratch: Path, progress: Progress | None, file_dtype: np.dtype | str = np.float32
+                      ) -> dict[str, int]:
     inverse = inverse_of(perm)
     builder.save_array("perm.npy", perm)
     builder.save_array("inverse.npy", inverse)
@@ -209,9 +210,12 @@ def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.nda
         indices_out.close()
     builder.save_array("indptr.npy", new_indptr)
 
-    features_out = builder.array_writer("features.npy", graph.features.dtype, (graph.feature_dim,))
+    file_dtype = np.dtype(file_dtype)  # float16 files are permuted as 4-byte words and written back as float16
+    columns = graph.row_bytes // file_dtype.itemsize
+    features_out = builder.array_writer("features.npy", file_dtype, (columns,))
     try:
-        feature_buckets = external_permute_rows(graph.features, inverse, features_out.append, bucket_rows,
+        feature_buckets = external_permute_rows(graph.features, inverse,
+                                                lambda rows: features_out.append(rows.view(file_dtype)), bucket_rows,
                                                 min(bucket_rows, rc.chunk_rows), scratch / "features", progress)
     finally:
         features_out.close()
@@ -238,7 +242,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
         scratch = builder.dir.parent / f"{builder.dir.name}.scratch"
         t1 = time.perf_counter()
         try:
-            info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress))
+            info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress,
+                                          ingest.array("features.npy").dtype))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         rewrite_s = time.perf_counter() - t1
@@ -250,6 +255,9 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
                 "strategy": rc.strategy,
                 "num_nodes": arrays.num_nodes,
                 "num_edges": arrays.num_edges,
+                # the model's input width and the file's element type (a float16 file may hold a pad column)
+                "feature_dim": int(ingest.stats.get("feature_dim", arrays.feature_dim)),
+                "feature_dtype": str(ingest.array("features.npy").dtype),
                 "order_s": round(order_s, 4),
                 "rewrite_s": round(rewrite_s, 4),
                 "time_s": round(order_s + rewrite_s, 4),

@@ -29,9 +29,10 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 if TYPE_CHECKING:
     from pipelines.warmstart import WarmStart
     from trainer.features import FeatureSource
+    from trainer.layerwise import LayerwiseGraph
 
-__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "load_model", "open_features", "run", "summary",
-           "train_rank", "version"]
+__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "full_graph", "load_model", "open_features", "run",
+           "summary", "train_rank", "version"]
 
 FORMAT_VERSION = 1
 #: Configuration this stage reads beyond its own section (it enters the artifact version).
@@ -42,8 +43,29 @@ HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_r
 
 def open_features(cfg: PipelineConfig, policy: str, reorder: Artifact, pack: Artifact | None, samples: SampleSet,
                   device: str) -> FeatureSource:
-    """The feature source ``policy`` trains from (``pack`` must be the artifact it wrote, when it lays one out)."""
-    return POLICIES.get(policy)().features(FeatureInputs(reorder, pack, samples, device, cfg))
+    """The feature source ``policy`` trains from (``pack`` must be the artifact it wrote, when it lays one out);
+    over a float16 feature file its batches are decoded to float32 at assembly (``trainer.features.half``)."""
+    source = POLICIES.get(policy)().features(FeatureInputs(reorder, pack, samples, device, cfg))
+    if reorder.array("features.npy").dtype == np.float16:
+        from trainer.features.half import HalfFeatures
+
+        source = HalfFeatures(source, int(reorder.stats["feature_dim"]))
+    return source
+
+
+def full_graph(cfg: PipelineConfig, reorder: Artifact, labels: np.ndarray, scratch: Path) -> LayerwiseGraph | None:
+    """The full graph ``train.eval_mode=layerwise`` evaluates on (the reorder artifact's CSR, feature file and
+    val/test nodes; layer tables beyond ``train.layerwise_memory_mb`` memmapped under ``scratch``), else None."""
+    if cfg.train.eval_mode != "layerwise":
+        return None
+    from trainer.layerwise import LayerwiseGraph
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    return LayerwiseGraph(
+        np.asarray(reorder.array("indptr.npy")), reorder.array("indices.npy"), reorder.file("features.npy"),
+        int(reorder.stats.get("feature_dim", reorder.array("features.npy").shape[1])), labels,
+        {s: np.asarray(reorder.array(f"{s}_idx.npy")) for s in ("val", "test")}, scratch,
+        memory_bytes=cfg.train.layerwise_memory_mb << 20, num_threads=cfg.train.num_threads)
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, plan: Artifact,
@@ -80,7 +102,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
                 tracker.log_params(run_params(cfg))  # the trainer logs the train section itself
-                result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm)
+                result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm,
+                               layerwise=full_graph(cfg, reorder, labels, store.tmp_dir))
                 if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
                     tracker.set_tags({"strata.warm_start_from": warm.tag})
                     tracker.log_params({"warm_start_from": warm.tag})

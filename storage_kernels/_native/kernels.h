@@ -45,6 +45,7 @@ PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* graph/sample.c: multi-hop neighbour sampling into layered blocks */
 PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_sample_dense(PyObject *self, PyObject *args, PyObject *kwargs); /* DENSE: one-hop samples reused */
 PyObject *sk_set_dense_map_limit(PyObject *self, PyObject *args); /* testing hook: force the hashed id map */
 int sk_sample_init(void); /* not a Python function: once from module init (fork safety of the id-map pool) */
 

@@ -48,6 +48,9 @@ static PyMethodDef methods[] = {
     SK_METHOD(sample_blocks, "indptr, indices, seeds, fanouts, seed, num_threads=0",
               "Multi-hop uniform neighbour sampling without replacement, relabelled into layered blocks.\n"
               "Returns (nodes, hop_counts, indptrs, cols)."),
+    SK_METHOD(sample_dense, "indptr, indices, seeds, fanouts, seed, num_threads=0",
+              "MariusGNN's DENSE sampling: every node's neighbours sampled once, by the first hop reaching it, into\n"
+              "one CSR whose prefixes are the hops' blocks. Returns (nodes, hop_counts, indptr, cols)."),
     SK_METHOD(prune_blocks, "hop_counts, indptr, cols, pulled, state, new_indptr, new_cols, new_hop_counts, "
               "edge_counts", "OUTRE's pruning of one batch's blocks: fills state (0 dropped, 1 read, 2 kept unread) "
               "and the compacted blocks."),

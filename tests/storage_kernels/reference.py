@@ -136,6 +136,40 @@ def sample_blocks_ref(indptr, indices, seeds, fanouts, seed: int):
     return np.array(nodes, dtype=np.int64), np.array(hop_counts, dtype=np.int64), indptrs, cols
 
 
+def sample_dense_ref(indptr, indices, seeds, fanouts, seed: int):
+    """(nodes, hop_counts, indptr, cols) of the DENSE kernel: one CSR; hop h samples only the nodes new after
+    hop h - 1 (stream ``(seed, h, v)``), appending their rows."""
+    seed &= MASK64
+    position: dict[int, int] = {}
+    nodes: list[int] = []
+    for b, s in enumerate(int(x) for x in seeds):
+        if s in position:
+            raise ValueError(f"duplicate seed {s} at {b}")
+        position[s] = len(nodes)
+        nodes.append(s)
+    hop_counts = [len(nodes)]
+    ptr, col = [0], []
+    first = 0
+    for h, fanout in enumerate(int(f) for f in fanouts):
+        key_h = hop_key(seed, h)
+        sampled = []
+        for v in nodes[first:]:
+            start, degree = int(indptr[v]), int(indptr[v + 1] - indptr[v])
+            picks = range(degree) if fanout < 0 or fanout >= degree else floyd_positions(stream_key(key_h, v),
+                                                                                         degree, fanout)
+            sampled.extend(int(indices[start + p]) for p in picks)
+            ptr.append(len(col) + len(sampled))
+        first = len(nodes)
+        for u in sampled:
+            if u not in position:
+                position[u] = len(nodes)
+                nodes.append(u)
+            col.append(position[u])
+        hop_counts.append(len(nodes))
+    return (np.array(nodes, dtype=np.int64), np.array(hop_counts, dtype=np.int64), np.array(ptr, dtype=np.int64),
+            np.array(col, dtype=np.int64))
+
+
 # ---- gathers and reads -----------------------------------------------------------------------------------
 
 

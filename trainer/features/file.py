@@ -1,8 +1,9 @@
 """The innermost tier: rows of a feature file read with aligned (``O_DIRECT`` when allowed) block reads.
 
 :class:`FileRows` is the reader (a ``.npy`` float32 (N, F) file whose data starts at a 4096-aligned offset,
-``docs/CONTRACTS.md``); :class:`FileTier` serves a batch's file-addressed rows through it, block-merged (each
-needed block read once: evaluation batches of the packed store) or per row (the naive baseline).
+``docs/CONTRACTS.md``; a float16 (N, 2W) file is read as W 4-byte words per row, ``storage_kernels.halfwords``);
+:class:`FileTier` serves a batch's file-addressed rows through it, block-merged (each needed block read once:
+evaluation batches of the packed store) or per row (the naive baseline).
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ class FileRows:
             raise FileNotFoundError(f"'features' expected an .npy file at {self.path} (got no such file)")
         header = read_header(self.path)
         shape, dtype, self.data_offset = header.shape, header.dtype, header.data_offset
-        if len(shape) != 2 or dtype != np.float32 or header.fortran_order:
+        half = dtype == np.float16 and len(shape) == 2 and shape[1] % 2 == 0  # rows of 4-byte words (halfwords)
+        if len(shape) != 2 or not (dtype == np.float32 or half) or header.fortran_order:
             order = "Fortran" if header.fortran_order else "C"
-            raise ValueError(f"'{self.path}' expected a 2-D C-order float32 array (got {dtype} {shape} {order})")
+            raise ValueError(f"'{self.path}' expected a 2-D C-order float32 array, or float16 with an even number "
+                             f"of columns (got {dtype} {shape} {order})")
         if self.data_offset % 4:
             raise ValueError(f"'{self.path}' expected its data at a multiple of 4 bytes (got {self.data_offset})")
-        self.num_rows, self.feature_dim = shape
+        self.num_rows, self.feature_dim = shape[0], shape[1] // 2 if half else shape[1]  # float32 words per row
         self.row_bytes = self.feature_dim * 4
         self.num_threads = int(num_threads)
         self.slot_bytes = align_up(DATA_ALIGN - 4 + self.row_bytes)  # whole blocks one row can span

@@ -10,7 +10,14 @@
  *      2^23 nodes, open addressing beyond); unseen ids are appended to `nodes`, `cols` is rewritten in
  *      place with positions.
  * Everything between argument parsing and result construction runs without the GIL, in malloc'd buffers
- * that the returned numpy arrays then own (no copies). */
+ * that the returned numpy arrays then own (no copies).
+ *
+ * DENSE mode (sample_dense, MariusGNN's Delta Encoding of Neighborhood SamplEs): hop h samples only the nodes
+ * first reached by hop h-1 (the seeds at hop 0), nodes[hop_counts[h-1]:hop_counts[h]], with fanouts[h]; a
+ * node is sampled once, by the first hop that needs it, and its neighbour list is reused at every later hop.
+ * The rows go into ONE CSR over nodes[:hop_counts[L-1]] (indptr absolute, cols appended hop after hop), so
+ * hop h's block is its prefix: indptr[:hop_counts[h]+1], cols[:indptr[hop_counts[h]]]. Node v's stream is
+ * keyed by (seed, first hop, v), so hop 0 equals sample_blocks' hop 0. */
 #include "common.h"
 #include "kernels.h"
 #include "rng.h"
@@ -381,15 +388,18 @@ static void sample_task(void *p, int tid, int nthreads) {
 /* ---- the whole job (no Python objects touched) ---- */
 
 typedef struct {
+    const char *fn; /* Python-level name, for errors */
     const int64_t *indptr, *indices, *seeds, *fanouts;
     int64_t N, E, B, L;
     uint64_t seed;
     int nthreads;
     int64_t dense_limit;
+    int delta; /* DENSE mode: one CSR, each node sampled once (see the top of the file) */
     /* outputs, malloc'd; on success ownership moves to numpy arrays */
     int64_t *nodes, nodes_cap, count;
     int64_t *hop_counts;
-    int64_t **ptrs, **cols, *ncols;
+    int64_t **ptrs, **cols, *ncols;   /* per-layer mode: one CSR per hop */
+    int64_t *dptr, *dcols, dcols_cap; /* DENSE mode: the single CSR (dptr has nodes_cap + 1 slots) */
     sk_status st;
 } sb_job;
 
@@ -399,7 +409,24 @@ static int grow_nodes(sb_job *j, int64_t cap) {
     if (nodes == NULL) return -1;
     sk_hint_hugepages(nodes, (size_t)cap * sizeof(int64_t));
     j->nodes = nodes;
+    if (j->delta) { /* the DENSE indptr has a row per known node */
+        int64_t *dptr = realloc(j->dptr, (size_t)(cap + 1) * sizeof(int64_t));
+        if (dptr == NULL) return -1;
+        j->dptr = dptr;
+    }
     j->nodes_cap = cap;
+    return 0;
+}
+
+/* DENSE mode: room for `cap` sampled edges in the single cols array. */
+static int grow_dcols(sb_job *j, int64_t cap) {
+    if (cap <= j->dcols_cap) return 0;
+    int64_t want = j->dcols_cap * 2 > cap ? j->dcols_cap * 2 : cap;
+    int64_t *cols = realloc(j->dcols, (size_t)want * sizeof(int64_t));
+    if (cols == NULL) return -1;
+    sk_hint_hugepages(cols, (size_t)want * sizeof(int64_t));
+    j->dcols = cols;
+    j->dcols_cap = want;
     return 0;
 }
 
@@ -435,21 +462,28 @@ static void sb_run(sb_job *j) {
     }
     j->count = j->B;
     j->hop_counts[0] = j->B;
+    if (j->delta) j->dptr[0] = 0;
 
     for (int64_t h = 0; h < j->L; h++) {
-        const int64_t ndst = j->count;
+        /* per-layer: every known node; DENSE: only those the previous hop reached first */
+        const int64_t first = j->delta && h > 0 ? j->hop_counts[h - 1] : 0;
+        const int64_t ndst = j->count - first;
         hop_ctx ctx = {.indptr = j->indptr,
                        .indices = j->indices,
                        .N = j->N,
                        .E = j->E,
-                       .dst = j->nodes,
+                       .dst = j->nodes + first,
                        .ndst = ndst,
                        .fanout = j->fanouts[h],
                        .hop_key = sk_rng_hop_key(j->seed, (uint64_t)h),
                        .status = ts};
-        ctx.ptr = j->ptrs[h] = malloc((size_t)(ndst + 1) * sizeof(int64_t));
-        if (ctx.ptr == NULL) goto nomem;
-        ctx.ptr[0] = 0;
+        if (j->delta) {
+            ctx.ptr = j->dptr + first; /* ptr[0] already holds the edges sampled so far: offsets are absolute */
+        } else {
+            ctx.ptr = j->ptrs[h] = malloc((size_t)(ndst + 1) * sizeof(int64_t));
+            if (ctx.ptr == NULL) goto nomem;
+            ctx.ptr[0] = 0;
+        }
         ctx.rows = malloc((size_t)(ndst > 0 ? ndst : 1) * 2 * sizeof(int64_t));
         if (ctx.rows == NULL) goto nomem;
         const int nt = sk_cap_threads(j->nthreads, ndst, SB_MIN_DST_PER_THREAD);
@@ -459,11 +493,15 @@ static void sb_run(sb_job *j) {
             goto done;
         }
         for (int64_t i = 0; i < ndst; i++) ctx.ptr[i + 1] += ctx.ptr[i];
-        const int64_t ne = ctx.ptr[ndst];
+        const int64_t base = ctx.ptr[0], ne = ctx.ptr[ndst] - base;
 
-        ctx.out = j->cols[h] = malloc((size_t)(ne > 0 ? ne : 1) * sizeof(int64_t));
-        sk_hint_hugepages(ctx.out, (size_t)ne * sizeof(int64_t));
-        j->ncols[h] = ne;
+        if (j->delta) {
+            ctx.out = grow_dcols(j, base + ne > 0 ? base + ne : 1) < 0 ? NULL : j->dcols;
+        } else {
+            ctx.out = j->cols[h] = malloc((size_t)(ne > 0 ? ne : 1) * sizeof(int64_t));
+            sk_hint_hugepages(ctx.out, (size_t)ne * sizeof(int64_t));
+            j->ncols[h] = ne;
+        }
         const int sampled = ctx.out == NULL ? -2 : run_pass(j, &ctx, ts, nt, sample_task);
         free(ctx.rows);
         if (sampled == -2) goto nomem;
@@ -477,7 +515,7 @@ static void sb_run(sb_job *j) {
         }
         /* one spare slot: the dense relabel stores each id at nodes[count] before deciding to count it */
         if (grow_nodes(j, bound + 1) < 0 || idmap_reserve(&map, bound) < 0) goto nomem;
-        const int64_t count = relabel(&map, ctx.out, ne, j->nodes, j->count);
+        const int64_t count = relabel(&map, ctx.out + base, ne, j->nodes, j->count);
         j->count = count;
         j->hop_counts[h + 1] = count;
     }
@@ -500,6 +538,9 @@ static void sb_free(sb_job *j) {
     free(j->ptrs);
     free(j->cols);
     free(j->ncols);
+    free(j->dptr);
+    free(j->dcols);
+    j->dptr = j->dcols = NULL;
     j->nodes = j->hop_counts = NULL;
     j->ptrs = j->cols = NULL;
     j->ncols = NULL;
@@ -509,25 +550,25 @@ static void sb_raise(const sb_job *j) {
     const sk_status *st = &j->st;
     switch (st->code) {
     case SB_BAD_SEED:
-        sk_raise_index("sample_blocks", "seeds", "node ids", j->N, st->a, st->b);
+        sk_raise_index(j->fn, "seeds", "node ids", j->N, st->a, st->b);
         break;
     case SB_DUP_SEED:
         PyErr_Format(PyExc_ValueError,
-                     "sample_blocks: 'seeds' expected unique ids (got seeds[%lld]=%lld, already at seeds[%lld])",
+                     "%s: 'seeds' expected unique ids (got seeds[%lld]=%lld, already at seeds[%lld])", j->fn,
                      (long long)st->a, (long long)st->b, (long long)st->c);
         break;
     case SB_BAD_INDPTR:
         PyErr_Format(PyExc_ValueError,
-                     "sample_blocks: 'indptr' expected 0 <= indptr[v] <= indptr[v+1] <= len(indices)=%lld "
+                     "%s: 'indptr' expected 0 <= indptr[v] <= indptr[v+1] <= len(indices)=%lld "
                      "(got indptr[%lld]=%lld, indptr[%lld]=%lld)",
-                     (long long)j->E, (long long)st->a, (long long)st->b, (long long)st->a + 1, (long long)st->c);
+                     j->fn, (long long)j->E, (long long)st->a, (long long)st->b, (long long)st->a + 1, (long long)st->c);
         break;
     case SB_BAD_NEIGHBOUR:
-        sk_raise_index("sample_blocks", "indices", "node ids", j->N, st->a, st->b);
+        sk_raise_index(j->fn, "indices", "node ids", j->N, st->a, st->b);
         break;
     case SB_TOO_MANY:
         PyErr_Format(PyExc_ValueError,
-                     "sample_blocks: hop %lld expected at most 2**31 - 1 sampled nodes (got up to %lld possible)",
+                     "%s: hop %lld expected at most 2**31 - 1 sampled nodes (got up to %lld possible)", j->fn,
                      (long long)st->a, (long long)st->b);
         break;
     default:
@@ -535,22 +576,25 @@ static void sb_raise(const sb_job *j) {
     }
 }
 
-PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
+/* Shared entry of sample_blocks (delta = 0) and sample_dense (delta = 1): the same arguments and checks. */
+static PyObject *sample_entry(PyObject *args, PyObject *kwargs, int delta) {
     static char *kwlist[] = {"indptr", "indices", "seeds", "fanouts", "seed", "num_threads", NULL};
     PyObject *indptr_obj, *indices_obj, *seeds_obj, *fanouts_obj, *seed_obj;
     Py_ssize_t num_threads = 0;
     Py_buffer indptr = {0}, indices = {0}, seeds = {0}, fanouts = {0};
     sb_job job = {0};
-    PyObject *nodes_arr = NULL, *hop_arr = NULL, *ptr_list = NULL, *col_list = NULL;
-    const char *fn = "sample_blocks";
+    PyObject *nodes_arr = NULL, *hop_arr = NULL, *ptr_out = NULL, *col_out = NULL;
+    const char *fn = delta ? "sample_dense" : "sample_blocks";
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|n:sample_blocks", kwlist, &indptr_obj, &indices_obj,
-                                     &seeds_obj, &fanouts_obj, &seed_obj, &num_threads))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, delta ? "OOOOO|n:sample_dense" : "OOOOO|n:sample_blocks", kwlist,
+                                     &indptr_obj, &indices_obj, &seeds_obj, &fanouts_obj, &seed_obj, &num_threads))
         return NULL;
     if (!PyLong_Check(seed_obj)) {
-        PyErr_Format(PyExc_TypeError, "sample_blocks: 'seed' expected an int (got %s)", Py_TYPE(seed_obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: 'seed' expected an int (got %s)", fn, Py_TYPE(seed_obj)->tp_name);
         return NULL;
     }
+    job.fn = fn;
+    job.delta = delta;
     job.seed = (uint64_t)PyLong_AsUnsignedLongLongMask(seed_obj);
     job.dense_limit = dense_limit;
     if (PyErr_Occurred()) return NULL;
@@ -560,7 +604,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (sk_get_buffer(seeds_obj, fn, "seeds", SK_INT64, 1, 0, &seeds) < 0) goto fail;
     if (sk_get_buffer(fanouts_obj, fn, "fanouts", SK_INT64, 1, 0, &fanouts) < 0) goto fail;
     if (sk_len(&indptr) < 1) {
-        PyErr_SetString(PyExc_ValueError, "sample_blocks: 'indptr' expected num_nodes + 1 >= 1 entries (got 0)");
+        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected num_nodes + 1 >= 1 entries (got 0)", fn);
         goto fail;
     }
     job.indptr = indptr.buf;
@@ -573,7 +617,7 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     job.L = sk_len(&fanouts);
     for (int64_t h = 0; h < job.L; h++) {
         if (job.fanouts[h] < -1) {
-            PyErr_Format(PyExc_ValueError, "sample_blocks: 'fanouts' expected values >= -1 (got fanouts[%lld]=%lld)",
+            PyErr_Format(PyExc_ValueError, "%s: 'fanouts' expected values >= -1 (got fanouts[%lld]=%lld)", fn,
                          (long long)h, (long long)job.fanouts[h]);
             goto fail;
         }
@@ -583,7 +627,8 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     job.ptrs = calloc((size_t)job.L + 1, sizeof(int64_t *));
     job.cols = calloc((size_t)job.L + 1, sizeof(int64_t *));
     job.ncols = calloc((size_t)job.L + 1, sizeof(int64_t));
-    if (job.hop_counts == NULL || job.ptrs == NULL || job.cols == NULL || job.ncols == NULL) {
+    if (job.hop_counts == NULL || job.ptrs == NULL || job.cols == NULL || job.ncols == NULL ||
+        (delta && grow_dcols(&job, 1) < 0)) { /* never empty: an array must own a non-NULL buffer */
         PyErr_NoMemory();
         goto fail;
     }
@@ -604,23 +649,34 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     nodes_arr = sk_int64_array_from_malloc(job.nodes, job.count);
     job.nodes = NULL;
     if (nodes_arr == NULL) goto fail;
+    /* hop_counts is owned by hop_arr after this; read it back from the array. */
     hop_arr = sk_int64_array_from_malloc(job.hop_counts, job.L + 1);
     job.hop_counts = NULL;
     if (hop_arr == NULL) goto fail;
-    if ((ptr_list = PyList_New((Py_ssize_t)job.L)) == NULL || (col_list = PyList_New((Py_ssize_t)job.L)) == NULL)
-        goto fail;
-    {
-        /* hop_counts is owned by hop_arr now; read it back from the array. */
-        const int64_t *hc = (const int64_t *)PyArray_DATA((PyArrayObject *)hop_arr);
+    const int64_t *hc = (const int64_t *)PyArray_DATA((PyArrayObject *)hop_arr);
+    if (delta) { /* one CSR over the nodes sampled by some hop: nodes[:hop_counts[L-1]] */
+        const int64_t rows = job.L > 0 ? hc[job.L - 1] : 0;
+        ptr_out = sk_int64_array_from_malloc(job.dptr, rows + 1);
+        job.dptr = NULL;
+        if (ptr_out == NULL) goto fail;
+        const int64_t ne = ((const int64_t *)PyArray_DATA((PyArrayObject *)ptr_out))[rows];
+        int64_t *dcols = realloc(job.dcols, (size_t)(ne > 0 ? ne : 1) * sizeof(int64_t));
+        if (dcols != NULL) job.dcols = dcols;
+        col_out = sk_int64_array_from_malloc(job.dcols, ne);
+        job.dcols = NULL;
+        if (col_out == NULL) goto fail;
+    } else {
+        if ((ptr_out = PyList_New((Py_ssize_t)job.L)) == NULL || (col_out = PyList_New((Py_ssize_t)job.L)) == NULL)
+            goto fail;
         for (int64_t h = 0; h < job.L; h++) {
             PyObject *p = sk_int64_array_from_malloc(job.ptrs[h], hc[h] + 1);
             job.ptrs[h] = NULL;
             if (p == NULL) goto fail;
-            PyList_SET_ITEM(ptr_list, h, p);
+            PyList_SET_ITEM(ptr_out, h, p);
             PyObject *c = sk_int64_array_from_malloc(job.cols[h], job.ncols[h]);
             job.cols[h] = NULL;
             if (c == NULL) goto fail;
-            PyList_SET_ITEM(col_list, h, c);
+            PyList_SET_ITEM(col_out, h, c);
         }
     }
     sb_free(&job);
@@ -628,8 +684,8 @@ PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (result == NULL) goto fail;
     PyTuple_SET_ITEM(result, 0, nodes_arr);
     PyTuple_SET_ITEM(result, 1, hop_arr);
-    PyTuple_SET_ITEM(result, 2, ptr_list);
-    PyTuple_SET_ITEM(result, 3, col_list);
+    PyTuple_SET_ITEM(result, 2, ptr_out);
+    PyTuple_SET_ITEM(result, 3, col_out);
     return result;
 
 fail:
@@ -637,7 +693,11 @@ fail:
     sb_free(&job);
     Py_XDECREF(nodes_arr);
     Py_XDECREF(hop_arr);
-    Py_XDECREF(ptr_list);
-    Py_XDECREF(col_list);
+    Py_XDECREF(ptr_out);
+    Py_XDECREF(col_out);
     return NULL;
 }
+
+PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs) { return sample_entry(args, kwargs, 0); }
+
+PyObject *sk_sample_dense(PyObject *self, PyObject *args, PyObject *kwargs) { return sample_entry(args, kwargs, 1); }
