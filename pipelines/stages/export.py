@@ -64,7 +64,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         with tracker.attach(run_id):  # the finished training run also gets the export files
             tracker.log_artifact(onnx_path, "model")
         name = model_name_for(cfg)
-        version, champion = tracker.register(run_id, name, "model", float(train.stats["val_acc"]))
+        version, champion = tracker.register(run_id, name, "model", float(train.stats["val_acc"]),
+                                             artifact_version=train.version)  # once per train artifact
         if progress:
             progress("export: registered", 3, 3)
         builder.stats.update(

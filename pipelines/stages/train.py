@@ -9,6 +9,7 @@ per-epoch metrics. The version carries the policy's name and the resolved device
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,10 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     def build(builder: ArtifactBuilder) -> None:
         import torch
 
+        from pipelines.recovery import MLFLOW_OWNER_PREFIX
+        from storage_kernels.owner import Owner
+
+        run_cfg, resumed = resumable(store, cfg.dataset_name, builder.version, tcfg)
         sample_set = SampleSet(sample.path)
         labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
@@ -71,10 +76,12 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
                 progress("train: epochs", epoch + 1, tcfg.epochs)
 
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
-                "strata.policy": cfg.policy, **{f"strata.upstream.{k}": v.version for k, v in upstream.items()}}
+                "strata.policy": cfg.policy, **{f"strata.upstream.{k}": v.version for k, v in upstream.items()},
+                **Owner.me().tags(MLFLOW_OWNER_PREFIX),  # a later run fails this one if we are killed
+                **({"strata.resumed_from": resumed} if resumed else {})}
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
-                result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm)
+                result = train(run_cfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm)
                 if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
                     tracker.set_tags({"strata.warm_start_from": warm.tag})
                     tracker.log_params({"warm_start_from": warm.tag})
@@ -103,9 +110,33 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
 
     result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
                          derived=_derived(device, warm))
+    shutil.rmtree(store.resume_dir(cfg.dataset_name, "train", result.version), ignore_errors=True)  # done
     if warm is not None or cfg.train.warm_start != "none":
         result.notes.append(_warm_note(result, warm))
     return result
+
+
+def resumable(store: ArtifactStore, dataset: str, version: str, tcfg: Any) -> tuple[Any, str]:
+    """``tcfg`` set to checkpoint into the resume dir of this ``train`` version (unless it names its own
+    ``checkpoint_path``), and to resume from the checkpoint a killed run left there (unless it names its own
+    ``resume``). Returns the config and the checkpoint resumed from ('' = none).
+
+    The checkpoint lives under ``<root>/.tmp/resume/`` keyed by the artifact's version, so a rerun of the
+    same configuration finds it, and the stale-temp cleanup keeps it until the artifact is published.
+    """
+    if tcfg.checkpoint_path:
+        return tcfg, tcfg.resume
+    path = store.resume_dir(dataset, "train", version) / "checkpoint.pt"
+    resume = tcfg.resume
+    if not resume and path.is_file():
+        from trainer.checkpoint import load_checkpoint
+
+        try:
+            load_checkpoint(path)
+            resume = str(path)
+        except (ValueError, KeyError, OSError):  # unreadable: train from scratch rather than fail the stage
+            path.unlink(missing_ok=True)
+    return dataclasses.replace(tcfg, checkpoint_path=str(path), resume=resume), resume
 
 
 def _warm_start(store: ArtifactStore, cfg: PipelineConfig) -> WarmStart | None:
