@@ -108,8 +108,8 @@ class StrataGroup(TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt,
-                SystemExit):
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.exceptions.Abort,
+                KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
             if is_debug(ctx):
