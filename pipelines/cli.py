@@ -418,7 +418,6 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         return
 
     import dagster as dg
-    from dagster import DagsterInstance
 
     from pipelines.definitions import STRATA_JOB, make_definitions
     from pipelines.resources import RESOURCE_KEY, build_resources
@@ -439,8 +438,11 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
 
     start = time.perf_counter()
     # one run per dataset and root at a time: a second run waits here, then reuses what the first built
-    with dataset_lock(paths.root, cfg.dataset_name, on_wait=lambda m: err.print(f"strata run: {m}", highlight=False)), \
-            _dagster_home(paths), _quiet_libraries(verbose), DagsterInstance.get() as instance:
+    def waiting(message: str) -> None:
+        err.print(f"strata run: {message}", highlight=False)
+
+    with dataset_lock(paths.root, cfg.dataset_name, on_wait=waiting), _dagster_home(paths), \
+            _quiet_libraries(verbose), _dagster_instance(paths) as instance:
         recovered = recover(paths, instance).message()  # leftovers of killed runs (dead owners only)
         if recovered:
             err.print(f"strata run: {recovered}", highlight=False)
@@ -463,6 +465,17 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         except (OSError, RuntimeError, ValueError) as e:  # TimeoutError is an OSError
             _fail(f"strata {until or 'run'}: {e}")
     _emit_summary(summary, start, json_out)
+
+
+def _dagster_instance(paths: StrataPaths) -> Any:
+    """``DagsterInstance.get()``, created under a root-wide lock: the first use of a fresh ``dagster_home``
+    creates its SQLite schema, which runs of two datasets on one root must not do at once."""
+    from dagster import DagsterInstance
+
+    from storage_kernels.locks import root_lock
+
+    with root_lock(paths.root, "dagster"):
+        return DagsterInstance.get()
 
 
 def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbose: bool, until: str | None

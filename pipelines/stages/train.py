@@ -63,13 +63,17 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         from pipelines.recovery import MLFLOW_OWNER_PREFIX
         from storage_kernels.owner import Owner
 
-        run_cfg, resumed = resumable(store, cfg.dataset_name, builder.version, tcfg)
         sample_set = SampleSet(sample.path)
         labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
         source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
+        # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
+        # a data parallel run would have to resume together: those train from scratch after a kill
+        stateless = getattr(source, "train_hook", None) is None and "world_size" not in _derived(device)
+        run_cfg, resumed = (resumable(store, cfg.dataset_name, builder.version, tcfg) if stateless
+                            else (tcfg, tcfg.resume))
 
         def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
             if progress:
