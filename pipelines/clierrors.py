@@ -84,6 +84,10 @@ def _database_error(e: BaseException) -> str | None:
 
 def describe(exc: BaseException) -> tuple[str, int]:
     """``(one line, exit code)`` for an exception escaping a command."""
+    known = (ValueError, OSError, pickle.UnpicklingError, RuntimeError, KeyError)
+    own = _first_line(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+    if isinstance(exc, known) and own.startswith("'"):  # the project's own message already names what and where
+        return own, EXIT_KNOWN
     chain = _chain(exc)
     for e in chain:  # the root cause that says most: an OS or database error anywhere in the chain
         if isinstance(e, OSError) and e.errno is not None:
@@ -94,10 +98,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
         message = _database_error(e)
         if message:
             return message, EXIT_KNOWN
-    if isinstance(exc, (ValueError, OSError, pickle.UnpicklingError, RuntimeError, KeyError)):
-        text = _first_line(exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc))
-        if text:
-            return text, EXIT_KNOWN
+    if isinstance(exc, known) and own:
+        return own, EXIT_KNOWN
     return (f"internal error: {type(exc).__name__}: {_first_line(str(exc))} (rerun with `strata --debug ...` "
             "for the traceback)", EXIT_UNKNOWN)
 

@@ -205,3 +205,15 @@ def test_ogb_csv_errors_never_quote_the_row(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as info:
         list(source.edge_chunks())
     assert "edge.csv" in str(info.value) and "SECRET" not in str(info.value)
+
+
+def test_the_projects_own_message_wins_over_its_cause() -> None:
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/d/x.npy")
+        except OSError as cause:
+            raise ValueError("'/d/x.npy' expected a .npy array for 'features' (got OSError)") from cause
+    except ValueError as e:
+        assert describe(e) == ("'/d/x.npy' expected a .npy array for 'features' (got OSError)", 2)
+    assert describe(KeyError("'f.npy' expected one of the files (got none)")) == (
+        "'f.npy' expected one of the files (got none)", 2)
