@@ -114,8 +114,8 @@ class StrataGroup(TyperGroup):
                 KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
-            if is_debug(ctx):
-                raise
+            if is_debug(ctx) or type(exc).__module__.split(".")[0] in ("typer", "click"):
+                raise  # usage errors (BadParameter, ...) and exits are the CLI framework's to report
             message, code = describe(exc)
             click.echo(f"error: {message}", err=True)
             raise typer.Exit(code) from None
