@@ -437,10 +437,10 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     from storage_kernels.owner import Owner
 
     start = time.perf_counter()
-    # one run per dataset and root at a time: a second run waits here, then reuses what the first built
     def waiting(message: str) -> None:
         err.print(f"strata run: {message}", highlight=False)
 
+    # one run per dataset and root at a time: a second run waits here, then reuses what the first built
     with dataset_lock(paths.root, cfg.dataset_name, on_wait=waiting), _dagster_home(paths), \
             _quiet_libraries(verbose), _dagster_instance(paths) as instance:
         recovered = recover(paths, instance).message()  # leftovers of killed runs (dead owners only)

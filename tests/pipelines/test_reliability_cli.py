@@ -89,15 +89,24 @@ def test_two_runs_on_one_root_both_succeed_and_register_once(tmp_path: Path, tri
     assert dupes == [] and total is not None and total[0] > 0
 
 
-def _wait_for_checkpoint(root: Path, proc: subprocess.Popen, timeout: float = 400) -> Path:
-    deadline = time.monotonic() + timeout
+def _wait_for_step(root: Path, proc: subprocess.Popen, step: int, timeout: float = 400) -> Path:
+    """The resume checkpoint once it holds at least ``step`` optimizer steps (the run still training)."""
+    from trainer.checkpoint import load_checkpoint
+
+    deadline, seen = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        found = sorted((root / ".tmp" / "resume").glob("tiny-train-*/checkpoint.pt"))
-        if found:
-            return found[0]
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.05)
-    raise AssertionError("no checkpoint appeared while training")
+        for path in (root / ".tmp" / "resume").glob("tiny-train-*/checkpoint.pt"):
+            try:
+                stamp = path.stat().st_mtime_ns
+                if stamp != seen:
+                    seen = stamp
+                    if load_checkpoint(path)["step"] >= step:
+                        return path
+            except (OSError, ValueError):  # replaced or removed meanwhile: look again
+                pass
+        time.sleep(0.01)
+    raise AssertionError(f"no checkpoint at step >= {step} appeared while training")
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +121,8 @@ def test_kill_during_training_then_rerun_resumes_to_the_same_weights(
     full_root, full = uninterrupted
     root = tmp_path / "killed"
     victim = _strata(root, *RESUMABLE)
-    checkpoint = _wait_for_checkpoint(root, victim)
-    time.sleep(random.Random(trial).uniform(0.0, 1.0))  # somewhere in training, after the first checkpoint
-    assert victim.poll() is None, "the run finished before the kill: raise train.epochs"
+    # somewhere in training (12 epochs of ~24 steps): after a checkpoint at a step chosen per trial
+    checkpoint = _wait_for_step(root, victim, 4 * random.Random(trial).randint(1, 50))
     os.killpg(victim.pid, signal.SIGKILL)
     victim.communicate()
     assert checkpoint.is_file(), "training had finished before the kill: raise train.epochs"
