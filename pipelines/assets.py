@@ -26,6 +26,7 @@ from pipelines.graph import STAGES, Stage
 from pipelines.resources import RunReporter, StrataResource
 from pipelines.stages.common import Progress
 from storage_kernels.catalog import artifact_metrics
+from storage_kernels.locks import dataset_lock
 from storage_kernels.store import Artifact
 
 __all__ = ["ALL_ASSETS", "ALL_CHECKS", "asset_for", "checks_for"]
@@ -80,7 +81,9 @@ def _materialize(context: dg.AssetExecutionContext, strata: StrataResource, repo
     reporter.stage_started(stage.name)
     start = time.perf_counter()
     try:
-        result = runner.result(stage.name, progress=_progress_callback(context, reporter, stage.name))
+        # a run launched elsewhere (the UI) waits for a CLI run on the same dataset; re-entrant for the CLI's own
+        with dataset_lock(runner.store.root, runner.cfg.dataset_name, on_wait=context.log.info):
+            result = runner.result(stage.name, progress=_progress_callback(context, reporter, stage.name))
     except BaseException as e:
         reporter.stage_failed(stage.name, e)
         raise

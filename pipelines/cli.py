@@ -28,6 +28,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TaskProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from pipelines.clierrors import StrataGroup
 from pipelines.config import PipelineConfig
 from pipelines.models_cli import models_app
 from pipelines.verify import command as verify_command
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["app"]
 
 app = typer.Typer(
+    cls=StrataGroup,  # an exception escaping a command: one line on stderr, exit 2 (known) or 1
     name="strata",
     help="Out-of-core GNN training: Dagster-staged artifacts, a C storage engine, MLflow tracking.",
     no_args_is_help=True,
@@ -67,6 +69,13 @@ SetOption = typer.Option(None, "--set", help="Override a setting: section.key=va
 ConfigOption = typer.Option(None, "--config", "-c", help="YAML or JSON PipelineConfig file.", dir_okay=False)
 
 
+@app.callback()
+def _main(ctx: typer.Context, debug: bool = typer.Option(
+        False, "--debug", help="Show the full traceback of an error (also STRATA_DEBUG=1).")) -> None:
+    """Out-of-core GNN training: Dagster-staged artifacts, a C storage engine, MLflow tracking."""
+    ctx.obj = {"debug": debug}
+
+
 # ------------------------------------------------------------------------------------------- helpers
 
 
@@ -86,7 +95,10 @@ def _load_config(dataset: str | None, config: Path | None, overrides: list[str] 
 def _paths(root: str | None, create: bool = True) -> StrataPaths:
     from pipelines.settings import StrataPaths, resolve_root
 
-    return StrataPaths.at(root) if create else StrataPaths(resolve_root(root))
+    resolved = resolve_root(root)
+    if resolved.exists() and not resolved.is_dir():
+        _fail(f"'--root' expected a directory (got a file: {resolved})", code=2)
+    return StrataPaths.at(root) if create else StrataPaths(resolved)
 
 
 @contextlib.contextmanager
@@ -406,7 +418,6 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         return
 
     import dagster as dg
-    from dagster import DagsterInstance
 
     from pipelines.definitions import STRATA_JOB, make_definitions
     from pipelines.resources import RESOURCE_KEY, build_resources
@@ -421,15 +432,29 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     if not json_out:
         err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}"
                   + (f" (until {until})" if until else ""), highlight=False)
+    from pipelines.recovery import DAGSTER_OWNER_PREFIX, recover
+    from storage_kernels.locks import dataset_lock
+    from storage_kernels.owner import Owner
+
     start = time.perf_counter()
-    with _dagster_home(paths), _quiet_libraries(verbose), DagsterInstance.get() as instance, reporter:
-        result = job.execute_in_process(
-            instance=instance,
-            run_config=run_config,
-            raise_on_error=False,
-            asset_selection=[dg.AssetKey(name) for name in selected] if until else None,
-            tags={"strata/dataset": cfg.dataset_name, "strata/launched_by": "cli"},
-        )
+    def waiting(message: str) -> None:
+        err.print(f"strata run: {message}", highlight=False)
+
+    # one run per dataset and root at a time: a second run waits here, then reuses what the first built
+    with dataset_lock(paths.root, cfg.dataset_name, on_wait=waiting), _dagster_home(paths), \
+            _quiet_libraries(verbose), _dagster_instance(paths) as instance:
+        recovered = recover(paths, instance).message()  # leftovers of killed runs (dead owners only)
+        if recovered:
+            err.print(f"strata run: {recovered}", highlight=False)
+        with reporter:
+            result = job.execute_in_process(
+                instance=instance,
+                run_config=run_config,
+                raise_on_error=False,
+                asset_selection=[dg.AssetKey(name) for name in selected] if until else None,
+                tags={"strata/dataset": cfg.dataset_name, "strata/launched_by": "cli",
+                      **Owner.me().tags(DAGSTER_OWNER_PREFIX)},  # the next run fails this one if it is killed
+            )
     if not result.success:
         _fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n"
               + _failure_message(result, verbose))
@@ -440,6 +465,17 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
         except (OSError, RuntimeError, ValueError) as e:  # TimeoutError is an OSError
             _fail(f"strata {until or 'run'}: {e}")
     _emit_summary(summary, start, json_out)
+
+
+def _dagster_instance(paths: StrataPaths) -> Any:
+    """``DagsterInstance.get()``, created under a root-wide lock: the first use of a fresh ``dagster_home``
+    creates its SQLite schema, which runs of two datasets on one root must not do at once."""
+    from dagster import DagsterInstance
+
+    from storage_kernels.locks import root_lock
+
+    with root_lock(paths.root, "dagster"):
+        return DagsterInstance.get()
 
 
 def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbose: bool, until: str | None

@@ -23,9 +23,9 @@ import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from storage_kernels.registry import Registry
@@ -81,6 +81,21 @@ def _models() -> Registry[Any]:
     return MODELS
 
 
+#: Bounds of every seed: numpy's generators and the C kernels take a non-negative int64.
+_SEED = {"ge": 0, "lt": 1 << 63}
+
+
+def _fanouts_valid(value: list[int]) -> list[int]:
+    """Each hop samples at least one neighbour, or all of them (-1); a 0 would train on the seeds alone."""
+    if not value or any(f != -1 and f < 1 for f in value):
+        raise ValueError(f"a non-empty list of neighbours per hop, each >= 1 or -1 for all (got {value})")
+    return value
+
+
+#: ``sample.fanouts``: checked as a whole, so the message shows the list.
+Fanouts = Annotated[list[int], AfterValidator(_fanouts_valid)]
+
+
 class _Section(BaseModel):
     """A frozen config section.
 
@@ -131,7 +146,8 @@ class ReorderConfig(_Section):
         "hub), rcm (reverse Cuthill-McKee), community (Rabbit Order: hierarchical communities, hubs first) or "
         "partition (nodes of each partition contiguous).",
     )
-    seed: int = setting(0, "Seed of the random order and of community detection tie-breaks.", artifact="selected")
+    seed: int = setting(0, "Seed of the random order and of community detection tie-breaks.", artifact="selected",
+                        **_SEED)
     chunk_rows: int = setting(65_536, "Rows per chunk when rewriting features.", artifact=False, gt=0)
     memory_mb: int = setting(1024, "Memory budget of the external permutation (bucket size).", artifact=False,
                              gt=0)
@@ -163,7 +179,7 @@ class PartitionConfig(_Section):
     )
     num_parts: int = setting(16, "Number of partitions.", gt=0)
     imbalance: float = setting(0.05, "Allowed imbalance: every part holds <= (1+imbalance)*N/p nodes.", ge=0)
-    seed: int = setting(0, "Seed for stream order and tie-breaks.")
+    seed: int = setting(0, "Seed for stream order and tie-breaks.", **_SEED)
     chunk_nodes: int = setting(1_000_000, "Nodes per streamed chunk (fennel, grem).", artifact="selected", gt=0)
     train_penalty: float = setting(1.0, "OUTRE: weight of the training-node balance penalty (fennel).",
                                    artifact="selected", ge=0)
@@ -190,13 +206,14 @@ class SampleConfig(_Section):
 
     sampler: str = setting("uniform", "Neighbour sampler (pipelines.samplers): uniform (per-layer, without "
                            "replacement) or dense (MariusGNN's DENSE: one-hop samples reused across hops).")
-    fanouts: list[int] = setting(default_factory=lambda: [10, 10], description="Neighbours per hop, seeds first.")
+    fanouts: Fanouts = setting(default_factory=lambda: [10, 10],
+                               description="Neighbours per hop, seeds first (each >= 1, or -1 for all).")
     batch_size: int = setting(1024, "Seed nodes per mini-batch.", gt=0)
     epochs: int = setting(3, "Training epochs sampled offline (reused cyclically).", gt=0)
     eval_batch_size: int = setting(
         16384, "Seeds per validation/test batch (large, because eval neighbourhoods overlap).", gt=0
     )
-    seed: int = setting(0, "Sampling seed.")
+    seed: int = setting(0, "Sampling seed.", **_SEED)
     num_threads: int = setting(0, "Sampler threads (0 = all cores); output does not depend on it.",
                                artifact=False, ge=0)
     batching: Literal["random", "partition"] = setting(
@@ -268,7 +285,8 @@ class PackConfig(_Section):
 
 class ExportConfig(_Section):
     opset: int = setting(18, "ONNX opset (>= 18 for scatter_reduce max/min).", ge=18)
-    model_name: str | None = setting(None, "Registered model name (default strata-<dataset>).")
+    model_name: str | None = setting(None, "Registered model name (default strata-<dataset>).", min_length=1,
+                                     max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     web_seeds: int = setting(32, "Validation seeds in the browser app's sample subgraph (subgraph.json/.bin).",
                              gt=0)
     calibration_batches: int = setting(4, "Training batches that calibrate the int8 variant's activation ranges.",
@@ -305,6 +323,15 @@ class PipelineConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PipelineConfig:
+        """Checks across sections (each section checked its own fields already)."""
+        hops = len(self.sample.fanouts)
+        if self.train.num_layers not in (0, hops):
+            raise ValueError(f"'train.num_layers' expected 0 or len(sample.fanouts) = {hops} "
+                             f"(got {self.train.num_layers})")
+        return self
 
     @property
     def dataset_name(self) -> str:
@@ -426,19 +453,45 @@ def _explain(error: Mapping[str, Any]) -> str:
         text = message.removeprefix("Value error, ")
         return text if text.startswith("'") else f"'{loc}' expected {text}"
     got = error.get("input")
+    bound = _BOUNDS.get(kind)
+    ctx = error.get("ctx") or {}
+    if bound is not None and bound[1] in ctx:
+        return f"'{loc}' expected {bound[0]} {ctx[bound[1]]} (got {got!r})"
     return f"'{loc}' expected {message[:1].lower() + message[1:]} (got {got!r})"
 
 
+# pydantic's constraint errors, as "expected >= 1 (got 0)": error type -> (operator, key of its ctx)
+_BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
+           "less_than_equal": ("<=", "le"), "string_too_short": ("a length >=", "min_length"),
+           "string_too_long": ("a length <=", "max_length"), "string_pattern_mismatch": ("a match of", "pattern")}
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
+    """The file's mapping; every problem is a ``ValueError`` naming the file and the position, never quoting
+    the file's text (a wrong ``--config`` may point at anything)."""
     if not path.exists():
         raise FileNotFoundError(f"'--config' expected an existing YAML or JSON file (got {path})")
-    text = path.read_text()
+    if not path.is_file():
+        raise ValueError(f"'--config' expected a YAML or JSON file (got a directory or special file: {path})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"'{path}' expected UTF-8 text (got a binary file: byte {e.start})") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "unknown position"
+            raise ValueError(f"'{path}' expected valid YAML (got a syntax error at {where})") from None
     else:
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"'{path}' expected valid JSON (got a syntax error at line {e.lineno}, "
+                             f"column {e.colno})") from None
     if not isinstance(data, dict):
         raise ValueError(f"'{path}' expected a mapping at the top level (got {type(data).__name__})")
     return data

@@ -47,6 +47,7 @@ def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact
         tracker.log_artifact(onnx_path, "export")
         for path in extra_files:
             tracker.log_artifact(path, "export")
-    version, champion = tracker.register(run_id, model_name, None, val_acc, model_id=model_id)
+    version, champion = tracker.register(run_id, model_name, None, val_acc, model_id=model_id,
+                                         artifact_version=train.version)  # once per train artifact
     return {"model_version": version, "champion_version": champion, "mlflow_model_id": model_id,
             "mlflow_model_uri": model_uri(model_name, version)}

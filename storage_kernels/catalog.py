@@ -298,7 +298,11 @@ class Catalog:
         metrics: dict[str, float],
         step: int | None = None,
     ) -> None:
-        """Append one row per metric (``key -> value``) for an artifact, at ``step`` (optional)."""
+        """Record one row per metric (``key -> value``) for an artifact, at ``step`` (optional).
+
+        A metric recorded again for the same artifact, key and step replaces the earlier row (two runs that
+        both built the same artifact, or a retried step, never leave duplicate rows).
+        """
         if not isinstance(metrics, dict):
             raise ValueError(f"'metrics' expected a dict str -> float (got {type(metrics).__name__})")
         rows = []
@@ -320,13 +324,19 @@ class Catalog:
                 ]
             )
         if rows:
-            self._write(
-                lambda con: con.executemany(
-                    "INSERT INTO metrics (dataset, stage, version, key, value, step, recorded_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-            )
+            self._write(lambda con: self._replace_metrics(con, rows))
+
+    @staticmethod
+    def _replace_metrics(con: duckdb.DuckDBPyConnection, rows: list[list[Any]]) -> None:
+        con.executemany(
+            "DELETE FROM metrics WHERE dataset = ? AND stage = ? AND version = ? AND key = ? "
+            "AND step IS NOT DISTINCT FROM ?",
+            [[*row[:4], row[5]] for row in rows],
+        )
+        con.executemany(
+            "INSERT INTO metrics (dataset, stage, version, key, value, step, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
 
     def forget_artifact(self, dataset: str, stage: str, version: str) -> None:
         """Remove one artifact's rows (artifact, files, lineage, metrics): it was quarantined or deleted."""

@@ -27,7 +27,6 @@ import json as _json
 import os
 import re
 import shutil
-import socket
 import sys
 import time
 import uuid
@@ -43,6 +42,7 @@ import numpy as np
 from .arrays import ArrayWriter, FileInfo, file_checksum, file_info, open_array, save_array
 from .catalog import Catalog
 from .integrity import integrity_record, manifest_digest
+from .owner import Owner, host_name
 
 if TYPE_CHECKING:  # pyarrow is imported where Parquet is used: keeps `import` cheap for workers
     import pyarrow as pa
@@ -55,7 +55,9 @@ TMP_NAME = ".tmp"
 VERSION_CHARS = 12
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_TMP_RE = re.compile(r"(?P<pid>\d+)-(?P<id>[0-9a-f]+)-(?P<host>[A-Za-z0-9_.-]*)")
+_TMP_RE = re.compile(r"(?P<pid>\d+)(?:\.(?P<start>\d+))?-(?P<id>[0-9a-f]+)-(?P<host>[A-Za-z0-9_.-]*)")
+#: Under the temp dir: checkpoints of interrupted stages, kept for a resume (``ArtifactStore.resume_dir``).
+RESUME_NAME = "resume"
 _T = TypeVar("_T")
 _MANIFEST_KEYS = ("dataset", "stage", "version", "files", "params", "upstream", "created_at")
 
@@ -140,24 +142,7 @@ def _fsync_path(path: Path) -> None:
 
 
 def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64]
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live (non-zombie) process on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+    return host_name()
 
 
 def _rmtree(path: Path) -> None:
@@ -341,7 +326,9 @@ class ArtifactBuilder:
         self.format_version = None if format_version is None else int(format_version)
         self.stats: dict[str, Any] = {}
         self.timings: dict[str, Any] = {}
-        self.dir = store.tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex[:16]}-{_host()}"
+        me = Owner.me()  # pid and start time: a reused pid does not keep a dead builder's dir alive
+        start = f".{me.start}" if me.start is not None else ""
+        self.dir = store.tmp_dir / f"{me.pid}{start}-{uuid.uuid4().hex[:16]}-{me.host}"
         self.dir.mkdir(parents=True)
         self._infos: dict[str, FileInfo] = {}
         self._writers: dict[str, ArrayWriter] = {}
@@ -651,19 +638,42 @@ class ArtifactStore:
         """
         return ArtifactBuilder(self, dataset, stage, version, params, upstream, format_version)
 
+    def resume_dir(self, dataset: str, stage: str, version: str) -> Path:
+        """Where an interrupted build of ``dataset/stage/version`` keeps what a rerun resumes from
+        (``<root>/.tmp/resume/<dataset>-<stage>-<version>``; not created). :meth:`cleanup_tmp` leaves it alone
+        until that version is published."""
+        name = f"{_check_name(dataset, 'dataset')}-{_check_name(stage, 'stage')}-{_check_name(version, 'version')}"
+        return self.tmp_dir / RESUME_NAME / name
+
+    def _cleanup_resume(self) -> int:
+        """Remove resume dirs whose artifact is published (nothing left to resume)."""
+        base, removed = self.tmp_dir / RESUME_NAME, 0
+        if not base.is_dir():
+            return 0
+        for entry in os.scandir(base):
+            parts = entry.name.rsplit("-", 2)
+            if len(parts) == 3 and all(_NAME_RE.fullmatch(p) for p in parts) and self.find(*parts) is not None:
+                _rmtree(Path(entry.path))
+                removed += 1
+        return removed
+
     def cleanup_tmp(self, max_age_s: float | None = None) -> int:
         """Remove stale temp dirs; returns how many were removed.
 
-        A temp dir is stale when its owner process (pid in its name, this host) is dead, or, when
-        ``max_age_s`` is given, when it was last modified more than ``max_age_s`` seconds ago (use that for
-        dirs left by other hosts on a shared filesystem).
+        A temp dir is stale when its owner process (pid and start time in its name, this host) is gone, or,
+        when ``max_age_s`` is given, when it was last modified more than ``max_age_s`` seconds ago (use that
+        for dirs left by other hosts on a shared filesystem). Resume checkpoints (:meth:`resume_dir`) are kept
+        until their artifact is published.
         """
         if not self.tmp_dir.is_dir():
             return 0
-        host, now, removed = _host(), time.time(), 0
+        host, now, removed = _host(), time.time(), self._cleanup_resume()
         for entry in os.scandir(self.tmp_dir):
+            if entry.name == RESUME_NAME:
+                continue
             m = _TMP_RE.fullmatch(entry.name)
-            dead_owner = m is not None and m["host"] == host and not _pid_alive(int(m["pid"]))
+            dead_owner = m is not None and m["host"] == host and not Owner(
+                int(m["pid"]), int(m["start"]) if m["start"] else None, host).alive()
             try:
                 age = now - entry.stat(follow_symlinks=False).st_mtime
             except FileNotFoundError:

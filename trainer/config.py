@@ -95,7 +95,8 @@ class TrainConfig:
     # checkpoints
     checkpoint_path: str = setting("", "Write a checkpoint here after every epoch ('' = none).", artifact=False)
     checkpoint_every: int = setting(0, "Also checkpoint every N training batches (steps), mid-epoch; 0 = only "
-                                       "after each epoch. Needs checkpoint_path.", artifact=False)
+                                       "after each epoch. trainer.train needs checkpoint_path; the pipeline's "
+                                       "train stage checkpoints into its resume dir.", artifact=False)
     resume: str = setting("", "Continue from this checkpoint ('' = train from scratch).", artifact=False)
     warm_start: Literal["none", "champion"] = setting(
         "none", "Initial weights (read by the train stage, pipelines.warmstart): none (seeded random init) or "
@@ -132,9 +133,6 @@ class TrainConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"'TrainConfig.{name}' expected a value in range (got {getattr(self, name)!r})")
-        if self.checkpoint_every and not self.checkpoint_path:
-            raise ValueError(f"'TrainConfig.checkpoint_every' expected a checkpoint_path to write to "
-                             f"(got checkpoint_every={self.checkpoint_every} and checkpoint_path='')")
 
     def selected_reads(self) -> frozenset[str]:
         """The ``artifact="selected"`` fields the selected model reads (its registry entry's ``reads``)."""

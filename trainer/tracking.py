@@ -25,13 +25,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHAMPION", "MlflowTracker", "default_uris"]
+__all__ = ["ARTIFACT_VERSION_TAG", "CHAMPION", "MlflowTracker", "default_uris", "store_lock"]
 
 CHAMPION = "champion"
 VAL_ACC_TAG = "val_acc"
 #: Experiment tag MLflow 3's UI reads to pick the experiment's view; the value selects classic ML / deep learning.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND_ML = "custom_model_development"
+#: Model-version tag naming the artifact a version was registered from (registration is idempotent on it).
+ARTIFACT_VERSION_TAG = "strata.artifact_version"
 
 
 def _mlflow() -> Any:
@@ -42,6 +44,18 @@ def _mlflow() -> Any:
     import mlflow
 
     return mlflow
+
+
+def store_lock(tracking_uri: str) -> contextlib.AbstractContextManager[Any]:
+    """An inter-process lock for a local SQLite store (``<db>.lock``): its first use creates the schema
+    (alembic migrations), which two processes must not run at once; a no-op for other stores."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return contextlib.nullcontext()
+    from storage_kernels.locks import file_lock
+
+    db = Path(tracking_uri[len(prefix):])
+    return file_lock(db.with_name(db.name + ".lock"))
 
 
 def default_uris(root: str | Path) -> tuple[str, str]:
@@ -74,16 +88,17 @@ class MlflowTracker:
         self._mlflow = mlflow
         self.tracking_uri = tracking_uri
         self.artifact_root = artifact_root
-        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-        found = self.client.get_experiment_by_name(experiment)
-        if found is None:
-            location = f"{artifact_root.rstrip('/')}/{experiment}" if artifact_root else None
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
-                                                               tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND_ML})
-        else:
-            self.experiment_id = found.experiment_id
-            if EXPERIMENT_KIND_TAG not in found.tags:  # created before the tag: open it as ML too
-                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND_ML)
+        with store_lock(tracking_uri):  # one process creates the schema and the experiment; the others wait
+            self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+            found = self.client.get_experiment_by_name(experiment)
+            if found is None:
+                location = f"{artifact_root.rstrip('/')}/{experiment}" if artifact_root else None
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
+                                                                   tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND_ML})
+            else:
+                self.experiment_id = found.experiment_id
+                if EXPERIMENT_KIND_TAG not in found.tags:  # created before the tag: open it as ML too
+                    self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND_ML)
         self.experiment = experiment
         self.run_id: str | None = None
         self._monitor: Any = None
@@ -237,14 +252,43 @@ class MlflowTracker:
         return int(mv.version), float(mv.tags.get(VAL_ACC_TAG, "-inf"))
 
     def register(self, run_id: str, model_name: str, artifact_path: str | None, val_acc: float,
-                 model_id: str | None = None) -> tuple[int, int]:
+                 model_id: str | None = None, artifact_version: str | None = None) -> tuple[int, int]:
         """Register a new version of ``model_name`` (created if missing), tag it with ``val_acc``, and move
         ``champion`` to it only if it beats the current champion.
 
         The version's source is the logged model ``model_id`` (from :meth:`log_model_dir`: what
         ``mlflow.pyfunc.load_model("models:/NAME@champion")`` loads) or, without one, the run's
-        ``artifact_path`` directory. Returns ``(version, champion_version)``.
+        ``artifact_path`` directory. With ``artifact_version`` (the Strata artifact the model comes from)
+        registration is idempotent: a version already registered from that artifact (tag
+        ``strata.artifact_version``) is returned as is. The whole registration holds the store's lock, so two
+        processes never register the same artifact.
+
+        Returns ``(version, champion_version)``.
         """
+        with store_lock(self.tracking_uri):
+            if artifact_version is not None:
+                known = self.registered_version(model_name, artifact_version)
+                if known is not None:
+                    current = self.champion(model_name)
+                    return known, current[0] if current is not None else known
+            return self._register(run_id, model_name, artifact_path, val_acc, model_id, artifact_version)
+
+    def registered_version(self, model_name: str, artifact_version: str) -> int | None:
+        """The version of ``model_name`` registered from ``artifact_version`` (the lowest), or None."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            quoted = model_name.replace("'", "\\'")
+            found = self.client.search_model_versions(f"name = '{quoted}'")
+        except MlflowException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise
+        versions = [int(mv.version) for mv in found if mv.tags.get(ARTIFACT_VERSION_TAG) == artifact_version]
+        return min(versions) if versions else None
+
+    def _register(self, run_id: str, model_name: str, artifact_path: str | None, val_acc: float,
+                  model_id: str | None, artifact_version: str | None) -> tuple[int, int]:
         from mlflow.exceptions import MlflowException
 
         try:
@@ -260,7 +304,9 @@ class MlflowTracker:
         else:
             raise ValueError("'register' expected a model_id or an artifact_path (got neither)")
         mv = self.client.create_model_version(
-            model_name, source=source, run_id=run_id, tags={VAL_ACC_TAG: repr(float(val_acc))}, model_id=model_id,
+            model_name, source=source, run_id=run_id, model_id=model_id,
+            tags={VAL_ACC_TAG: repr(float(val_acc)),
+                  **({ARTIFACT_VERSION_TAG: artifact_version} if artifact_version is not None else {})},
         )
         version = int(mv.version)
         current = self.champion(model_name)

@@ -462,6 +462,9 @@ def train(
     (``trainer.distributed``); only rank 0 logs and checkpoints.
     """
     # ------------------------------------------------------------------ setup
+    if cfg.checkpoint_every and not cfg.checkpoint_path:
+        raise ValueError(f"'TrainConfig.checkpoint_every' expected a checkpoint_path to write to "
+                         f"(got checkpoint_every={cfg.checkpoint_every} and checkpoint_path='')")
     ddp = DistributedRun.start(cfg.distributed, resolve_device(cfg.device))  # None: a single process
     device = ddp.device if ddp else torch.device(resolve_device(cfg.device))
     if ddp and getattr(source, "train_hook", None) is not None:

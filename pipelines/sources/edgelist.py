@@ -47,12 +47,15 @@ def load_npy(path: str | Path, role: str) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"'{path}' expected a .npy file for '{role}' (got no such file)")
+    # NumPy's messages quote the file's first bytes: name the problem, never the contents
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
-        raise ValueError(f"'{path}' expected a .npy array without Python objects for '{role}' ({e})") from e
-    except OSError as e:
-        raise ValueError(f"'{path}' expected a .npy array for '{role}' ({e})") from e
+        what = "Python objects" if "allow_pickle" in str(e) else "a malformed .npy header"
+        raise ValueError(f"'{path}' expected a .npy array without Python objects for '{role}' "
+                         f"(got {what})") from None
+    except (OSError, EOFError) as e:
+        raise ValueError(f"'{path}' expected a .npy array for '{role}' (got {type(e).__name__})") from None
 
 
 def random_split(
@@ -88,7 +91,7 @@ class _CsvLayout:
         self.delimiter = "," if "," in first else "\t" if "\t" in first else " "
         fields = first.split(self.delimiter)
         if len(fields) < 2:
-            raise ValueError(f"'{path}' expected two integer columns (got the line {first!r})")
+            raise ValueError(f"'{path}: line {skip + 1}' expected two integer columns (got {len(fields)})")
         self.has_header = not all(_is_int(f) for f in fields[:2])
         self.skip_rows = skip + int(self.has_header)
         self.num_columns = len(fields)

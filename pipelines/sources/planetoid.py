@@ -86,24 +86,62 @@ def load_pickle(path: Path) -> Any:
         with path.open("rb") as fh:
             return RestrictedUnpickler(fh, encoding="latin1").load()
     except pickle.UnpicklingError as e:
-        raise pickle.UnpicklingError(f"'{path}': {e}") from e
+        if str(e).startswith("'global "):  # ours: names the forbidden class, nothing of the file's data
+            raise pickle.UnpicklingError(f"'{path}': {e}") from e
+        raise pickle.UnpicklingError(f"'{path}' expected a Planetoid pickle (got a malformed pickle)") from None
     except FileNotFoundError as e:
         raise FileNotFoundError(f"'{path}' expected a Planetoid pickle file (got no such file)") from e
+    except (OSError, MemoryError):
+        raise
+    except Exception as e:  # a crafted stream fails inside a constructor: report the kind, never the data
+        raise pickle.UnpicklingError(
+            f"'{path}' expected a Planetoid pickle (got {type(e).__name__} while unpickling)") from None
+
+
+def _numeric(value: Any, path: Path, what: str, kinds: str = "biuf", ndim: int = 1) -> np.ndarray:
+    """``value`` as an array of ``ndim`` dimensions and a numeric dtype (a crafted pickle may hold anything)."""
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds or value.ndim != ndim:
+        got = (f"{value.dtype} shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__)
+        raise ValueError(f"'{path}: {what}' expected a {ndim}-D numeric array (got {got})")
+    return value
 
 
 def _as_csr(obj: Any, path: Path) -> sp.csr_matrix:
+    """A checked CSR feature matrix: every index in bounds before SciPy's C++ code touches it (a pickled
+    ``csr_matrix`` restores its arrays without any check, and out-of-range indices crash SciPy)."""
     if sp.issparse(obj):
-        return sp.csr_matrix((obj.data, obj.indices, obj.indptr), shape=obj.shape).astype(np.float32)
+        state = getattr(obj, "__dict__", {})
+        data = _numeric(state.get("data"), path, "data")
+        indices = _numeric(state.get("indices"), path, "indices", "iu")
+        indptr = _numeric(state.get("indptr"), path, "indptr", "iu")
+        shape = state.get("_shape", state.get("shape"))
+        if (not isinstance(shape, tuple) or len(shape) != 2
+                or not all(isinstance(d, (int, np.integer)) and 0 <= d < 1 << 40 for d in shape)):
+            raise ValueError(f"'{path}: shape' expected two non-negative integers (got {shape!r:.80})")
+        rows, cols = (int(d) for d in shape)
+        nnz = len(indices)
+        if len(indptr) != rows + 1 or len(data) != nnz:
+            raise ValueError(f"'{path}' expected indptr of {rows + 1} entries and data of {nnz} "
+                             f"(got {len(indptr)} and {len(data)})")
+        if rows and (indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr.astype(np.int64)) < 0)):
+            raise ValueError(f"'{path}: indptr' expected non-decreasing offsets from 0 to {nnz} (got others)")
+        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= cols):
+            bad = int(np.flatnonzero((indices < 0) | (indices >= cols))[0])
+            raise ValueError(f"'{path}: indices[{bad}]' expected a column in [0, {cols}) (got {int(indices[bad])})")
+        return sp.csr_matrix((data.astype(np.float32), indices.astype(np.int64), indptr.astype(np.int64)),
+                             shape=(rows, cols))
     if isinstance(obj, np.ndarray) and obj.ndim == 2:
-        return sp.csr_matrix(obj.astype(np.float32))
+        return sp.csr_matrix(_numeric(obj, path, "matrix", ndim=2).astype(np.float32))
     raise ValueError(f"'{path}' expected a 2-D feature matrix (got {type(obj).__name__})")
 
 
 def _as_onehot(obj: Any, path: Path) -> np.ndarray:
+    if not isinstance(obj, np.ndarray):
+        raise ValueError(f"'{path}' expected a 2-D one-hot label matrix (got {type(obj).__name__})")
     arr = np.asarray(obj)
     if arr.ndim != 2:
         raise ValueError(f"'{path}' expected a 2-D one-hot label matrix (got shape {arr.shape})")
-    return arr
+    return _numeric(arr, path, "labels", ndim=2)
 
 
 def _read_test_index(path: Path) -> np.ndarray:
@@ -111,19 +149,44 @@ def _read_test_index(path: Path) -> np.ndarray:
         text = path.read_text().split()
     except FileNotFoundError as e:
         raise FileNotFoundError(f"'{path}' expected a test index file (got no such file)") from e
-    try:
-        return np.array([int(t) for t in text], dtype=np.int64)
-    except ValueError as e:
-        raise ValueError(f"'{path}' expected one integer per line (got {e})") from e
+    out = np.empty(len(text), dtype=np.int64)
+    for i, token in enumerate(text):
+        try:
+            out[i] = int(token)
+        except (ValueError, OverflowError):  # the message names the position only, never the file's text
+            raise ValueError(f"'{path}: line {i + 1}' expected an integer node id (got other text)") from None
+    return out
+
+
+def _check_test_index(test_index: np.ndarray, first: int, path: Path, max_span: int) -> None:
+    """Test ids are distinct and follow the ``allx`` rows (``first``); their span is bounded by ``max_span``
+    (CiteSeer pads the span with zero rows, so a huge id would otherwise allocate a huge matrix)."""
+    if not len(test_index):
+        raise ValueError(f"'{path}' expected at least one test node id (got none)")
+    bad = np.flatnonzero((test_index < first) | (test_index >= first + max_span))
+    if bad.size:
+        raise ValueError(f"'{path}: line {int(bad[0]) + 1}' expected a node id in [{first}, {first + max_span}) "
+                         f"(got {int(test_index[bad[0]])})")
+    if len(np.unique(test_index)) != len(test_index):
+        raise ValueError(f"'{path}' expected distinct node ids (got duplicates)")
+    if int(test_index.min()) != first:
+        raise ValueError(f"'{path}' expected the smallest id to be {first}, the first row after allx "
+                         f"(got {int(test_index.min())})")
 
 
 def _graph_edges(graph: Any, num_nodes: int, path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Adjacency dict -> symmetrised, loop-free, deduplicated (src, dst) sorted by (src, dst)."""
     if not isinstance(graph, dict):
         raise ValueError(f"'{path}' expected a dict of neighbour lists (got {type(graph).__name__})")
-    keys = np.fromiter(graph.keys(), dtype=np.int64, count=len(graph))
-    lengths = np.fromiter((len(v) for v in graph.values()), dtype=np.int64, count=len(graph))
-    cols = np.fromiter((c for v in graph.values() for c in v), dtype=np.int64, count=int(lengths.sum()))
+    try:
+        if not all(isinstance(v, (list, tuple, np.ndarray)) for v in graph.values()):
+            raise TypeError("a neighbour list is not a list")
+        keys = np.fromiter(graph.keys(), dtype=np.int64, count=len(graph))
+        lengths = np.fromiter((len(v) for v in graph.values()), dtype=np.int64, count=len(graph))
+        cols = np.fromiter((c for v in graph.values() for c in v), dtype=np.int64, count=int(lengths.sum()))
+    except (TypeError, ValueError, OverflowError) as e:  # keys/ids that are not integers: checked before use
+        raise ValueError(f"'{path}' expected a dict of integer node id -> list of integer ids "
+                         f"(got {type(e).__name__})") from None
     rows = np.repeat(keys, lengths)
     rows, cols = check_edge_chunk(rows, cols, num_nodes, str(path))
     src = np.concatenate([rows, cols])
@@ -131,6 +194,21 @@ def _graph_edges(graph: Any, num_nodes: int, path: Path) -> tuple[np.ndarray, np
     keep = src != dst
     key = np.unique(src[keep] * num_nodes + dst[keep])
     return key // num_nodes, key % num_nodes
+
+
+def _check_shapes(paths: dict[str, Path], x: sp.csr_matrix, tx: sp.csr_matrix, allx: sp.csr_matrix,
+                  y: np.ndarray, ty: np.ndarray, ally: np.ndarray) -> None:
+    """The matrices agree: one feature width, one class count, a label row per feature row."""
+    for key, m in (("x", x), ("tx", tx)):
+        if m.shape[1] != allx.shape[1]:
+            raise ValueError(f"'{paths[key]}' expected {allx.shape[1]} feature columns, as allx (got {m.shape[1]})")
+    for key, m in (("y", y), ("ty", ty)):
+        if m.shape[1] != ally.shape[1]:
+            raise ValueError(f"'{paths[key]}' expected {ally.shape[1]} label columns, as ally (got {m.shape[1]})")
+    if ally.shape[0] != allx.shape[0]:
+        raise ValueError(f"'{paths['ally']}' expected {allx.shape[0]} rows, one per allx row (got {ally.shape[0]})")
+    if y.shape[0] > allx.shape[0]:
+        raise ValueError(f"'{paths['y']}' expected at most {allx.shape[0]} rows (got {y.shape[0]})")
 
 
 def _row_normalise(x: sp.csr_matrix) -> sp.csr_matrix:
@@ -176,6 +254,10 @@ def planetoid_source(
     y, ty, ally = (_as_onehot(objs[k], paths[k]) for k in ("y", "ty", "ally"))
     test_path = directory / f"ind.{name}.test.index"
     test_index = _read_test_index(test_path)
+    _check_shapes(paths, x, tx, allx, y, ty, ally)
+    # the test rows follow allx; CiteSeer's span may hold ids without a row (padded), the others may not
+    span = 2 * len(test_index) + 16 if name == "citeseer" else len(test_index)
+    _check_test_index(test_index, allx.shape[0], test_path, span)
     sorted_test = np.sort(test_index)
     if tx.shape[0] != len(test_index) or ty.shape[0] != len(test_index):
         raise ValueError(

@@ -11,6 +11,7 @@ The export stage logs the MLflow model. The version carries the policy's name an
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,12 +86,20 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     def build(builder: ArtifactBuilder) -> None:
         import torch
 
+        from pipelines.recovery import MLFLOW_OWNER_PREFIX
+        from storage_kernels.owner import Owner
+
         sample_set = SampleSet(sample.path)
         labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
         source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
+        # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
+        # a data parallel run would have to resume together: those train from scratch after a kill
+        stateless = getattr(source, "train_hook", None) is None and "world_size" not in _derived(device)
+        run_cfg, resumed = (resumable(store, cfg.dataset_name, builder.version, tcfg) if stateless
+                            else (tcfg, tcfg.resume))
 
         def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
             if progress:
@@ -98,11 +107,13 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
 
         ancestors = lineage(store, cfg.dataset_name, upstream)
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
-                "strata.policy": cfg.policy, **artifact_tags(ancestors)}
+                "strata.policy": cfg.policy, **artifact_tags(ancestors),
+                **Owner.me().tags(MLFLOW_OWNER_PREFIX),  # a later run fails this one if we are killed
+                **({"strata.resumed_from": resumed} if resumed else {})}
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
                 tracker.log_params(run_params(cfg))  # the trainer logs the train section itself
-                result = train(tcfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm,
+                result = train(run_cfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm,
                                layerwise=full_graph(cfg, reorder, labels, store.tmp_dir))
                 if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
                     tracker.set_tags({"strata.warm_start_from": warm.tag})
@@ -129,9 +140,33 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
 
     result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
                          derived=_derived(device, warm))
+    shutil.rmtree(store.resume_dir(cfg.dataset_name, "train", result.version), ignore_errors=True)  # done
     if warm is not None or cfg.train.warm_start != "none":
         result.notes.append(_warm_note(result, warm))
     return result
+
+
+def resumable(store: ArtifactStore, dataset: str, version: str, tcfg: Any) -> tuple[Any, str]:
+    """``tcfg`` set to checkpoint into the resume dir of this ``train`` version (unless it names its own
+    ``checkpoint_path``), and to resume from the checkpoint a killed run left there (unless it names its own
+    ``resume``). Returns the config and the checkpoint resumed from ('' = none).
+
+    The checkpoint lives under ``<root>/.tmp/resume/`` keyed by the artifact's version, so a rerun of the
+    same configuration finds it, and the stale-temp cleanup keeps it until the artifact is published.
+    """
+    if tcfg.checkpoint_path:
+        return tcfg, tcfg.resume
+    path = store.resume_dir(dataset, "train", version) / "checkpoint.pt"
+    resume = tcfg.resume
+    if not resume and path.is_file():
+        from trainer.checkpoint import load_checkpoint
+
+        try:
+            load_checkpoint(path)
+            resume = str(path)
+        except (ValueError, KeyError, OSError):  # unreadable: train from scratch rather than fail the stage
+            path.unlink(missing_ok=True)
+    return dataclasses.replace(tcfg, checkpoint_path=str(path), resume=resume), resume
 
 
 def _warm_start(store: ArtifactStore, cfg: PipelineConfig) -> WarmStart | None:

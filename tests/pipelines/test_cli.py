@@ -74,7 +74,8 @@ def test_catalog_rebuild_empty_root(tmp_path: Path) -> None:
         (["nonsense"], "'--set' expected key=value (got 'nonsense')"),
         (["bogus.key=1"], "expected a key starting with one of"),
         (["sample.batch_size=zero"], "batch_size"),
-        (["train.checkpoint_every=5"], "'TrainConfig.checkpoint_every' expected a checkpoint_path"),
+        (["sample.fanouts=[0]"], "'sample.fanouts' expected"),
+        (["sample.fanouts=[]"], "'sample.fanouts' expected"),
     ],
 )
 def test_run_rejects_bad_set_before_running(tmp_path: Path, overrides: list[str], message: str) -> None:

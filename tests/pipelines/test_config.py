@@ -164,7 +164,7 @@ def test_policy_enters_the_layout_and_training_versions() -> None:
 
 
 def test_errors_name_the_setting() -> None:
-    with pytest.raises(ValueError, match=r"'sample.batch_size' expected input should be greater than 0 \(got -1\)"):
+    with pytest.raises(ValueError, match=r"'sample.batch_size' expected > 0 \(got -1\)"):
         PipelineConfig.load(overrides=["sample.batch_size=-1"])
     with pytest.raises(ValueError, match=r"'train.nope' expected a known setting"):
         PipelineConfig.load(overrides=["train.nope=1"])

@@ -343,7 +343,7 @@ def test_cleanup_removes_dirs_of_dead_processes(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
     [left] = list((tmp_path / ".tmp").iterdir())
-    assert left.name.startswith(f"{out.strip()}-") and (left / "x.npy").exists()
+    assert left.name.startswith(f"{out.strip()}.") and (left / "x.npy").exists()  # pid.start-...
 
     live = store.builder("ds", "graph", "1" * 12, {}, {})  # ours: alive, must survive
     foreign = tmp_path / ".tmp" / "12345-00ff-some-other-host"  # other host: only removed by age

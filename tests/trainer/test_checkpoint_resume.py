@@ -109,9 +109,9 @@ def test_resume_after_sigkill_mid_epoch_equals_an_uninterrupted_run(dataset, tmp
     _assert_same_end(full_path, full, path, resumed)
 
 
-def test_checkpoint_every_needs_a_path_and_reaches_the_pipeline_config() -> None:
+def test_checkpoint_every_needs_a_path_and_reaches_the_pipeline_config(dataset) -> None:
     with pytest.raises(ValueError, match="'TrainConfig.checkpoint_every' expected a checkpoint_path"):
-        TrainConfig(checkpoint_every=3)
+        _run(dataset, TrainConfig(checkpoint_every=3, device="cpu"))  # the pipeline supplies its own path
     with pytest.raises(ValueError, match="'TrainConfig.checkpoint_every' expected a value in range"):
         TrainConfig(checkpoint_every=-1, checkpoint_path="x.pt")
     from pipelines.config import PipelineConfig
