@@ -27,6 +27,14 @@ def _pyplot() -> Any:
     return plt
 
 
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    """Lay out, write and close ``fig``; returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
 def plot_curves(path: Path, losses: Sequence[float], train_acc: Sequence[float], val_acc: Sequence[float],
                 best_epoch: int) -> Path:
     """Loss (left axis) and accuracies (right axis) per epoch; ``val_acc`` NaN where not evaluated."""
@@ -49,10 +57,7 @@ def plot_curves(path: Path, losses: Sequence[float], train_acc: Sequence[float],
     more = acc.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right", fontsize=8)
     ax.set_title("Training curves")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_tier_hit_rates(path: Path, measured: Mapping[str, float], predicted: Mapping[str, float]) -> Path:
@@ -69,10 +74,7 @@ def plot_tier_hit_rates(path: Path, measured: Mapping[str, float], predicted: Ma
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     ax.set_title("Feature rows served per tier")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_stage_timing(path: Path, stages: Mapping[str, float], loop: Mapping[str, float]) -> Path:
@@ -84,10 +86,7 @@ def plot_stage_timing(path: Path, stages: Mapping[str, float], loop: Mapping[str
         ax.barh(names, [data[n] for n in names], color="tab:purple" if ax is top else "tab:orange")
         ax.invert_yaxis()
         ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def write_run_plots(out_dir: Path, history: Mapping[str, Sequence[float]], best_epoch: int,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -221,15 +221,16 @@ def sample_blocks(
     (array([3, 2, 0, 1]), array([1, 2, 4]))
     """
     return SampledBlocks(
-        *_native.sample_blocks(
-            indptr=_int64_array("indptr", indptr),
-            indices=_int64_array("indices", indices),
-            seeds=_index_array("seeds", seeds),
-            fanouts=_index_array("fanouts", fanouts),
-            seed=int(seed),
-            num_threads=num_threads,
-        )
+        *_native.sample_blocks(**_sampler_args(indptr, indices, seeds, fanouts, seed, num_threads))
     )
+
+
+def _sampler_args(indptr: np.ndarray, indices: np.ndarray, seeds, fanouts: Sequence[int], seed: int,
+                  num_threads: int) -> dict[str, Any]:
+    """The checked keyword arguments of the sampling kernels."""
+    return {"indptr": _int64_array("indptr", indptr), "indices": _int64_array("indices", indices),
+            "seeds": _index_array("seeds", seeds), "fanouts": _index_array("fanouts", fanouts), "seed": int(seed),
+            "num_threads": num_threads}
 
 
 def sample_dense(
@@ -245,13 +246,7 @@ def sample_dense(
     Raises like :func:`sample_blocks`.
     """
     nodes, hop_counts, indptr_all, cols_all = _native.sample_dense(
-        indptr=_int64_array("indptr", indptr),
-        indices=_int64_array("indices", indices),
-        seeds=_index_array("seeds", seeds),
-        fanouts=_index_array("fanouts", fanouts),
-        seed=int(seed),
-        num_threads=num_threads,
-    )
+        **_sampler_args(indptr, indices, seeds, fanouts, seed, num_threads))
     indptr_all.flags.writeable = False  # the hops share it: writing one block would change the others
     cols_all.flags.writeable = False
     ends = hop_counts[:-1] + 1

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from storage_kernels.arrays import ArrayWriter
     from storage_kernels.store import ArtifactBuilder
 
-__all__ = ["SPLITS", "Block", "SampledBatch", "SampleSet", "SampleSetWriter"]
+__all__ = ["SPLITS", "Block", "SampleSetView", "SampledBatch", "SampleSet", "SampleSetWriter"]
 
 SPLITS = ("train", "val", "test")
 
@@ -173,6 +173,28 @@ class SampleSet:
 
     def __len__(self) -> int:
         return self.num_batches
+
+
+class SampleSetView:
+    """A sample set built over another (``self.samples``): the batch count, epochs, layers and batch lists
+    are the underlying set's unless a subclass overrides them (a policy's own training batches)."""
+
+    samples: SampleSet
+
+    @property
+    def num_batches(self) -> int:
+        return self.samples.num_batches
+
+    @property
+    def epochs(self) -> int:
+        return self.samples.epochs
+
+    @property
+    def num_layers(self) -> int:
+        return self.samples.num_layers
+
+    def batch_ids(self, split: str, epoch: int | None = None) -> list[int]:
+        return self.samples.batch_ids(split, epoch)
 
 
 class SampleSetWriter:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from storage_kernels.sampleset import SampledBatch, SampleSet
+from storage_kernels.sampleset import SampledBatch, SampleSet, SampleSetView
 
 __all__ = ["HistoryLists", "PrunedBatch", "PrunedSamples"]
 
@@ -38,7 +38,7 @@ class HistoryLists(NamedTuple):
     push_slot: np.ndarray
 
 
-class PrunedSamples:
+class PrunedSamples(SampleSetView):
     """The trainer's view of the sample set under ``outre``: pruned training batches from ``pack_dir``,
     every other batch from ``samples``; ``batch_ids``, ``epochs`` and ``num_layers`` are the original's."""
 
@@ -62,21 +62,6 @@ class PrunedSamples:
                 raise ValueError(f"'{self.path / f'{k}_offset.npy'}' expected {len(ids) + 1} offsets ending at "
                                  f"{len(self._arrays[f'{k}_pos'])} (got {len(off)} ending at {int(off[-1])})")
         self.num_candidates = len(np.load(self.path / "candidates.npy", mmap_mode="r"))
-
-    @property
-    def num_batches(self) -> int:
-        return self.samples.num_batches
-
-    @property
-    def epochs(self) -> int:
-        return self.samples.epochs
-
-    @property
-    def num_layers(self) -> int:
-        return self.samples.num_layers
-
-    def batch_ids(self, split: str, epoch: int | None = None) -> list[int]:
-        return self.samples.batch_ids(split, epoch)
 
     def is_pruned(self, i: int) -> bool:
         """Whether batch ``i`` is one of the pruned training batches."""

@@ -30,7 +30,7 @@ import torch
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up
 from storage_kernels.packstore import BatchAddresses, Tier
-from storage_kernels.sampleset import SampledBatch, SampleSet
+from storage_kernels.sampleset import SampledBatch, SampleSet, SampleSetView
 from trainer.features.base import DirectFile, FeatureTier, NodeBatch, TierRead
 from trainer.features.file import FileTier
 from trainer.features.source import BatchRead, TieredSource
@@ -165,7 +165,7 @@ class PartitionBuffer:
         self.file.close()
 
 
-class SetSamples:
+class SetSamples(SampleSetView):
     """The trainer's sample set under ``mariusgnn``: the pack's per-set training batches under ids
     ``base + j`` (``base`` = the offline sample set's batch count), every other batch from ``samples``."""
 
@@ -177,17 +177,6 @@ class SetSamples:
     @property
     def num_batches(self) -> int:
         return self.base + self.sets.num_batches
-
-    @property
-    def epochs(self) -> int:
-        return self.samples.epochs
-
-    @property
-    def num_layers(self) -> int:
-        return self.samples.num_layers
-
-    def batch_ids(self, split: str, epoch: int | None = None) -> list[int]:
-        return self.samples.batch_ids(split, epoch)
 
     def train_ids(self, epoch: int) -> list[int]:
         """The per-set training batches of sample epoch ``epoch`` (in training order)."""
