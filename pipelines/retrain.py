@@ -11,14 +11,16 @@ weights and register a duplicate version).
 Two triggers, both STOPPED until switched on (``dagster sensor start`` / the UI's Automation page):
 
 - ``weekly_retrain``, a schedule (:mod:`pipelines.definitions`);
-- ``source_sensor``, which fingerprints the configured dataset's source files (:mod:`pipelines.source_watch`)
-  and requests one ``retrain_job`` run per change of their content. Its cursor (JSON) holds the last snapshot;
-  the first evaluation records a baseline and requests nothing.
+- ``source_sensor``, which fingerprints the source files (:mod:`pipelines.source_watch`) of the configured
+  dataset and of every other dataset materialized under the data root (:func:`watched_configs`), and requests
+  one ``retrain_job`` run per change of a dataset's content, for that dataset. Its cursor (JSON) holds the last
+  snapshots; the first evaluation of a dataset records its baseline and requests nothing.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -26,8 +28,10 @@ import dagster as dg
 from pipelines.config import PipelineConfig
 from pipelines.resources import RESOURCE_KEY, StrataResource
 from pipelines.source_watch import fingerprint, source_files, source_key, take_snapshot
+from pipelines.ui_datasets import materialized_datasets
 
-__all__ = ["RETRAIN_JOB", "SENSOR_INTERVAL_S", "evaluate_sources", "retrain_run_config", "source_sensor"]
+__all__ = ["RETRAIN_JOB", "SENSOR_INTERVAL_S", "evaluate_sources", "retrain_run_config", "source_sensor",
+           "watched_configs"]
 
 RETRAIN_JOB = "retrain_job"
 #: Seconds between sensor evaluations (a source of many files costs one stat per file per evaluation).
@@ -44,6 +48,31 @@ def retrain_run_config(cfg: PipelineConfig | None = None, root: str | None = Non
         settings.update({"dataset": cfg.dataset, "ingest": {"options": dict(cfg.ingest.options)}})
     resource: dict[str, Any] = {"settings": settings, **({"root": root} if root is not None else {})}
     return {"execution": {"config": {"in_process": {}}}, "resources": {RESOURCE_KEY: {"config": resource}}}
+
+
+def watched_configs(base: PipelineConfig, root: str | Path) -> tuple[list[PipelineConfig], list[str]]:
+    """(configurations to watch, one line per dataset skipped): ``base`` first, then every other dataset with an
+    ``ingest`` artifact under ``root`` (its newest ingest's spec and source options, ``base``'s other settings).
+
+    A materialized dataset whose spec this configuration refuses (e.g. its source type was removed) is skipped
+    with a line saying why; two specs that name the same dataset directory are watched once.
+    """
+    configs, seen, skipped = [base], {base.dataset_name}, []
+    for found in materialized_datasets(root):
+        if found.name in seen:
+            continue
+        data = base.to_dict()
+        data["dataset"] = found.spec
+        data["ingest"]["options"] = dict(found.options)
+        try:
+            cfg = PipelineConfig.validated(data)
+        except ValueError as e:
+            skipped.append(f"{found.name}: not watched ({e})")
+            continue
+        if cfg.dataset_name not in seen:
+            seen.add(cfg.dataset_name)
+            configs.append(cfg)
+    return configs, skipped
 
 
 def _load_cursor(cursor: str | None) -> dict[str, Any]:
@@ -109,13 +138,16 @@ def evaluate_sources(configs: list[PipelineConfig], cursor: str | None, root: st
     job_name=RETRAIN_JOB,
     minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Fingerprints the configured dataset's source files (size+mtime, SHA-256 when they change) and "
-                "requests one retrain_job run per change of their content (re-ingest, retrain warm-started from "
-                "the champion, export, register).",
+    description="Fingerprints the source files of the configured dataset and of every dataset materialized under "
+                "the data root (size+mtime, SHA-256 when they change) and requests one retrain_job run per change "
+                "of a dataset's content (re-ingest, retrain warm-started from the champion, export, register).",
 )
 def source_sensor(context: dg.SensorEvaluationContext, strata: StrataResource) -> dg.SensorResult:
-    """Watch the source of the ``strata`` resource's dataset (``STRATA_DATASET`` / ``STRATA_CONFIG``)."""
-    requests, cursor, lines = evaluate_sources([strata.pipeline_config()], context.cursor, strata.root)
+    """Watch the sources of the ``strata`` resource's dataset (``STRATA_DATASET`` / ``STRATA_CONFIG``) and of
+    every other dataset materialized under its data root."""
+    configs, skipped = watched_configs(strata.pipeline_config(), strata.paths().root)
+    requests, cursor, lines = evaluate_sources(configs, context.cursor, strata.root)
+    lines += skipped
     for line in lines:
         context.log.info(line)
     return dg.SensorResult(run_requests=requests, cursor=cursor,

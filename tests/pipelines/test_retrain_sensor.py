@@ -139,3 +139,31 @@ def test_snapshots_hash_only_changed_files(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "d" / "b").write_bytes(b"three")
     second = take_snapshot(paths, first)
     assert hashed == [tmp_path / "d" / "b"] and fingerprint(second) != fingerprint(first)
+
+
+def test_every_dataset_materialized_under_the_root_is_watched(tmp_path: Path) -> None:
+    # an edge-list dataset ingested under the root, while the resource's configured dataset is synthetic
+    edge_cfg = _edgelist(tmp_path)
+    root = tmp_path / "root"
+    build_resources(root=str(root), config=edge_cfg)["strata"].runner().result("ingest")
+    defs = make_definitions(build_resources(root=str(root), config=PipelineConfig(dataset="tiny")))
+    sensor = defs.resolve_sensor_def("source_sensor")
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+
+        def evaluate(cursor: str | None) -> dg.SensorResult:
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                              resources=defs.resources, sensor_name="source_sensor")
+            return sensor(context)
+
+        first = evaluate(None)
+        assert first.run_requests == []
+        assert "tiny: a synthetic source" in str(first.skip_reason)
+        assert f"{edge_cfg.dataset_name}: baseline" in str(first.skip_reason)
+        Path(edge_cfg.dataset.split(":", 1)[1]).write_text("0,1\n1,2\n0,2\n3,4\n2,5\n")
+        changed = evaluate(first.cursor)
+    [request] = changed.run_requests
+    assert request.tags["strata/dataset"] == edge_cfg.dataset_name
+    settings = request.run_config["resources"]["strata"]["config"]["settings"]
+    assert settings["dataset"] == edge_cfg.dataset and settings["ingest"]["options"] == edge_cfg.ingest.options
+    assert dg.validate_run_config(defs.resolve_job_def(RETRAIN_JOB), request.run_config)
