@@ -78,6 +78,30 @@ class StrataResource(dg.ConfigurableResource):
                                 description="The run's configuration (see `strata config show`).")
     _runner: StageRunner | None = PrivateAttr(default=None)
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Claim an untagged run for this process and recover after killed runs.
+
+        ``strata run`` tags its Dagster run with its owner (``strata/owner.*``) and recovers before it starts;
+        a run launched from the UI, a schedule or a sensor is tagged here, by its run worker, so that a later
+        run reports it failed if its process is killed (:mod:`pipelines.recovery`), and recovers here too
+        (stale temp dirs and orphaned MLflow and Dagster runs of dead owners). Only an in-process run worker
+        claims its run: the step processes of a multiprocess run come and go while their run lives on.
+        """
+        import multiprocessing
+
+        from pipelines.recovery import DAGSTER_OWNER_PREFIX, recover
+        from storage_kernels.owner import Owner
+
+        run, instance = context.dagster_run, context.instance
+        if run is None or instance is None or multiprocessing.parent_process() is not None:
+            return
+        if Owner.from_tags(dict(run.tags), DAGSTER_OWNER_PREFIX) is not None:
+            return  # the CLI's run: tagged and recovered before it started
+        instance.add_run_tags(run.run_id, Owner.me().tags(DAGSTER_OWNER_PREFIX))
+        message = recover(self.paths(), instance).message()
+        if message and context.log is not None:
+            context.log.info(message)
+
     def pipeline_config(self) -> PipelineConfig:
         """The validated configuration of this run (``ValueError`` naming the bad setting otherwise)."""
         return PipelineConfig.validated(self.settings.model_dump())

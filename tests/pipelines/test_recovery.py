@@ -113,3 +113,29 @@ def test_two_processes_initialise_one_fresh_store(tmp_path: Path) -> None:
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     assert [out.strip() for out, _ in outs] == ["ok", "ok"]
+
+
+def test_a_ui_launched_run_claims_itself_and_recovers(tmp_path: Path) -> None:
+    # a run launched outside the CLI (UI, schedule, sensor) is tagged with its run worker's identity when its
+    # resource starts, and fails the runs of dead owners then
+    import dagster as dg
+    from dagster import DagsterInstance, DagsterRunStatus
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from pipelines.resources import RESOURCE_KEY, build_resources
+
+    @dg.asset(required_resource_keys={RESOURCE_KEY})  # the resource starts with the run
+    def probe() -> None:
+        pass
+
+    resources = build_resources(root=str(tmp_path / "root"))
+    (tmp_path / "dagster").mkdir()
+    with DagsterInstance.local_temp(str(tmp_path / "dagster")) as instance:
+        dead = instance.add_run(DagsterRun(job_name="strata_job", run_id=str(uuid.uuid4()),
+                                           status=DagsterRunStatus.STARTED,
+                                           tags=_dead_owner().tags(DAGSTER_OWNER_PREFIX))).run_id
+        result = dg.materialize([probe], instance=instance, resources={RESOURCE_KEY: resources[RESOURCE_KEY]})
+        assert result.success
+        tags = instance.get_run_by_id(result.run_id).tags
+        assert Owner.from_tags(dict(tags), DAGSTER_OWNER_PREFIX) == Owner.me()
+        assert instance.get_run_by_id(dead).status == DagsterRunStatus.FAILURE
