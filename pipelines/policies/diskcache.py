@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.policies.window import WindowPlan, schedule_windows
 from storage_kernels import kernels
 from storage_kernels.arrays import align_up
 from storage_kernels.packstore import CHUNK_ALIGN, Tier, chunk_bytes
@@ -171,30 +172,38 @@ def cache_layout(segs: Segments, s: int) -> SegmentCaches:
 
 @dataclass(frozen=True)
 class Cost:
-    """Exact costs of a layout: per training position its packed chunk rows, distinct disk-cache blocks and
-    read bytes; the store bytes (disk caches + packed chunks)."""
+    """Exact costs of a layout: per training position its packed chunk rows, disk-cache blocks read and read
+    bytes; the store bytes (disk caches + packed chunks); with a segment window, its schedule."""
 
     chunk_rows: np.ndarray  # (NT,)
     cache_blocks: np.ndarray  # (NT,)
     read_bytes: np.ndarray  # (NT,)
     store_bytes: int
+    window: WindowPlan | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_read_bytes(self) -> int:
         return int(self.read_bytes.sum())
 
 
-def evaluate(trace: Trace, segs: Segments, caches: SegmentCaches, row_bytes: int, num_threads: int = 0) -> Cost:
-    """The exact read bytes of every training batch and the store bytes under ``caches``."""
+def evaluate(trace: Trace, segs: Segments, caches: SegmentCaches, row_bytes: int, num_threads: int = 0,
+             buffer_rows: int = 0) -> Cost:
+    """The exact read bytes of every training batch and the store bytes under ``caches``; with ``buffer_rows``
+    > 0, disk-cache reads through a segment window of that many rows (:mod:`pipelines.policies.window`)."""
     entry_slot = caches.pair_slot[segs.entry_pair]  # (T,) row in the segment cache, -1 packed
     cached = np.concatenate([[0], np.cumsum(entry_slot >= 0)])  # (T + 1,)
     chunk_rows = trace.rows - (cached[trace.ptr[1:]] - cached[trace.ptr[:-1]])  # (NT,)
-    # the segment caches start at aligned offsets, so blocks of the cache region are blocks of the file
-    blocks = kernels.count_blocks(entry_slot, trace.ptr, row_bytes, num_threads)  # (NT,)
+    window = None
+    if buffer_rows > 0:  # each block read while the window does not hold the rows a batch needs from it
+        window = schedule_windows(entry_slot, trace.ptr, segs.m, caches.segment_rows, row_bytes, buffer_rows,
+                                  num_threads)
+        blocks = window.blocks
+    else:  # the segment caches start at aligned offsets, so blocks of the cache region are blocks of the file
+        blocks = kernels.count_blocks(entry_slot, trace.ptr, row_bytes, num_threads)  # (NT,)
     read = chunk_bytes(chunk_rows, row_bytes) + blocks * CHUNK_ALIGN
     store = int(align_up(caches.segment_rows * row_bytes, CHUNK_ALIGN).sum() + chunk_bytes(chunk_rows,
                                                                                           row_bytes).sum())
-    return Cost(chunk_rows.astype(np.int64), blocks, read.astype(np.int64), store)
+    return Cost(chunk_rows.astype(np.int64), blocks, read.astype(np.int64), store, window)
 
 
 def m_grid(num_batches: int) -> list[int]:
@@ -269,14 +278,19 @@ def _boundary(trace: Trace, segs: Segments, grid: Sequence[int], store: np.ndarr
 
 
 def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2,
-           segment_sizes: Sequence[int] | None = None, num_threads: int = 0) -> Choice:
+           segment_sizes: Sequence[int] | None = None, num_threads: int = 0, buffer_rows: int = 0) -> Choice:
     """The ``(m, s)`` with the fewest read bytes over ``trace`` whose store bytes (disk caches + packed
     chunks) are at most ``budget_bytes`` (None: unlimited), over the grid (``segment_sizes`` or
-    :func:`m_grid`; :func:`s_grid` per size). ``ValueError`` when no candidate fits, naming the smallest."""
+    :func:`m_grid`; :func:`s_grid` per size), read through a segment window of ``buffer_rows`` rows (0: none).
+    ``ValueError`` when no candidate fits, naming the smallest.
+
+    With a window, a batch may read fewer bytes than its cached rows (they come from the buffer): the bound is
+    then the store itself (every cached row is read at least once)."""
     nt = trace.num_batches
     pure = chunk_bytes(trace.rows, row_bytes)
     pure_store = int(pure.sum())
-    if budget_bytes is None or pure_store <= budget_bytes:  # pure packing fits: nothing reads less
+    # pure packing fits: nothing reads less without a window, and with one it still reads in one request a batch
+    if budget_bytes is None or pure_store <= budget_bytes:
         return Choice(segment_batches=max(nt, 1), cache_rows=0, read_bytes=pure_store, store_bytes=pure_store,
                       candidates=1, feasible=1, evaluated=1, segments=segments(trace, max(nt, 1), k, num_threads))
     # candidates: (lower bound, m, s, store); pure packing (segments of every batch, no cache row) does not fit
@@ -292,6 +306,8 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
         if budget_bytes is not None and (edge := _boundary(trace, segs, grid, store, budget_bytes, row_bytes)):
             grid = sorted({*grid, edge})
             store, lower = _bounds(trace, segs, grid, row_bytes)
+        if buffer_rows > 0:
+            lower = store
         searched[m] = grid
         candidates += [(int(lo), m, s, int(st)) for s, st, lo in zip(grid, store, lower, strict=True)]
     fits = [c for c in candidates if budget_bytes is None or c[3] <= budget_bytes]
@@ -306,7 +322,7 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     for lower, m, s, _ in fits:  # pure packing does not fit: every candidate has s > 0
         if best is not None and lower > best[0]:
             break  # every remaining candidate reads more than the best one
-        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads)
+        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads, buffer_rows)
         read, store = cost.total_read_bytes, cost.store_bytes
         evaluated += 1
         if best is None or (read, store, m, s) < best:
