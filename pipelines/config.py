@@ -293,6 +293,10 @@ class PackConfig(_Section):
         "fewest reads, as pure packing).", artifact="selected", gt=0)
     minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.",
                              artifact="selected", ge=1)
+    disk_cache_order: Literal["uses", "minhash"] = setting(
+        "uses", "diskgnn: row order of each segment disk cache: uses (by the training positions of a row's first 8 "
+        "reads in its segment: rows read together share blocks, best for the segment window) or minhash (the "
+        "paper's Alg. 1, minhash_k hashes).", artifact="selected")
 
 
 class ExportConfig(_Section):

@@ -3,11 +3,13 @@ search under a disk budget (Alg. 2).
 
 The training batches, in training order (sampled epoch by epoch, step by step), are cut into *segments* of
 ``m`` consecutive batches. Each segment gets a disk cache of the ``s`` rows its batches read most (among the
-rows no GPU/CPU cache holds; ties by node id), stored once, MinHash-ordered: every cached node gets the
-k-tuple of minima, over the segment's batches that read it, of k hashes of the batch's position
-(``kernels.minhash_signatures``), and the cache is sorted by that tuple (then node id), so rows read by the
-same batches share pages. A batch reads its cached rows with page-merged aligned reads of its segment's cache
-(each 4096-byte block once) and only its remaining uncached rows from its packed chunk.
+rows no GPU/CPU cache holds; ties by node id), stored once, ordered so that rows read by the same batches share
+pages (``pack.disk_cache_order``): ``minhash`` (Alg. 1): every cached node gets the k-tuple of minima, over the
+segment's batches that read it, of k hashes of the batch's position (``kernels.minhash_signatures``);
+``uses`` (the default): the training positions of its first :data:`USES_K` reads; the cache is sorted by that
+tuple (then node id). A batch reads its cached rows with page-merged aligned reads of its segment's cache
+(each 4096-byte block once; with a segment window, :mod:`pipelines.policies.window`, only the blocks of rows
+the window does not hold) and only its remaining uncached rows from its packed chunk.
 
 Both costs are counted exactly from the trace, for any ``(m, s)``:
 
@@ -58,6 +60,8 @@ __all__ = [
 ]
 
 MINHASH_SEED = 0  # fixed: the order is part of the layout, reproducible from the trace alone
+USES_K = 8  # reads per row in the "uses" order's signature
+ORDERS = ("uses", "minhash")  # the disk caches' row orders (pack.disk_cache_order)
 
 
 @dataclass(frozen=True)
@@ -124,10 +128,27 @@ class Segments:
         return int(np.diff(self.segment_ptr).max(initial=0))
 
 
-def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0) -> Segments:
-    """Cut ``trace`` into segments of ``m`` batches; count, rank and MinHash-order each segment's rows."""
+def uses_signatures(entry_pair: np.ndarray, position: np.ndarray, num_pairs: int, k: int = USES_K) -> np.ndarray:
+    """(P, k) the training positions of every pair's first ``k`` reads (``2**62`` past its last read): entries
+    are in trace order, so a stable sort by pair lists each pair's reads in order."""
+    order = np.argsort(entry_pair, kind="stable")
+    pos = position[order]
+    start = np.searchsorted(entry_pair[order], np.arange(num_pairs))  # (P,) first entry of every pair
+    count = np.bincount(entry_pair, minlength=num_pairs)
+    sig = np.full((num_pairs, k), 1 << 62, np.int64)
+    for j in range(k):
+        has = count > j
+        sig[has, j] = pos[start[has] + j]
+    return sig
+
+
+def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str = "minhash") -> Segments:
+    """Cut ``trace`` into segments of ``m`` batches; count, rank and order each segment's rows: by MinHash
+    signature (``order="minhash"``, Alg. 1, ``k`` hashes) or by their first :data:`USES_K` reads (``"uses"``)."""
     if m < 1:
         raise ValueError(f"'segment_batches' expected >= 1 (got {m})")
+    if order not in ORDERS:
+        raise ValueError(f"'pack.disk_cache_order' expected one of {', '.join(ORDERS)} (got {order!r})")
     nt = trace.num_batches
     num_segments = -(-nt // m)
     seg_of_entry = trace.position // m  # (T,)
@@ -139,9 +160,11 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0) -> Segments
     by_count = np.argsort(pair_segment * (int(count.max(initial=0)) + 1) - count, kind="stable")  # (P,)
     rank = np.empty(len(uniq), np.int64)
     rank[by_count] = np.arange(len(uniq)) - segment_ptr[pair_segment[by_count]]
-    # Alg. 1: pair (g, v) is read by the batches of segment g that read v; sets = batches (training position)
-    sig = kernels.minhash_signatures(entry_pair, trace.ptr, len(uniq), k, MINHASH_SEED, num_threads)  # (P, k)
-    sig_order = np.lexsort((*[sig[:, j] for j in reversed(range(k))], pair_segment))  # stable: ties by node
+    if order == "minhash":  # Alg. 1: pair (g, v) is read by the batches of segment g that read v (positions)
+        sig = kernels.minhash_signatures(entry_pair, trace.ptr, len(uniq), k, MINHASH_SEED, num_threads)  # (P, k)
+    else:  # rows read by the same batches, in the same order, side by side: what a segment window reads together
+        sig = uses_signatures(entry_pair.reshape(-1), trace.position, len(uniq))  # (P, USES_K)
+    sig_order = np.lexsort((*[sig[:, j] for j in reversed(range(sig.shape[1]))], pair_segment))  # ties by node
     return Segments(m, num_segments, pair_segment, pair_node, count.astype(np.int64), rank, segment_ptr,
                     entry_pair.reshape(-1).astype(np.int64), sig_order)
 
@@ -278,7 +301,8 @@ def _boundary(trace: Trace, segs: Segments, grid: Sequence[int], store: np.ndarr
 
 
 def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2,
-           segment_sizes: Sequence[int] | None = None, num_threads: int = 0, buffer_rows: int = 0) -> Choice:
+           segment_sizes: Sequence[int] | None = None, num_threads: int = 0, buffer_rows: int = 0,
+           order: str = "minhash") -> Choice:
     """The ``(m, s)`` with the fewest read bytes over ``trace`` whose store bytes (disk caches + packed
     chunks) are at most ``budget_bytes`` (None: unlimited), over the grid (``segment_sizes`` or
     :func:`m_grid`; :func:`s_grid` per size), read through a segment window of ``buffer_rows`` rows (0: none).
@@ -292,13 +316,14 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     # pure packing fits: nothing reads less without a window, and with one it still reads in one request a batch
     if budget_bytes is None or pure_store <= budget_bytes:
         return Choice(segment_batches=max(nt, 1), cache_rows=0, read_bytes=pure_store, store_bytes=pure_store,
-                      candidates=1, feasible=1, evaluated=1, segments=segments(trace, max(nt, 1), k, num_threads))
+                      candidates=1, feasible=1, evaluated=1,
+                      segments=segments(trace, max(nt, 1), k, num_threads, order))
     # candidates: (lower bound, m, s, store); pure packing (segments of every batch, no cache row) does not fit
     candidates: list[tuple[int, int, int, int]] = [(pure_store, max(nt, 1), 0, pure_store)]
     cache: dict[int, Segments] = {}
     searched: dict[int, list[int]] = {}
     for m in segment_sizes if segment_sizes is not None else m_grid(nt):
-        segs = cache[m] = segments(trace, m, k, num_threads)
+        segs = cache[m] = segments(trace, m, k, num_threads, order)
         grid = s_grid(segs.max_pairs)
         if not grid:
             continue
@@ -329,7 +354,7 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
             best = (read, store, m, s)
     assert best is not None
     m = best[2]
-    segs = cache[m] if m in cache else segments(trace, m, k, num_threads)
+    segs = cache[m] if m in cache else segments(trace, m, k, num_threads, order)
     return Choice(segment_batches=m, cache_rows=best[3], read_bytes=best[0], store_bytes=best[1],
                   candidates=len(candidates), feasible=len(fits), evaluated=evaluated, segments=segs, grid=searched)
 

@@ -7,8 +7,9 @@ Pack (``storage_kernels.packstore`` layout):
 
 1. the cache blocks in plan order;
 2. the ``(m, s)`` search under ``pack.disk_budget`` (:func:`pipelines.policies.diskcache.search`): training
-   batches in segments of ``m``, per segment a disk cache of its ``s`` most-read uncached rows, MinHash-ordered
-   (Alg. 1), written to ``disk_cache.bin``; ``s = 0`` (pure packing) whenever it fits, since it reads least;
+   batches in segments of ``m``, per segment a disk cache of its ``s`` most-read uncached rows, ordered by their
+   reads (``pack.disk_cache_order``: uses, or MinHash as in Alg. 1), written to ``disk_cache.bin``; ``s = 0``
+   (pure packing) whenever it fits, since it reads least;
 3. per training batch, its remaining uncached rows sorted by id in one chunk of ``packed.bin`` at an aligned
    offset, written by one sequential pass over the feature file (``kernels.pack_batches``, partitions of
    ``pack.memory_mb``);
@@ -69,10 +70,11 @@ __all__ = ["DiskGNN"]
 @register_policy
 class DiskGNN(Policy):
     name = "diskgnn"
-    description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a MinHash-ordered "
-                   "disk cache sized by the (m, s) search under pack.disk_budget; each batch's other rows packed "
-                   "in one aligned chunk.")
-    reads = frozenset({"disk_budget", "minhash_k", "disk_cache_buffer_fraction", "disk_cache_buffer_bytes"})
+    description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a disk cache "
+                   "(rows read together side by side, read through a Belady-scheduled RAM window) sized by the "
+                   "(m, s) search under pack.disk_budget; each batch's other rows packed in one aligned chunk.")
+    reads = frozenset({"disk_budget", "minhash_k", "disk_cache_order", "disk_cache_buffer_fraction",
+                       "disk_cache_buffer_bytes"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes
@@ -106,7 +108,7 @@ class DiskGNN(Policy):
             progress("pack: searching segment disk caches", 0, 1)
         buffer_bytes = cfg.plan.disk_cache_buffer(feature_bytes)
         choice = search(trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
-                        buffer_rows=buffer_bytes // row_bytes)
+                        buffer_rows=buffer_bytes // row_bytes, order=cfg.pack.disk_cache_order)
         segs = choice.segments
         caches = cache_layout(segs, choice.cache_rows)
         window_rows = buffer_rows_for(buffer_bytes, row_bytes, caches.segment_rows)  # 0: no disk cache or no buffer

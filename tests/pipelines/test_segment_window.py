@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pipelines.config import PipelineConfig
+from pipelines.policies.diskcache import uses_signatures
 from pipelines.stages import pack, partition, plan, reorder, sample
 from pipelines.stages.graphio import load_graph
 from storage_kernels.packstore import Tier
@@ -22,10 +23,11 @@ from trainer.features import DiskCacheTier, InMemoryFeatures, PackedFeatures, Wi
 ROW_BYTES = 24 * 4
 
 
-def _cfg(buffer_rows: int) -> PipelineConfig:
+def _cfg(buffer_rows: int, order: str = "uses") -> PipelineConfig:
     sets = ["sample.fanouts=[4,3]", "sample.batch_size=64", "sample.epochs=2", "sample.eval_batch_size=100",
             "partition.num_parts=4", "plan.cpu_cache_fraction=0.1", "plan.gpu_cache_fraction=0.05",
-            "pack.disk_budget=2.0", "pack.memory_mb=1", f"plan.disk_cache_buffer_bytes={buffer_rows * ROW_BYTES}"]
+            "pack.disk_budget=2.0", "pack.memory_mb=1", f"plan.disk_cache_buffer_bytes={buffer_rows * ROW_BYTES}",
+            f"pack.disk_cache_order={order}"]
     return PipelineConfig.load(overrides=sets, dataset="unit")
 
 
@@ -43,8 +45,8 @@ def built(store: ArtifactStore):
     parting = partition.run(store, cfg, reorder=ordering).artifact
     samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
     packs = {}
-    for rows in (0, 20, 80, 10_000):
-        c = _cfg(rows)
+    for rows in (0, 20, 80, 10_000, "minhash"):  # "minhash": the unbuffered reader over Alg. 1's order
+        c = _cfg(0, "minhash") if rows == "minhash" else _cfg(rows)
         planned = plan.run(store, c, reorder=ordering, sample=samples).artifact
         packs[rows] = pack.run(store, c, reorder=ordering, sample=samples, plan=planned).artifact
         packs[rows].stats["predicted_hit_rate"] = planned.stats["predicted_hit_rate"]
@@ -59,10 +61,11 @@ def _check_epochs(source: PackedFeatures, samples: SampleSet, reference: InMemor
             assert torch.equal(source.load(batch), reference.load(batch)), f"batch {b}"
 
 
-@pytest.mark.parametrize("rows", [0, 20, 80, 10_000])
-def test_reads_and_buffer_hits_are_the_predicted_ones(built, rows: int) -> None:
+@pytest.mark.parametrize("key", [0, 20, 80, 10_000, "minhash"])
+def test_reads_and_buffer_hits_are_the_predicted_ones(built, key: int | str) -> None:
     ordering, samples, packs = built
-    packed, stats = packs[rows], packs[rows].stats
+    packed, stats = packs[key], packs[key].stats
+    rows = 0 if key == "minhash" else key
     assert stats["segment_cache_rows"] > 0  # this budget needs segment disk caches
     assert stats["window_rows"] == min(rows, int(np.load(packed.path / "segment_rows.npy").max()))
     assert SegmentWindow.present(packed.path) == (rows > 0)
@@ -93,6 +96,7 @@ def test_reads_and_buffer_hits_are_the_predicted_ones(built, rows: int) -> None:
 def test_the_window_reads_fewer_bytes_and_the_plan_is_unchanged(built) -> None:
     _, _, packs = built
     read = {rows: p.stats["mean_epoch_read_bytes"] for rows, p in packs.items()}
+    assert read["minhash"] != read[0]  # another layout
     assert read[10_000] <= read[80] <= read[20] < read[0]  # a larger buffer never reads more (here)
     assert packs[10_000].stats["epoch_read_bytes_disk_cache"] < packs[0].stats["epoch_read_bytes_disk_cache"]
     # fewer bytes than the rows the batches take from the disk caches: only reuse across batches gives that
@@ -132,3 +136,9 @@ def test_window_files_are_validated(built, tmp_path) -> None:
     (tmp_path / "window_hits.npy").unlink()
     with pytest.raises(FileNotFoundError, match=r"missing \['window_hits.npy'\]"):
         SegmentWindow(tmp_path, samples.num_batches)
+
+
+def test_uses_signatures_list_each_rows_first_reads() -> None:
+    # entries in trace order: pair 0 read at positions 0, 2, 5; pair 1 at 1; pair 2 never
+    sig = uses_signatures(np.array([0, 1, 0, 0]), np.array([0, 1, 2, 5]), 3, k=2)
+    np.testing.assert_array_equal(sig, [[0, 2], [1, 1 << 62], [1 << 62, 1 << 62]])
