@@ -75,17 +75,21 @@ class WindowedDiskCacheTier(DiskCacheTier):
             self.bytes_read += self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, self._buffer,
                                                 run_start * DATA_ALIGN, self.num_threads)
             self.read_requests += len(run_start)
-        floats = self._buffer.view(np.float32)
-        cols = np.arange(self.feature_dim)
-
-        def staged(rows: np.ndarray) -> np.ndarray:  # (n, F) rows of the segment cache from the blocks read
+        def staged(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:  # (n, F) from the blocks read
             off = addr.cache_offset + rows * row_bytes
-            pos = np.searchsorted(blocks, off // DATA_ALIGN) * DATA_ALIGN + off % DATA_ALIGN  # a row's blocks are
-            return floats[(pos // 4)[:, None] + cols]  # consecutive in ``blocks``, hence contiguous in the buffer
+            # a row's blocks are consecutive in ``blocks``, hence contiguous in the read buffer
+            pos = np.searchsorted(blocks, off // DATA_ALIGN) * DATA_ALIGN + off % DATA_ALIGN
+            if out is None:
+                out = np.empty((len(rows), self.feature_dim), np.float32)
+            return kernels.gather_rows_at(self._buffer, pos, out, self.num_threads)
 
-        part.out[held] = self._rows[where[held]]
-        part.out[~held] = staged(slots[~held])
-        self.window_hits += int(held.sum())
+        hits = int(held.sum())
+        if hits:
+            part.out[held] = self._rows[where[held]]
+            part.out[~held] = staged(slots[~held])
+        else:  # straight into the staging block
+            staged(slots, part.out)
+        self.window_hits += hits
         out_rows, in_rows, in_slots = self.window.changes(addr.batch)
         gone = self._row_slot[out_rows]
         self._slot_row[gone[gone >= 0]] = -1
