@@ -13,7 +13,7 @@ from pipelines.config import PipelineConfig
 from pipelines.policies.diskcache import uses_signatures
 from pipelines.stages import pack, partition, plan, reorder, sample
 from pipelines.stages.graphio import load_graph
-from storage_kernels.packstore import Tier
+from storage_kernels.packstore import PackedStore, Tier
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import ArtifactStore
 from storage_kernels.windowstore import WINDOW_FILES, WINDOW_META, SegmentWindow
@@ -130,12 +130,38 @@ def test_window_files_are_validated(built, tmp_path) -> None:
     assert window.buffer_rows == 20 and window.row_bytes == ROW_BYTES
     with pytest.raises(ValueError, match=r"window_read_ptr.npy' expected 3 non-decreasing offsets"):
         SegmentWindow(tmp_path, 2)
+    with PackedStoreCopy(src, tmp_path, samples) as store:  # a schedule that reads past disk_cache.bin
+        np.save(store.path / "window_read_blocks.npy", np.load(src / "window_read_blocks.npy") + 10**6)
+        with pytest.raises(ValueError, match=r"window_read_blocks.npy' expected values in \[0, "):
+            WindowedDiskCacheTier(store.open())
     (tmp_path / WINDOW_META).write_text('{"format": 99, "buffer_rows": 20, "row_bytes": 96}')
     with pytest.raises(ValueError, match="expected format 1 .got 99.; rebuild the pack artifact"):
         SegmentWindow(tmp_path, samples.num_batches)
     (tmp_path / "window_hits.npy").unlink()
     with pytest.raises(FileNotFoundError, match=r"missing \['window_hits.npy'\]"):
         SegmentWindow(tmp_path, samples.num_batches)
+
+
+class PackedStoreCopy:
+    """A copy of a packed store directory (to corrupt one file of it)."""
+
+    def __init__(self, src, parent, samples) -> None:
+        import shutil
+
+        self.path = parent / "store"
+        shutil.copytree(src, self.path)
+        self.samples = samples
+
+    def open(self) -> PackedStore:
+        return PackedStore(self.path, self.samples)
+
+    def __enter__(self) -> PackedStoreCopy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        shutil.rmtree(self.path)
 
 
 def test_uses_signatures_list_each_rows_first_reads() -> None:

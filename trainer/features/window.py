@@ -35,6 +35,13 @@ class WindowedDiskCacheTier(DiskCacheTier):
         if self.window.row_bytes != store.row_bytes:
             raise ValueError(f"'{store.path}/window_meta.json' expected row_bytes {store.row_bytes} (got "
                              f"{self.window.row_bytes})")
+        w, rows = self.window, int(store.segment_rows.max(initial=0))
+        blocks = -(-store.disk_cache_path.stat().st_size // DATA_ALIGN)
+        for what, values, bound in (("window_read_blocks.npy", w.read_blocks, blocks),
+                                    ("window_in_rows.npy", w.in_rows, rows), ("window_out_rows.npy", w.out_rows, rows)):
+            if len(values) and (int(values.min()) < 0 or int(values.max()) >= bound):
+                raise ValueError(f"'{store.path / what}' expected values in [0, {bound}) (got "
+                                 f"{int(values.min())}..{int(values.max())})")
         self.name = f"disk cache through a {self.window.buffer_rows}-row window ({store.disk_cache_path})"
         k = self.window.buffer_rows
         self._rows = np.zeros((k, self.feature_dim), np.float32)  # the buffer: (K, F)
