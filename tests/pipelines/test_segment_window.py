@@ -45,7 +45,7 @@ def built(store: ArtifactStore):
     parting = partition.run(store, cfg, reorder=ordering).artifact
     samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
     packs = {}
-    for rows in (0, 20, 80, 10_000, "minhash"):  # "minhash": the unbuffered reader over Alg. 1's order
+    for rows in (0, 20, 10_000, "minhash"):  # "minhash": the unbuffered reader over Alg. 1's order
         c = _cfg(0, "minhash") if rows == "minhash" else _cfg(rows)
         planned = plan.run(store, c, reorder=ordering, sample=samples).artifact
         packs[rows] = pack.run(store, c, reorder=ordering, sample=samples, plan=planned).artifact
@@ -61,7 +61,7 @@ def _check_epochs(source: PackedFeatures, samples: SampleSet, reference: InMemor
             assert torch.equal(source.load(batch), reference.load(batch)), f"batch {b}"
 
 
-@pytest.mark.parametrize("key", [0, 20, 80, 10_000, "minhash"])
+@pytest.mark.parametrize("key", [0, 20, 10_000, "minhash"])
 def test_reads_and_buffer_hits_are_the_predicted_ones(built, key: int | str) -> None:
     ordering, samples, packs = built
     packed, stats = packs[key], packs[key].stats
@@ -97,7 +97,7 @@ def test_the_window_reads_fewer_bytes_and_the_plan_is_unchanged(built) -> None:
     _, _, packs = built
     read = {rows: p.stats["mean_epoch_read_bytes"] for rows, p in packs.items()}
     assert read["minhash"] != read[0]  # another layout
-    assert read[10_000] <= read[80] <= read[20] < read[0]  # a larger buffer never reads more (here)
+    assert read[10_000] <= read[20] < read[0]  # a larger buffer never reads more (here)
     assert packs[10_000].stats["epoch_read_bytes_disk_cache"] < packs[0].stats["epoch_read_bytes_disk_cache"]
     # fewer bytes than the rows the batches take from the disk caches: only reuse across batches gives that
     big = packs[10_000].stats
