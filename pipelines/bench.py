@@ -7,7 +7,9 @@ median over repeats.
 
 **Memory budget.** ``memory_budget`` (bytes) is what a policy may hold of the graph's data beyond its working
 set: its caches and the OS page cache (half of the budget goes to the policies' CPU caches,
-``plan.cpu_cache_bytes``, unless set; the rest is page cache for features, topology and address tables).
+``plan.cpu_cache_bytes``, unless set; the rest is page cache for features, topology and address tables, and
+``diskgnn``'s segment window over its disk caches, ``plan.disk_cache_buffer_bytes``, unless set: the page
+cache then has what calibration saw plus the slack).
 Where a memory cgroup can be made (:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each
 worker runs in a fresh cgroup limited to ``memory_budget`` plus the policy's working set, page cache
 included, after the files it reads have been evicted from the page cache. The working set (interpreter,
@@ -341,13 +343,17 @@ def _prepare_limit(memory_budget: int, memory_overhead: int | None) -> int:
 
 def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
     """The configuration every policy runs under a budget: half of it for the policies' CPU caches (unless the
-    user sized them: the rest is left to the page cache, for topology and addresses), evaluation batches
+    user sized them: the rest is left to the page cache, for topology and addresses, and, with ``diskgnn``'s
+    disk caches, to its segment window, unless the user sized that), evaluation batches
     as large as training ones (unless set), so no phase needs more working memory than calibration saw, and
     the streaming stages' working memory within half the preprocessing limit (unless set; these settings
     change speed, not artifacts)."""
     plan, sample, reorder, pack = cfg.plan, cfg.sample, cfg.reorder, cfg.pack
     if not plan.model_fields_set & {"cpu_cache_bytes", "cpu_cache_fraction"}:
         plan = plan.model_copy(update={"cpu_cache_bytes": int(memory_budget * _CACHE_SHARE)})
+    if not plan.model_fields_set & {"disk_cache_buffer_bytes", "disk_cache_buffer_fraction"}:
+        # diskgnn's segment window: the part of the budget the CPU cache does not use
+        plan = plan.model_copy(update={"disk_cache_buffer_bytes": int(memory_budget * (1 - _CACHE_SHARE))})
     if "eval_batch_size" not in sample.model_fields_set:
         sample = sample.model_copy(update={"eval_batch_size": sample.batch_size})
     stage_mb = max(1, _prepare_limit(memory_budget, None) // 2 // _MB)
@@ -368,7 +374,8 @@ def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) ->
     probe = "naive" if POLICIES.get(name).page_cache else name
     ccfg = cfg.model_copy(update={
         "policy": probe, "train": dataclasses.replace(cfg.train, epochs=1),
-        "plan": cfg.plan.model_copy(update={"cpu_cache_bytes": 0, "gpu_cache_bytes": 0})})
+        "plan": cfg.plan.model_copy(update={"cpu_cache_bytes": 0, "gpu_cache_bytes": 0,
+                                            "disk_cache_buffer_bytes": 0})})
     StageRunner(ccfg, store).run_until("pack")
     calib = workers.run(probe, "train", ccfg, limit=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
                         max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)

@@ -229,6 +229,12 @@ class PlanConfig(_Section):
     cpu_cache_fraction: float = setting(0.1, "CPU cache size as a fraction of feature bytes.", ge=0, le=1)
     gpu_cache_bytes: int | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
     cpu_cache_bytes: int | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
+    disk_cache_buffer_fraction: float = setting(
+        0.1, "diskgnn: the segment window, a RAM buffer of segment disk-cache rows (each block read at most once while "
+        "a later batch of its segment needs it, Belady eviction, scheduled at pack time), as a fraction of feature "
+        "bytes; 0 = none (every batch reads all its disk-cache blocks).", artifact="selected", ge=0, le=1)
+    disk_cache_buffer_bytes: int | None = setting(
+        None, "diskgnn: absolute segment-window buffer (overrides the fraction).", artifact="selected", ge=0)
     hyperbatch_bytes: int = setting(
         64 << 20, "hyperbatch: RAM budget of one hyperbatch (the distinct 4 KiB blocks of its batches' rows).",
         artifact="selected", ge=4096,
@@ -262,6 +268,12 @@ class PlanConfig(_Section):
         True, "mariusgnn: lay the training nodes out in the first k partitions (one static set per epoch, zero "
         "swaps, when k < c); false: partitions by locality only, always an order.", artifact="selected")
 
+    def disk_cache_buffer(self, feature_bytes: int) -> int:
+        """Bytes of the segment window's buffer: the absolute budget when set, else the fraction of the features."""
+        if self.disk_cache_buffer_bytes is not None:
+            return self.disk_cache_buffer_bytes
+        return int(self.disk_cache_buffer_fraction * feature_bytes)
+
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""
         return {
@@ -281,6 +293,10 @@ class PackConfig(_Section):
         "fewest reads, as pure packing).", artifact="selected", gt=0)
     minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.",
                              artifact="selected", ge=1)
+    disk_cache_order: Literal["uses", "minhash"] = setting(
+        "uses", "diskgnn: row order of each segment disk cache: uses (by the training positions of a row's first 8 "
+        "reads in its segment: rows read together share blocks, best for the segment window) or minhash (the "
+        "paper's Alg. 1, minhash_k hashes).", artifact="selected")
 
 
 class ExportConfig(_Section):

@@ -29,6 +29,8 @@ __all__ = [
     "SampledBlocks",
     "aligned_empty",
     "belady_changesets",
+    "window_schedule",
+    "WindowSchedule",
     "bucket_rows",
     "build_csr",
     "cache_update",
@@ -829,6 +831,37 @@ def belady_changesets(batch_ptr, ids, num_nodes: int, num_entries: int) -> Chang
     out = _native.belady_changesets(batch_ptr=_index_array("batch_ptr", batch_ptr), ids=_index_array("ids", ids),
                                     num_nodes=int(num_nodes), num_entries=int(num_entries))
     return Changesets(*out)
+
+
+class WindowSchedule(NamedTuple):
+    """The segment window's schedule over one segment disk cache (:func:`window_schedule`), int64 arrays: per
+    iteration ``i`` the blocks to read ``read_blocks[read_ptr[i]:read_ptr[i+1]]`` (sorted, relative to the
+    cache's start), the rows leaving the buffer ``out_rows[out_ptr[i]:out_ptr[i+1]]`` and those entering it
+    ``in_rows[in_ptr[i]:in_ptr[i+1]]`` at buffer slots ``in_slots`` (applied after the iteration, outs first);
+    ``hits[i]`` the iteration's rows served by the buffer."""
+
+    read_ptr: np.ndarray
+    read_blocks: np.ndarray
+    in_ptr: np.ndarray
+    in_rows: np.ndarray
+    in_slots: np.ndarray
+    out_ptr: np.ndarray
+    out_rows: np.ndarray
+    hits: np.ndarray
+
+
+def window_schedule(batch_ptr, rows, num_rows: int, row_bytes: int, buffer_rows: int) -> WindowSchedule:
+    """Schedule a buffer of ``buffer_rows`` rows over one segment disk cache of ``num_rows`` rows of ``row_bytes``
+    bytes (a block-aligned region read in 4096-byte blocks).
+
+    Iteration ``i`` needs ``rows[batch_ptr[i]:batch_ptr[i+1]]``: it reads the blocks of those not in the buffer;
+    afterwards the buffer keeps, of its rows and the rows those blocks brought whole, the ``buffer_rows`` with
+    the soonest next use (Belady; never-again rows dropped; ties: cached first, then row). Single-threaded
+    without the GIL. ValueError for a bad ``batch_ptr`` or sizes, IndexError for a row out of range.
+    """
+    out = _native.window_schedule(batch_ptr=_index_array("batch_ptr", batch_ptr), rows=_index_array("rows", rows),
+                                  num_rows=int(num_rows), row_bytes=int(row_bytes), buffer_rows=int(buffer_rows))
+    return WindowSchedule(*out)
 
 
 def cache_update(cache: np.ndarray, address_table: np.ndarray, batch_rows: np.ndarray, in_ids, out_ids,

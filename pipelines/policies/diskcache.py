@@ -3,11 +3,13 @@ search under a disk budget (Alg. 2).
 
 The training batches, in training order (sampled epoch by epoch, step by step), are cut into *segments* of
 ``m`` consecutive batches. Each segment gets a disk cache of the ``s`` rows its batches read most (among the
-rows no GPU/CPU cache holds; ties by node id), stored once, MinHash-ordered: every cached node gets the
-k-tuple of minima, over the segment's batches that read it, of k hashes of the batch's position
-(``kernels.minhash_signatures``), and the cache is sorted by that tuple (then node id), so rows read by the
-same batches share pages. A batch reads its cached rows with page-merged aligned reads of its segment's cache
-(each 4096-byte block once) and only its remaining uncached rows from its packed chunk.
+rows no GPU/CPU cache holds; ties by node id), stored once, ordered so that rows read by the same batches share
+pages (``pack.disk_cache_order``): ``minhash`` (Alg. 1): every cached node gets the k-tuple of minima, over the
+segment's batches that read it, of k hashes of the batch's position (``kernels.minhash_signatures``);
+``uses`` (the default): the training positions of its first :data:`USES_K` reads; the cache is sorted by that
+tuple (then node id). A batch reads its cached rows with page-merged aligned reads of its segment's cache
+(each 4096-byte block once; with a segment window, :mod:`pipelines.policies.window`, only the blocks of rows
+the window does not hold) and only its remaining uncached rows from its packed chunk.
 
 Both costs are counted exactly from the trace, for any ``(m, s)``:
 
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipelines.policies.window import WindowPlan, schedule_windows
 from storage_kernels import kernels
 from storage_kernels.arrays import align_up
 from storage_kernels.packstore import CHUNK_ALIGN, Tier, chunk_bytes
@@ -57,6 +60,8 @@ __all__ = [
 ]
 
 MINHASH_SEED = 0  # fixed: the order is part of the layout, reproducible from the trace alone
+USES_K = 8  # reads per row in the "uses" order's signature
+ORDERS = ("uses", "minhash")  # the disk caches' row orders (pack.disk_cache_order)
 
 
 @dataclass(frozen=True)
@@ -123,10 +128,27 @@ class Segments:
         return int(np.diff(self.segment_ptr).max(initial=0))
 
 
-def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0) -> Segments:
-    """Cut ``trace`` into segments of ``m`` batches; count, rank and MinHash-order each segment's rows."""
+def uses_signatures(entry_pair: np.ndarray, position: np.ndarray, num_pairs: int, k: int = USES_K) -> np.ndarray:
+    """(P, k) the training positions of every pair's first ``k`` reads (``2**62`` past its last read): entries
+    are in trace order, so a stable sort by pair lists each pair's reads in order."""
+    order = np.argsort(entry_pair, kind="stable")
+    pos = position[order]
+    start = np.searchsorted(entry_pair[order], np.arange(num_pairs))  # (P,) first entry of every pair
+    count = np.bincount(entry_pair, minlength=num_pairs)
+    sig = np.full((num_pairs, k), 1 << 62, np.int64)
+    for j in range(k):
+        has = count > j
+        sig[has, j] = pos[start[has] + j]
+    return sig
+
+
+def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str = "minhash") -> Segments:
+    """Cut ``trace`` into segments of ``m`` batches; count, rank and order each segment's rows: by MinHash
+    signature (``order="minhash"``, Alg. 1, ``k`` hashes) or by their first :data:`USES_K` reads (``"uses"``)."""
     if m < 1:
         raise ValueError(f"'segment_batches' expected >= 1 (got {m})")
+    if order not in ORDERS:
+        raise ValueError(f"'pack.disk_cache_order' expected one of {', '.join(ORDERS)} (got {order!r})")
     nt = trace.num_batches
     num_segments = -(-nt // m)
     seg_of_entry = trace.position // m  # (T,)
@@ -138,9 +160,11 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0) -> Segments
     by_count = np.argsort(pair_segment * (int(count.max(initial=0)) + 1) - count, kind="stable")  # (P,)
     rank = np.empty(len(uniq), np.int64)
     rank[by_count] = np.arange(len(uniq)) - segment_ptr[pair_segment[by_count]]
-    # Alg. 1: pair (g, v) is read by the batches of segment g that read v; sets = batches (training position)
-    sig = kernels.minhash_signatures(entry_pair, trace.ptr, len(uniq), k, MINHASH_SEED, num_threads)  # (P, k)
-    sig_order = np.lexsort((*[sig[:, j] for j in reversed(range(k))], pair_segment))  # stable: ties by node
+    if order == "minhash":  # Alg. 1: pair (g, v) is read by the batches of segment g that read v (positions)
+        sig = kernels.minhash_signatures(entry_pair, trace.ptr, len(uniq), k, MINHASH_SEED, num_threads)  # (P, k)
+    else:  # rows read by the same batches, in the same order, side by side: what a segment window reads together
+        sig = uses_signatures(entry_pair.reshape(-1), trace.position, len(uniq))  # (P, USES_K)
+    sig_order = np.lexsort((*[sig[:, j] for j in reversed(range(sig.shape[1]))], pair_segment))  # ties by node
     return Segments(m, num_segments, pair_segment, pair_node, count.astype(np.int64), rank, segment_ptr,
                     entry_pair.reshape(-1).astype(np.int64), sig_order)
 
@@ -171,30 +195,38 @@ def cache_layout(segs: Segments, s: int) -> SegmentCaches:
 
 @dataclass(frozen=True)
 class Cost:
-    """Exact costs of a layout: per training position its packed chunk rows, distinct disk-cache blocks and
-    read bytes; the store bytes (disk caches + packed chunks)."""
+    """Exact costs of a layout: per training position its packed chunk rows, disk-cache blocks read and read
+    bytes; the store bytes (disk caches + packed chunks); with a segment window, its schedule."""
 
     chunk_rows: np.ndarray  # (NT,)
     cache_blocks: np.ndarray  # (NT,)
     read_bytes: np.ndarray  # (NT,)
     store_bytes: int
+    window: WindowPlan | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_read_bytes(self) -> int:
         return int(self.read_bytes.sum())
 
 
-def evaluate(trace: Trace, segs: Segments, caches: SegmentCaches, row_bytes: int, num_threads: int = 0) -> Cost:
-    """The exact read bytes of every training batch and the store bytes under ``caches``."""
+def evaluate(trace: Trace, segs: Segments, caches: SegmentCaches, row_bytes: int, num_threads: int = 0,
+             buffer_rows: int = 0) -> Cost:
+    """The exact read bytes of every training batch and the store bytes under ``caches``; with ``buffer_rows``
+    > 0, disk-cache reads through a segment window of that many rows (:mod:`pipelines.policies.window`)."""
     entry_slot = caches.pair_slot[segs.entry_pair]  # (T,) row in the segment cache, -1 packed
     cached = np.concatenate([[0], np.cumsum(entry_slot >= 0)])  # (T + 1,)
     chunk_rows = trace.rows - (cached[trace.ptr[1:]] - cached[trace.ptr[:-1]])  # (NT,)
-    # the segment caches start at aligned offsets, so blocks of the cache region are blocks of the file
-    blocks = kernels.count_blocks(entry_slot, trace.ptr, row_bytes, num_threads)  # (NT,)
+    window = None
+    if buffer_rows > 0:  # each block read while the window does not hold the rows a batch needs from it
+        window = schedule_windows(entry_slot, trace.ptr, segs.m, caches.segment_rows, row_bytes, buffer_rows,
+                                  num_threads)
+        blocks = window.blocks
+    else:  # the segment caches start at aligned offsets, so blocks of the cache region are blocks of the file
+        blocks = kernels.count_blocks(entry_slot, trace.ptr, row_bytes, num_threads)  # (NT,)
     read = chunk_bytes(chunk_rows, row_bytes) + blocks * CHUNK_ALIGN
     store = int(align_up(caches.segment_rows * row_bytes, CHUNK_ALIGN).sum() + chunk_bytes(chunk_rows,
                                                                                           row_bytes).sum())
-    return Cost(chunk_rows.astype(np.int64), blocks, read.astype(np.int64), store)
+    return Cost(chunk_rows.astype(np.int64), blocks, read.astype(np.int64), store, window)
 
 
 def m_grid(num_batches: int) -> list[int]:
@@ -269,22 +301,29 @@ def _boundary(trace: Trace, segs: Segments, grid: Sequence[int], store: np.ndarr
 
 
 def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2,
-           segment_sizes: Sequence[int] | None = None, num_threads: int = 0) -> Choice:
+           segment_sizes: Sequence[int] | None = None, num_threads: int = 0, buffer_rows: int = 0,
+           order: str = "minhash") -> Choice:
     """The ``(m, s)`` with the fewest read bytes over ``trace`` whose store bytes (disk caches + packed
     chunks) are at most ``budget_bytes`` (None: unlimited), over the grid (``segment_sizes`` or
-    :func:`m_grid`; :func:`s_grid` per size). ``ValueError`` when no candidate fits, naming the smallest."""
+    :func:`m_grid`; :func:`s_grid` per size), read through a segment window of ``buffer_rows`` rows (0: none).
+    ``ValueError`` when no candidate fits, naming the smallest.
+
+    With a window, a batch may read fewer bytes than its cached rows (they come from the buffer): the bound is
+    then the store itself (every cached row is read at least once)."""
     nt = trace.num_batches
     pure = chunk_bytes(trace.rows, row_bytes)
     pure_store = int(pure.sum())
-    if budget_bytes is None or pure_store <= budget_bytes:  # pure packing fits: nothing reads less
+    # pure packing fits: nothing reads less without a window, and with one it still reads in one request a batch
+    if budget_bytes is None or pure_store <= budget_bytes:
         return Choice(segment_batches=max(nt, 1), cache_rows=0, read_bytes=pure_store, store_bytes=pure_store,
-                      candidates=1, feasible=1, evaluated=1, segments=segments(trace, max(nt, 1), k, num_threads))
+                      candidates=1, feasible=1, evaluated=1,
+                      segments=segments(trace, max(nt, 1), k, num_threads, order))
     # candidates: (lower bound, m, s, store); pure packing (segments of every batch, no cache row) does not fit
     candidates: list[tuple[int, int, int, int]] = [(pure_store, max(nt, 1), 0, pure_store)]
     cache: dict[int, Segments] = {}
     searched: dict[int, list[int]] = {}
     for m in segment_sizes if segment_sizes is not None else m_grid(nt):
-        segs = cache[m] = segments(trace, m, k, num_threads)
+        segs = cache[m] = segments(trace, m, k, num_threads, order)
         grid = s_grid(segs.max_pairs)
         if not grid:
             continue
@@ -292,6 +331,8 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
         if budget_bytes is not None and (edge := _boundary(trace, segs, grid, store, budget_bytes, row_bytes)):
             grid = sorted({*grid, edge})
             store, lower = _bounds(trace, segs, grid, row_bytes)
+        if buffer_rows > 0:
+            lower = store
         searched[m] = grid
         candidates += [(int(lo), m, s, int(st)) for s, st, lo in zip(grid, store, lower, strict=True)]
     fits = [c for c in candidates if budget_bytes is None or c[3] <= budget_bytes]
@@ -306,14 +347,14 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     for lower, m, s, _ in fits:  # pure packing does not fit: every candidate has s > 0
         if best is not None and lower > best[0]:
             break  # every remaining candidate reads more than the best one
-        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads)
+        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads, buffer_rows)
         read, store = cost.total_read_bytes, cost.store_bytes
         evaluated += 1
         if best is None or (read, store, m, s) < best:
             best = (read, store, m, s)
     assert best is not None
     m = best[2]
-    segs = cache[m] if m in cache else segments(trace, m, k, num_threads)
+    segs = cache[m] if m in cache else segments(trace, m, k, num_threads, order)
     return Choice(segment_batches=m, cache_rows=best[3], read_bytes=best[0], store_bytes=best[1],
                   candidates=len(candidates), feasible=len(fits), evaluated=evaluated, segments=segs, grid=searched)
 

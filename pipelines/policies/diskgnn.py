@@ -7,8 +7,9 @@ Pack (``storage_kernels.packstore`` layout):
 
 1. the cache blocks in plan order;
 2. the ``(m, s)`` search under ``pack.disk_budget`` (:func:`pipelines.policies.diskcache.search`): training
-   batches in segments of ``m``, per segment a disk cache of its ``s`` most-read uncached rows, MinHash-ordered
-   (Alg. 1), written to ``disk_cache.bin``; ``s = 0`` (pure packing) whenever it fits, since it reads least;
+   batches in segments of ``m``, per segment a disk cache of its ``s`` most-read uncached rows, ordered by their
+   reads (``pack.disk_cache_order``: uses, or MinHash as in Alg. 1), written to ``disk_cache.bin``; ``s = 0``
+   (pure packing) whenever it fits, since it reads least;
 3. per training batch, its remaining uncached rows sorted by id in one chunk of ``packed.bin`` at an aligned
    offset, written by one sequential pass over the feature file (``kernels.pack_batches``, partitions of
    ``pack.memory_mb``);
@@ -18,8 +19,13 @@ Pack (``storage_kernels.packstore`` layout):
 The store (cache blocks + disk caches + packed chunks) is at most ``pack.disk_budget`` times the feature file;
 the stats give the chosen ``(m, s)``, the exact bytes read per training epoch and the disk blow-up.
 
-Features: GPU cache, CPU cache, the segment's disk cache (page-merged aligned reads), the batch's chunk (one
-aligned direct read), the feature file (block-merged aligned reads) -- :class:`trainer.features.PackedFeatures`.
+With a segment window (``plan.disk_cache_buffer_fraction`` / ``_bytes`` > 0 and disk caches in the store), the
+(m, s) search counts disk-cache reads through the window and the pack writes the window's per-batch schedule
+(:mod:`pipelines.policies.window`, :mod:`storage_kernels.windowstore`).
+
+Features: GPU cache, CPU cache, the segment's disk cache (page-merged aligned reads; through the window's
+buffer when scheduled), the batch's chunk (one aligned direct read), the feature file (block-merged aligned
+reads) -- :class:`trainer.features.PackedFeatures`.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from pipelines.policies.diskcache import (
     write_segment_caches,
 )
 from pipelines.policies.tiers import frequency_plan
+from pipelines.policies.window import buffer_rows_for
 from storage_kernels import kernels
 from storage_kernels.packstore import (
     ADDR_SLOT,
@@ -52,6 +59,7 @@ from storage_kernels.packstore import (
     SEGMENT_ROWS,
     batch_addresses,
 )
+from storage_kernels.windowstore import write_window
 
 if TYPE_CHECKING:
     from trainer.features import FeatureSource
@@ -62,10 +70,11 @@ __all__ = ["DiskGNN"]
 @register_policy
 class DiskGNN(Policy):
     name = "diskgnn"
-    description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a MinHash-ordered "
-                   "disk cache sized by the (m, s) search under pack.disk_budget; each batch's other rows packed "
-                   "in one aligned chunk.")
-    reads = frozenset({"disk_budget", "minhash_k"})
+    description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a disk cache "
+                   "(rows read together side by side, read through a Belady-scheduled RAM window) sized by the "
+                   "(m, s) search under pack.disk_budget; each batch's other rows packed in one aligned chunk.")
+    reads = frozenset({"disk_budget", "minhash_k", "disk_cache_order", "disk_cache_buffer_fraction",
+                       "disk_cache_buffer_bytes"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes
@@ -97,10 +106,15 @@ class DiskGNN(Policy):
                              f"{cache_bytes / feature_bytes:.4f} x the feature bytes (got {budget})")
         if progress:
             progress("pack: searching segment disk caches", 0, 1)
-        choice = search(trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads)
+        buffer_bytes = cfg.plan.disk_cache_buffer(feature_bytes)
+        choice = search(trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
+                        buffer_rows=buffer_bytes // row_bytes, order=cfg.pack.disk_cache_order)
         segs = choice.segments
         caches = cache_layout(segs, choice.cache_rows)
-        cost = evaluate(trace, segs, caches, row_bytes, cfg.pack.num_threads)
+        window_rows = buffer_rows_for(buffer_bytes, row_bytes, caches.segment_rows)  # 0: no disk cache or no buffer
+        cost = evaluate(trace, segs, caches, row_bytes, cfg.pack.num_threads, window_rows)
+        if cost.window is not None:  # the segment window's schedule, read by WindowedDiskCacheTier
+            write_window(builder, cost.window, trace.batches, samples.num_batches, row_bytes)
         disk_path = builder.add_file(DISK_CACHE_BIN)
         segment_offset = write_segment_caches(graph.features, segs, caches, disk_path,
                                               cfg.pack.memory_mb * 2**20, cfg.pack.num_threads)
@@ -170,6 +184,10 @@ class DiskGNN(Policy):
             "epoch_read_bytes": int(cost.read_bytes[epoch0].sum()),  # sampled epoch 0, exact
             "mean_epoch_read_bytes": cost.total_read_bytes / epochs,  # what the search minimised, per epoch
             "epoch_read_bytes_disk_cache": int(cost.cache_blocks[epoch0].sum()) * CHUNK_ALIGN,
+            "window_rows": window_rows,  # the segment window's buffer (0: none)
+            "window_bytes": window_rows * row_bytes,
+            "epoch_window_hits": int(cost.window.hits[epoch0].sum()) if cost.window is not None else 0,
+            "epoch_disk_cache_rows": int(trace.rows[epoch0].sum() - cost.chunk_rows[epoch0].sum()),
             "search_candidates": choice.candidates,
             "search_feasible": choice.feasible,
             "search_evaluated": choice.evaluated,

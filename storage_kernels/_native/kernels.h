@@ -81,6 +81,8 @@ PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* cache/belady.c: Belady-optimal changesets of one superbatch (two-pass occurrence CSR, O(K + batch) per step) */
 PyObject *sk_belady_changesets(PyObject *self, PyObject *args, PyObject *kwargs);
+/* cache/window.c: the segment window's schedule (Belady over a segment disk cache's rows, block reads) */
+PyObject *sk_window_schedule(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* cache/update.c: in-place cache update from a batch's rows through the address table */
 PyObject *sk_cache_update(PyObject *self, PyObject *args, PyObject *kwargs);

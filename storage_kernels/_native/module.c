@@ -103,6 +103,9 @@ static PyMethodDef methods[] = {
               "Returns (init_ids, update_ptr, in_ids, out_ids, in_positions, hits)."),
     SK_METHOD(cache_update, "cache, address_table, batch_rows, in_ids, out_ids, in_positions, num_threads=0",
               "In-place cache update: the slot of out_ids[k] receives batch_rows[in_positions[k]] for in_ids[k]."),
+    SK_METHOD(window_schedule, "batch_ptr, rows, num_rows, row_bytes, buffer_rows",
+              "The segment window's per-batch block reads and buffer changes (Belady over the rows of one segment\n"
+              "disk cache). Returns (read_ptr, read_blocks, in_ptr, in_rows, in_slots, out_ptr, out_rows, hits)."),
     {NULL, NULL, 0, NULL},
 };
 

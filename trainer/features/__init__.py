@@ -8,6 +8,8 @@ by the pack stage) names its tier, and leaves the rest to the tier it wraps (its
     device rows     host rows,      merged block     one aligned read    aligned block reads of features.npy
                     pinned w/ CUDA  reads of the     of the batch chunk  (merged; per row for the naive baseline)
                                     segment cache
+                                    (through a segment window when the pack scheduled one:
+                                    WindowedDiskCacheTier)
 
 :class:`TieredSource` turns a chain into a :class:`FeatureSource` (what ``BatchLoader`` and ``train`` call),
 with a read stage (I/O) separate from the assemble stage (gathers in node order, H2D copies).
@@ -47,6 +49,7 @@ from trainer.features.source import (
     compose_tiers,
     tiered_source,
 )
+from trainer.features.window import WindowedDiskCacheTier
 
 __all__ = [
     "BLOCK_BYTES",
@@ -67,6 +70,7 @@ __all__ = [
     "PackedFeatures",
     "TierRead",
     "TieredSource",
+    "WindowedDiskCacheTier",
     "check_rows",
     "compose_tiers",
     "tiered_source",

@@ -15,11 +15,13 @@ import numpy as np
 import torch
 
 from storage_kernels.packstore import BatchAddresses, NodeRanges, PackedStore, Tier
+from storage_kernels.windowstore import SegmentWindow
 from trainer.features.base import FeatureTier, NodeBatch, TierRead
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
 from trainer.features.packed import PackedChunkTier
+from trainer.features.window import WindowedDiskCacheTier
 
 __all__ = [
     "AddressBook",
@@ -283,8 +285,9 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
         tier = FileTier(features_path, merge=merge, num_threads=num_threads, max_buffer_bytes=max_buffer_bytes)
     if store is not None and packed:
         tier = PackedChunkTier(store, tier, num_threads=num_threads, num_buffers=num_buffers)
-        if store.has_disk_cache:  # the store addresses rows to its segment caches: serve them
-            tier = DiskCacheTier(store, tier, num_threads=num_threads)
+        if store.has_disk_cache:  # the store addresses rows to its segment caches: serve them (through its window)
+            disk_tier = WindowedDiskCacheTier if SegmentWindow.present(store.path) else DiskCacheTier
+            tier = disk_tier(store, tier, num_threads=num_threads)
     for cache in reversed(wanted):  # innermost first, so that caches[0] ends outermost
         assert store is not None  # checked above
         rows = store.cache(cache)  # (rows, F) loaded into memory

@@ -1,0 +1,59 @@
+"""Pure Python twin of ``cache/window.c`` (the segment window's schedule), written plainly from its rule."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+BLOCK = 4096
+
+
+def row_blocks(r: int, row_bytes: int) -> range:
+    """The 4096-byte blocks holding row ``r`` of a block-aligned region."""
+    return range(r * row_bytes // BLOCK, ((r + 1) * row_bytes - 1) // BLOCK + 1)
+
+
+def window_schedule_ref(batches: list[np.ndarray], num_rows: int, row_bytes: int, buffer_rows: int):
+    """``(read_ptr, read_blocks, in_ptr, in_rows, in_slots, out_ptr, out_rows, hits, states)``; ``states[i]`` is
+    the buffer (a set of rows) before iteration ``i`` (``states[S]`` after the last)."""
+    k = min(buffer_rows, num_rows)
+    uses: dict[int, list[int]] = defaultdict(list)
+    for i, batch in enumerate(batches):
+        for r in sorted({int(x) for x in batch}):
+            uses[r].append(i)
+
+    def next_use(r: int, i: int) -> float:
+        later = [j for j in uses[r] if j > i]
+        return later[0] if later else float("inf")
+
+    slots: list[int | None] = [None] * k
+    read_ptr, read_blocks, in_ptr, in_rows, in_slots, out_ptr, out_rows, hits = [0], [], [0], [], [], [0], [], []
+    states = [set()]
+    for i, batch in enumerate(batches):
+        cached = {r for r in slots if r is not None}
+        need = {int(x) for x in batch}
+        hits.append(len(need & cached))
+        blocks = sorted({b for r in need - cached for b in row_blocks(r, row_bytes)})
+        read_blocks += blocks
+        read_ptr.append(len(read_blocks))
+        got = set(blocks)
+        arrived = [r for r in range(num_rows)
+                   if r not in cached and all(b in got for b in row_blocks(r, row_bytes))]
+        cands = [(next_use(r, i), 0, r) for r in cached] + [(next_use(r, i), 1, r) for r in arrived]
+        keep = {r for key, _, r in sorted(c for c in cands if c[0] != float("inf"))[:k]}
+        for s in range(k):
+            if slots[s] is not None and slots[s] not in keep:
+                out_rows.append(slots[s])
+                slots[s] = None
+        for r in sorted(keep - cached):
+            s = slots.index(None)
+            slots[s] = r
+            in_rows.append(r)
+            in_slots.append(s)
+        in_ptr.append(len(in_rows))
+        out_ptr.append(len(out_rows))
+        states.append({r for r in slots if r is not None})
+    as64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    return (as64(read_ptr), as64(read_blocks), as64(in_ptr), as64(in_rows), as64(in_slots), as64(out_ptr),
+            as64(out_rows), as64(hits), states)

@@ -1,0 +1,116 @@
+"""The disk-cache tier through a segment window: a bounded buffer of the segment disk cache's rows, filled and
+evicted by the pack's precomputed schedule (:mod:`storage_kernels.windowstore`, :mod:`pipelines.policies.window`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from storage_kernels import kernels
+from storage_kernels.arrays import DATA_ALIGN, blocks_of_rows
+from storage_kernels.packstore import BatchAddresses, PackedStore
+from storage_kernels.windowstore import SegmentWindow
+from trainer.features.base import FeatureTier, TierRead
+from trainer.features.diskcache import DiskCacheTier
+
+__all__ = ["WindowedDiskCacheTier"]
+
+
+class WindowedDiskCacheTier(DiskCacheTier):
+    """:class:`DiskCacheTier` with a buffer of ``SegmentWindow.buffer_rows`` rows (``buffer_bytes``).
+
+    A batch reads the blocks its schedule names (merged into runs of consecutive blocks, aligned direct reads),
+    takes its rows from the buffer where it holds them and from those blocks otherwise, then applies its changes:
+    rows that leave the buffer, rows that enter it (copied from the blocks just read). In trace order from an
+    empty buffer, ``bytes_read`` and ``window_hits`` (rows served by the buffer) are exactly the schedule's.
+
+    Batches out of that order (a resumed epoch, a subset of batches) stay correct: a row the buffer does not hold
+    is read with its blocks whatever the schedule says (then more bytes are read than planned), and the buffer
+    forgets everything when the segment changes.
+    """
+
+    def __init__(self, store: PackedStore, fallback: FeatureTier | None = None, *, num_threads: int = 0,
+                 window: SegmentWindow | None = None) -> None:
+        super().__init__(store, fallback, num_threads=num_threads)
+        self.window = window if window is not None else SegmentWindow(store.path, store.samples.num_batches)
+        if self.window.row_bytes != store.row_bytes:
+            raise ValueError(f"'{store.path}/window_meta.json' expected row_bytes {store.row_bytes} (got "
+                             f"{self.window.row_bytes})")
+        w, rows = self.window, int(store.segment_rows.max(initial=0))
+        blocks = -(-store.disk_cache_path.stat().st_size // DATA_ALIGN)
+        for what, values, bound in (("window_read_blocks.npy", w.read_blocks, blocks),
+                                    ("window_in_rows.npy", w.in_rows, rows), ("window_out_rows.npy", w.out_rows, rows)):
+            if len(values) and (int(values.min()) < 0 or int(values.max()) >= bound):
+                raise ValueError(f"'{store.path / what}' expected values in [0, {bound}) (got "
+                                 f"{int(values.min())}..{int(values.max())})")
+        self.name = f"disk cache through a {self.window.buffer_rows}-row window ({store.disk_cache_path})"
+        k = self.window.buffer_rows
+        self._rows = np.zeros((k, self.feature_dim), np.float32)  # the buffer: (K, F)
+        self._slot_row = np.full(k, -1, np.int64)  # buffer slot -> row of the current segment (-1: free)
+        self._row_slot = np.full(int(store.segment_rows.max(initial=0)), -1, np.int64)  # row -> slot (-1: absent)
+        self._segment = -1
+        self.window_hits = 0
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of the buffer's rows."""
+        return int(self._rows.nbytes)
+
+    def _reset(self, segment: int) -> None:
+        held = self._slot_row[self._slot_row >= 0]
+        self._row_slot[held] = -1
+        self._slot_row[:] = -1
+        self._segment = segment
+
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        assert part.out is not None  # reserved by the source before the I/O
+        segment = int(self.store.batch_segment[addr.batch])
+        if segment != self._segment:  # a new segment: nothing of the old one is ever read again
+            self._reset(segment)
+        row_bytes = self.store.row_bytes
+        slots = part.slot  # (k,) rows of the segment cache
+        where = self._row_slot[slots]  # (k,) buffer slot or -1
+        held = where >= 0
+        blocks = self.window.reads(addr.batch)  # (m,) absolute blocks, sorted
+        missing = blocks_of_rows(slots[~held], row_bytes, addr.cache_offset, DATA_ALIGN)
+        if not np.all(np.isin(missing, blocks, assume_unique=True)):  # out of the schedule's order: read them too
+            blocks = np.union1d(blocks, missing)
+        if len(blocks):
+            run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
+            run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
+            if self._buffer.nbytes < len(blocks) * DATA_ALIGN:
+                self._buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
+            self.bytes_read += self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, self._buffer,
+                                                run_start * DATA_ALIGN, self.num_threads)
+            self.read_requests += len(run_start)
+        def staged(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:  # (n, F) from the blocks read
+            off = addr.cache_offset + rows * row_bytes
+            # a row's blocks are consecutive in ``blocks``, hence contiguous in the read buffer
+            pos = np.searchsorted(blocks, off // DATA_ALIGN) * DATA_ALIGN + off % DATA_ALIGN
+            if out is None:
+                out = np.empty((len(rows), self.feature_dim), np.float32)
+            return kernels.gather_rows_at(self._buffer, pos, out, self.num_threads)
+
+        hits = int(held.sum())
+        if hits:
+            part.out[held] = self._rows[where[held]]
+            part.out[~held] = staged(slots[~held])
+        else:  # straight into the staging block
+            staged(slots, part.out)
+        self.window_hits += hits
+        out_rows, in_rows, in_slots = self.window.changes(addr.batch)
+        gone = self._row_slot[out_rows]
+        self._slot_row[gone[gone >= 0]] = -1
+        self._row_slot[out_rows] = -1
+        if len(in_rows):
+            previous = self._slot_row[in_slots]  # off schedule a slot may still hold another row
+            self._row_slot[previous[previous >= 0]] = -1
+            self._slot_row[in_slots] = in_rows
+            self._row_slot[in_rows] = in_slots
+            self._rows[in_slots] = staged(in_rows)
+
+    def stats(self) -> dict[str, float]:
+        return {**super().stats(), "window_hits": float(self.window_hits)}
+
+    def reset_counters(self) -> None:
+        super().reset_counters()
+        self.window_hits = 0
