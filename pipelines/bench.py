@@ -70,7 +70,10 @@ _CALIBRATION_BATCHES = 8
 _POLL_S = 0.01  # how often a running worker's anonymous memory is sampled
 _JITTER = 8 << 20  # allowance for run-to-run variation of a working set (allocator, threads, timing)
 _CACHE_SHARE = 0.5  # of the budget, for a policy's CPU cache under a budget (the rest: page cache)
-_PREPARE_OVERHEAD = 512 << 20  # interpreter and libraries of a preprocessing worker, beyond the budget
+# a preprocessing worker beyond the budget: interpreter and libraries (~0.5 GiB) and a stage's bookkeeping
+# (sample-set indexes, address tables, the disk-cache search): 512 MiB had demo's pack killed at a 25 MiB budget
+_PREPARE_OVERHEAD = 1 << 30
+_STAGE_MEMORY_MIN = 64 << 20  # the least streaming memory a reorder or pack is given under a budget
 _MB = 1 << 20
 
 
@@ -346,7 +349,7 @@ def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
     user sized them: the rest is left to the page cache, for topology and addresses, and, with ``diskgnn``'s
     disk caches, to its segment window, unless the user sized that), evaluation batches
     as large as training ones (unless set), so no phase needs more working memory than calibration saw, and
-    the streaming stages' working memory within half the preprocessing limit (unless set; these settings
+    the streaming stages' working memory within half the budget (at least 64 MiB; unless set; these settings
     change speed, not artifacts)."""
     plan, sample, reorder, pack = cfg.plan, cfg.sample, cfg.reorder, cfg.pack
     if not plan.model_fields_set & {"cpu_cache_bytes", "cpu_cache_fraction"}:
@@ -356,7 +359,7 @@ def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
         plan = plan.model_copy(update={"disk_cache_buffer_bytes": int(memory_budget * (1 - _CACHE_SHARE))})
     if "eval_batch_size" not in sample.model_fields_set:
         sample = sample.model_copy(update={"eval_batch_size": sample.batch_size})
-    stage_mb = max(1, _prepare_limit(memory_budget, None) // 2 // _MB)
+    stage_mb = max(_STAGE_MEMORY_MIN, memory_budget // 2) // _MB  # its streaming buffers come from the budget
     if "memory_mb" not in reorder.model_fields_set:
         reorder = reorder.model_copy(update={"memory_mb": min(reorder.memory_mb, stage_mb)})
     if "memory_mb" not in pack.model_fields_set:
