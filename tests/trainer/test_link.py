@@ -157,3 +157,27 @@ def test_adagrad_update_by_hand() -> None:
     emb.update(np.array([3, 7]), grad, 0.5)
     changed = np.flatnonzero((emb.table != before).any(axis=1))
     assert changed.tolist() == [3, 7]
+
+
+# ---------------------------------------------------------------------------------------------- export
+@pytest.mark.parametrize("encoder", ["gnn", "embedding"])
+def test_onnx_scores_equal_pytorch(tmp_path, encoder: str) -> None:
+    from trainer.link.export import EmbeddingScorer, GNNScorer, export_link_onnx, link_example, verify_link_onnx
+    from trainer.models import build_model
+
+    torch.manual_seed(0)
+    dm = DistMult(8)
+    with torch.no_grad():
+        dm.relation.normal_()
+    if encoder == "gnn":
+        scorer = GNNScorer(build_model("graphsage", in_dim=5, hidden_dim=6, out_dim=8, num_layers=2, dropout=0.0), dm)
+    else:
+        scorer = EmbeddingScorer(torch.randn(20, 8), dm)
+    path = export_link_onnx(scorer.eval(), tmp_path / "link.onnx")
+    for seed in (3, 4):  # inputs of other sizes than the export's example: the axes are dynamic
+        feed = link_example(scorer, num_pairs=5 + seed, seed=seed)
+        assert verify_link_onnx(path, scorer, feed) <= 1e-5
+    # a different model is told apart (the comparison can fail)
+    other = EmbeddingScorer(torch.randn(20, 8), dm) if encoder == "embedding" else GNNScorer(
+        build_model("graphsage", in_dim=5, hidden_dim=6, out_dim=8, num_layers=2, dropout=0.0), dm)
+    assert verify_link_onnx(path, other.eval(), link_example(scorer, seed=3)) > 1e-3
