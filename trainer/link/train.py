@@ -211,7 +211,8 @@ def train_link(cfg: Any, graph: LinkGraph, encoder: Any, decoder: Decoder, sampl
             return shuffled_batches(graph.split.train, sampler, cfg, epoch)
 
     store = getattr(encoder, "store", None)
-    snapshot = keep_best and (store is None or hasattr(store, "snapshot"))
+    keep_best = keep_best and (store is None or hasattr(store, "snapshot"))  # out of core: the last epoch's
+    snapshot = keep_best
     losses: list[float] = []
     val_mrr: list[float] = []
     epoch_s: list[float] = []
