@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.config import PipelineConfig
+from tests.trainer.test_link import ring_csr
 from trainer.link.decoders import build_decoder
 from trainer.link.embeddings import InMemoryEmbeddings, initial_rows
 from trainer.link.encoders import EmbeddingEncoder
@@ -15,8 +16,6 @@ from trainer.link.negatives import NegativeSampler
 from trainer.link.outofcore import PartitionedEmbeddings, bucket_batches, group_buckets, partition_bounds
 from trainer.link.split import split_edges
 from trainer.link.train import LinkGraph, train_link
-
-from tests.trainer.test_link import ring_csr
 
 
 def test_partition_file_round_trip(tmp_path) -> None:
