@@ -76,6 +76,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
         if features is not None and features.dtype != np.float32:
             features = np.asarray(features, dtype=np.float32)
         run = build_link(tcfg, indptr, indices, features, cfg.sample.fanouts, device)
+        ooc = _out_of_core(store, cfg, run, builder.version) if _is_out_of_core(cfg) else None
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
@@ -92,14 +93,26 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
 
         with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
             tracker.log_params({**run_params(cfg), **tcfg.to_dict()})
-            result = train_link(tcfg, run.graph, run.encoder, run.decoder, run.sampler, tracker=_Renamed(),
-                                progress=on_epoch)
-            torch.save(result.state_dict, builder.add_file("state_dict.pt"))
-            files = ["state_dict.pt", "model.json", "history.json"]
-            store_ = getattr(run.encoder, "store", None)
-            if store_ is not None:
-                np.save(builder.add_file("embeddings.npy"), store_.table)
-                files.append("embeddings.npy")
+            try:
+                result = train_link(tcfg, run.graph, run.encoder, run.decoder, run.sampler, tracker=_Renamed(),
+                                    progress=on_epoch, epoch_batches=ooc.epoch_batches if ooc else None,
+                                    keep_best=ooc is None)
+                torch.save(result.state_dict, builder.add_file("state_dict.pt"))
+                files = ["state_dict.pt", "model.json", "history.json"]
+                store_ = getattr(run.encoder, "store", None)
+                if ooc is not None:  # streamed partition by partition from the node file
+                    table = np.lib.format.open_memmap(builder.add_file("embeddings.npy"), mode="w+",
+                                                      dtype=np.float32, shape=(store_.num_nodes, store_.dim))
+                    store_.write_table(table)
+                    table.flush()
+                    del table
+                    files.append("embeddings.npy")
+                elif store_ is not None:
+                    np.save(builder.add_file("embeddings.npy"), store_.table)
+                    files.append("embeddings.npy")
+            finally:
+                if ooc is not None:
+                    ooc.close()
             builder.write_json("model.json", run.model_args)
             builder.write_json("history.json", {"loss": result.losses, "val_mrr": result.val_mrr,
                                                 "epoch_s": result.epoch_s, "best_epoch": result.best_epoch,
@@ -110,7 +123,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                         "best_epoch": result.best_epoch, "stopped_epoch": result.stopped_epoch,
                         "early_stopped": result.early_stopped, "final_loss": result.losses[-1],
                         "epoch_s": float(np.mean(result.epoch_s[1:] or result.epoch_s)),
-                        "eval_s": result.timers["eval_s"]}
+                        "eval_s": result.timers["eval_s"], **(ooc.stats() if ooc else {"out_of_core": False})}
             tracker.log_metrics({mlflow_name(k): float(v) for k, v in headline.items()
                                  if isinstance(v, (int, float)) and not isinstance(v, bool)
                                  and k not in ("epoch_s",)})
@@ -122,6 +135,65 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                               "policy": cfg.policy, "link_encoder": tcfg.link_encoder, "decoder": tcfg.decoder})
 
     return materialize(store, cfg, "train", format_version, upstream, build, also=also, derived=derived)
+
+
+def _is_out_of_core(cfg: PipelineConfig) -> bool:
+    """Learned embeddings under ``policy=mariusgnn`` train out of core (the GNN encoder trains in memory)."""
+    return cfg.policy == "mariusgnn" and cfg.train.link_encoder == "embedding"
+
+
+class _OutOfCore:
+    """The node file, buffer and bucket order of an out-of-core run (``trainer.link.outofcore``)."""
+
+    def __init__(self, store: Any, cfg: PipelineConfig, graph: Any, p: int, c: int, order: str) -> None:
+        from trainer.link.outofcore import bucket_batches, group_buckets, partition_bounds
+
+        self.store, self.cfg, self.p, self.c, self.order = store, cfg, p, c, order
+        self.bounds = partition_bounds(graph.num_nodes, p)
+        self.grouped, self.ptr = group_buckets(graph.split.train, self.bounds)
+        self._batches = bucket_batches
+
+    def epoch_batches(self, epoch: int) -> Any:
+        return self._batches(self.grouped, self.ptr, self.bounds, self.cfg.train, self.order, self.c, epoch,
+                             self.store.activate)
+
+    def stats(self) -> dict[str, Any]:
+        s = self.store
+        return {"out_of_core": True, "num_partitions": self.p, "buffer_partitions": self.c,
+                "partition_order": self.order, "bytes_read": s.bytes_read, "read_requests": s.read_requests,
+                "bytes_written": s.bytes_written, "write_requests": s.write_requests, "partition_loads": s.loads,
+                "writebacks": s.writebacks, "max_resident": s.max_resident, "direct_io": bool(s.reader.direct),
+                "node_file_bytes": int(s.offsets[-1] + s.lengths[-1])}
+
+    def close(self) -> None:
+        self.store.close()
+        self.store.path.unlink(missing_ok=True)
+
+
+def _out_of_core(store: ArtifactStore, cfg: PipelineConfig, run: Any, version: str) -> _OutOfCore:
+    """Swap the in-memory table of ``run`` for the partitioned node file (``p = plan.num_partitions`` or
+    ``partition.num_parts``; ``c = plan.buffer_partitions`` or as many partitions as the CPU budget holds, at
+    least 2) and return the bucket-ordered epochs (``plan.partition_order``: beta, comet or random)."""
+    from trainer.link.encoders import EmbeddingEncoder
+    from trainer.link.outofcore import PartitionedEmbeddings
+
+    order = cfg.plan.partition_order
+    if order not in ("beta", "comet", "random"):
+        raise ValueError(f"'plan.partition_order' expected beta, comet or random under train.task=link (every pair "
+                         f"of partitions must meet) (got {order})")
+    n, dim = run.graph.num_nodes, cfg.train.embedding_dim
+    p = min(cfg.plan.num_partitions or cfg.partition.num_parts, n)
+    part_bytes = -(-n // p) * 2 * dim * 4
+    budget = cfg.plan.budgets(n * 2 * dim * 4)["cpu"]
+    c = cfg.plan.buffer_partitions or max(2, budget // max(part_bytes, 1))
+    c = min(c, p)
+    if c < 2 and p > 1:
+        raise ValueError(f"'plan.buffer_partitions' expected >= 2 to pair partitions (got {c})")
+    store.tmp_dir.mkdir(parents=True, exist_ok=True)
+    path = store.tmp_dir / f"link-embeddings-{cfg.dataset_name}-{version}.bin"
+    emb = PartitionedEmbeddings(path, n, dim, p, c, cfg.train.seed, num_threads=cfg.train.num_threads)
+    run.encoder = EmbeddingEncoder(emb, cfg.train.embedding_lr, run.encoder.device)
+    return _OutOfCore(emb, cfg, run.graph, p, c, order)
 
 
 def load_scorer(train_artifact: Artifact) -> Any:

@@ -69,3 +69,17 @@ def test_link_settings_leave_node_classification_versions_alone() -> None:
     assert LINK_FIELDS <= set(link)
     with pytest.raises(ValueError, match="negative_chunk"):
         PipelineConfig.load(overrides=["train.task=link", "train.negative_chunk=0"])
+
+
+def test_mariusgnn_trains_embeddings_out_of_core(paths: StrataPaths) -> None:
+    runner = _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=4",
+                  "plan.partition_order=comet", "plan.num_partitions=6", "plan.buffer_partitions=2")
+    s = runner.artifact("train").stats
+    assert s["out_of_core"] is True and s["partition_order"] == "comet"
+    assert s["max_resident"] <= 2 < s["num_partitions"]
+    assert s["bytes_read"] > 0 and s["bytes_written"] > 0 and s["writebacks"] > 0
+    assert s["sampled_mrr"] > 3 * s["random_mrr"], s
+    assert np.load(runner.artifact("train").file("embeddings.npy")).shape == (800, 32)
+    with pytest.raises(ValueError, match="partition_order"):
+        _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "plan.partition_order=alg7",
+             "train.epochs=1")
