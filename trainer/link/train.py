@@ -203,13 +203,22 @@ def train_link(cfg: Any, graph: LinkGraph, encoder: Any, decoder: Decoder, sampl
     stopping on validation MRR), then test. ``epoch_batches(epoch)`` overrides :func:`shuffled_batches`;
     ``keep_best=False`` ends with the last weights instead of the best (a store that cannot snapshot its
     embeddings: the out-of-core one)."""
-    filtered = use_filtered(cfg, graph.num_nodes)
     params = [*encoder.dense_parameters(), *decoder.parameters()]
     optimizer = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else None
     if epoch_batches is None:
         def epoch_batches(epoch: int) -> Iterator[LinkBatch]:
             return shuffled_batches(graph.split.train, sampler, cfg, epoch)
 
+    from trainer.train import _torch_modes  # train.deterministic and train.num_threads, as node training
+
+    with _torch_modes(cfg.deterministic, cfg.num_threads):
+        return _train_link(cfg, graph, encoder, decoder, optimizer, epoch_batches, tracker, progress, keep_best)
+
+
+def _train_link(cfg: Any, graph: LinkGraph, encoder: Any, decoder: Decoder, optimizer: Any,
+                epoch_batches: Callable[[int], Iterable[LinkBatch]], tracker: Any,
+                progress: Callable[[int, dict[str, float]], None] | None, keep_best: bool) -> LinkResult:
+    filtered = use_filtered(cfg, graph.num_nodes)
     store = getattr(encoder, "store", None)
     keep_best = keep_best and (store is None or hasattr(store, "snapshot"))  # out of core: the last epoch's
     snapshot = keep_best
