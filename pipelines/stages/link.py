@@ -54,7 +54,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
           progress: Progress | None = None) -> StageResult:
     """Split the reorder artifact's edges, train the link predictor, log to MLflow, write the artifact."""
     from pipelines.recovery import MLFLOW_OWNER_PREFIX
-    from pipelines.run_logging import artifact_tags, lineage, run_params
+    from pipelines.run_logging import artifact_tags, lineage, run_params, summary_metrics
     from pipelines.settings import StrataPaths
     from storage_kernels.owner import Owner
     from trainer.link.run import build_link
@@ -124,9 +124,9 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                         "early_stopped": result.early_stopped, "final_loss": result.losses[-1],
                         "epoch_s": float(np.mean(result.epoch_s[1:] or result.epoch_s)),
                         "eval_s": result.timers["eval_s"], **(ooc.stats() if ooc else {"out_of_core": False})}
-            tracker.log_metrics({mlflow_name(k): float(v) for k, v in headline.items()
-                                 if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                 and k not in ("epoch_s",)})
+            curves = tracker.client.get_run(run_id).data.metrics.keys()
+            renamed = {("best_val_mrr" if k == "val_mrr" else mlflow_name(k)): v for k, v in headline.items()}
+            tracker.log_metrics(summary_metrics(renamed, curves))  # once, under names no curve uses
             for name in files:
                 tracker.log_artifact(builder.dir / name, "train")
         builder.stats.update(headline)
