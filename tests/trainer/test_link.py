@@ -181,3 +181,25 @@ def test_onnx_scores_equal_pytorch(tmp_path, encoder: str) -> None:
     other = EmbeddingScorer(torch.randn(20, 8), dm) if encoder == "embedding" else GNNScorer(
         build_model("graphsage", in_dim=5, hidden_dim=6, out_dim=8, num_layers=2, dropout=0.0), dm)
     assert verify_link_onnx(path, other.eval(), link_example(scorer, seed=3)) > 1e-3
+
+
+def test_filtered_evaluation_matches_brute_force() -> None:
+    from pipelines.config import PipelineConfig
+    from trainer.link.encoders import EmbeddingEncoder
+    from trainer.link.train import LinkGraph, evaluate_split, use_filtered
+
+    cfg = PipelineConfig.load(overrides=["train.task=link", "train.eval_negatives=7", "train.negative_chunk=4"]).train
+    indptr, indices = ring_csr(30, (1, 2))
+    graph = LinkGraph.build(split_edges(indptr, indices, 0.2, 0.2, seed=1), indptr, indices)
+    store = InMemoryEmbeddings(30, 4, seed=2)
+    got = evaluate_split(EmbeddingEncoder(store, 0.1), Dot(4), graph, graph.split.test, cfg, 2, filtered=True)
+    h = store.table.astype(np.float64)
+    ranks = []
+    for u, v in np.concatenate([graph.split.test, graph.split.test[:, ::-1]]).tolist():
+        s = h[u] @ h.T
+        known = set(indices[indptr[u]: indptr[u + 1]].tolist()) | {u}
+        cand = np.array([s[j] for j in range(30) if j not in known - {v} and j != v])
+        ranks.append(1 + np.sum(cand > s[v]) + 0.5 * np.sum(cand == s[v]))
+    assert got["filtered_mrr"] == pytest.approx(np.mean(1 / np.array(ranks)), rel=1e-5)
+    assert got["filtered_hits@1"] == pytest.approx(np.mean(np.array(ranks) <= 1))
+    assert use_filtered(cfg, 30) and not use_filtered(cfg, cfg.filtered_max_nodes + 1)
