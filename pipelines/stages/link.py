@@ -64,6 +64,9 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
 
     if cfg.train.warm_start != "none":
         raise ValueError(f"'train.warm_start' expected none under train.task=link (got {cfg.train.warm_start})")
+    if "world_size" in derived:
+        raise ValueError(f"'train.task' link expected a single process (got a data parallel world of "
+                         f"{derived['world_size']})")
     device = derived["device"]
     tcfg = dataclasses.replace(cfg.train, device=device)
     paths = StrataPaths(store.root)
