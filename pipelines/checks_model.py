@@ -47,7 +47,12 @@ def _accuracy_recorded(c: CheckInputs) -> Finding:
     import torch
 
     art = c.artifact
-    f = check_accuracy(art.stats, art.json("history.json"))
+    if art.stats.get("task") == "link":  # ranking metrics instead of accuracies
+        from pipelines.checks_link import check_link_metrics
+
+        f = check_link_metrics(art.stats, art.json("history.json"))
+    else:
+        f = check_accuracy(art.stats, art.json("history.json"))
     try:
         state = torch.load(art.file("state_dict.pt"), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any load failure is the finding
@@ -82,6 +87,10 @@ def _onnx_matches_torch(c: CheckInputs) -> Finding:
     from pipelines.stages.train import load_model
     from trainer.export import random_subgraph, verify_onnx
 
+    if c.upstream("train").stats.get("task") == "link":
+        from pipelines.checks_link import link_onnx_matches_torch
+
+        return link_onnx_matches_torch(c)
     f = Finding()
     net = load_model(c.upstream("train"))
     example = random_subgraph(net.in_dim, net.num_layers, num_seeds=_CHECK_SEEDS, fanout=_CHECK_FANOUT,

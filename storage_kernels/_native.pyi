@@ -54,6 +54,10 @@ def prune_blocks(
     hop_counts: _Int64, indptr: _Int64, cols: _Int64, pulled: _Int64, state: _UInt8,
     new_indptr: _Int64, new_cols: _Int64, new_hop_counts: _Int64, edge_counts: _Int64,
 ) -> None: ...
+def filtered_ranks(
+    scores: npt.NDArray[np.float32], targets: _Int64, sources: _Int64, indptr: _Int64, indices: _Int64,
+    out: npt.NDArray[np.float64], num_threads: int = 0,
+) -> None: ...
 
 # ---- reorder/: node reordering (permute.c, community.c, rabbit.c) ----
 def relabel_ids(ids: _Int64, inverse: _Int64, out: _Int64, num_threads: int = 0) -> None: ...

@@ -41,6 +41,7 @@ __all__ = [
     "csr_count",
     "csr_place",
     "fennel_pass",
+    "filtered_ranks",
     "gather_rows",
     "gather_rows_at",
     "grem_pass",
@@ -292,6 +293,33 @@ def prune_blocks(hop_counts, indptrs: Sequence[np.ndarray], cols: Sequence[np.nd
     col_ends = np.cumsum(edge_counts)
     return PrunedBlocks(state, new_hc, np.split(new_indptr[: ip_ends[-1]], ip_ends[:-1]),
                         np.split(new_cols[: col_ends[-1]], col_ends[:-1]))
+
+
+# ---- link prediction: filtered ranking (rank.c) -----------------------------------------------------------
+
+
+def filtered_ranks(scores: np.ndarray, targets, sources, indptr: np.ndarray, indices: np.ndarray,
+                   num_threads: int = 0) -> np.ndarray:
+    """Filtered rank of each query's target among all nodes (link prediction, ``trainer.link.metrics``).
+
+    ``scores`` (Q, N) float32, C-contiguous and writable: row ``q`` scores the edge ``(sources[q], j)`` for
+    every node ``j``; it is **overwritten** -- the source itself and its neighbours in the CSR
+    ``indptr``/``indices`` (the known true edges) other than ``targets[q]`` are set to ``-inf``. Returns
+    float64 (Q,): ``1 + #{j: s[j] > s[t]} + 0.5 * #{j != t: s[j] == s[t]}``. IndexError on an id outside
+    ``[0, N)``, ValueError on a malformed CSR, both before anything is written.
+
+    Examples
+    --------
+    >>> s = np.array([[0.1, 0.9, 0.5, 0.7]], dtype=np.float32)
+    >>> filtered_ranks(s, [2], [0], np.array([0, 1, 1, 1, 1]), np.array([1]))  # node 1 is a known edge of 0
+    array([2.])
+    """
+    targets = _index_array("targets", targets)
+    sources = _index_array("sources", sources)
+    out = np.empty(targets.shape[0], dtype=np.float64)
+    _native.filtered_ranks(scores=scores, targets=targets, sources=sources, indptr=_int64_array("indptr", indptr),
+                           indices=_int64_array("indices", indices), out=out, num_threads=num_threads)
+    return out
 
 
 # ---- gathers ----------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-__all__ = ["ArtifactEffect", "TrainConfig", "artifact_effect", "setting"]
+__all__ = ["LINK_FIELDS", "ArtifactEffect", "TrainConfig", "artifact_effect", "setting"]
 
 #: How a field enters its stage's artifact version: always (True), never (False), or only when the
 #: method selected for the stage declares that it reads the field ("selected").
@@ -44,6 +44,24 @@ def artifact_effect(info: FieldInfo) -> ArtifactEffect:
     """What :func:`setting` declared for a field (a plain ``Field`` counts as ``True``)."""
     extra = info.json_schema_extra
     return extra.get(_ARTIFACT_KEY, True) if isinstance(extra, dict) else True
+
+
+#: The settings of ``task=link`` (declared ``artifact="selected"``: node-classification versions do not change).
+LINK_FIELDS = frozenset({"task", "link_encoder", "decoder", "embedding_dim", "embedding_lr", "link_batch_size",
+                         "negatives", "negative_chunk", "negative_sampler", "eval_negatives", "filtered_eval",
+                         "filtered_max_nodes", "link_valid_fraction", "link_test_fraction", "link_split_seed"})
+
+
+def _link_checks(cfg: TrainConfig) -> dict[str, bool]:
+    """Ranges of the link-prediction settings (the held-out fractions leave edges to train on)."""
+    return {"embedding_dim": cfg.embedding_dim >= 1, "embedding_lr": cfg.embedding_lr > 0.0,
+            "link_batch_size": cfg.link_batch_size >= 1, "negatives": cfg.negatives >= 1,
+            "negative_chunk": cfg.negative_chunk >= 1, "eval_negatives": cfg.eval_negatives >= 1,
+            "filtered_max_nodes": cfg.filtered_max_nodes >= 0,
+            "link_valid_fraction": 0.0 < cfg.link_valid_fraction < 0.5,
+            "link_test_fraction": 0.0 < cfg.link_test_fraction < 0.5
+            and cfg.link_valid_fraction + cfg.link_test_fraction < 0.9,
+            "link_split_seed": cfg.link_split_seed >= 0}
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -105,6 +123,41 @@ class TrainConfig:
     # data parallel (trainer.distributed; the world size enters the train artifact's version)
     distributed: bool = setting(False, "DistributedDataParallel over the torchrun ranks (also on when RANK and "
                                 "WORLD_SIZE are set); alone, a world of one.", artifact=False)
+    # link prediction (trainer/link; these enter the train artifact's version only under task=link)
+    task: Literal["node", "link"] = setting(
+        "node", "node: node classification; link: link prediction on held-out edges (trainer/link), reporting "
+        "mrr and hits@1/3/10.", artifact="selected")
+    link_encoder: Literal["gnn", "embedding"] = setting(
+        "gnn", "task=link: node representations from `model` over sampled neighbourhoods of the features (gnn) "
+        "or learned node embeddings alone (embedding, Adagrad).", artifact="selected")
+    decoder: Literal["dot", "distmult"] = setting(
+        "distmult", "task=link: edge score <h_u, h_v> (dot) or <h_u, r, h_v> with a learned diagonal r "
+        "(distmult).", artifact="selected")
+    embedding_dim: int = setting(64, "task=link: width of the node representations (the encoder's output).",
+                                 artifact="selected")
+    embedding_lr: float = setting(0.1, "task=link, encoder embedding: Adagrad learning rate of the embeddings.",
+                                  artifact="selected")
+    link_batch_size: int = setting(1024, "task=link: positive training edges per batch.", artifact="selected")
+    negatives: int = setting(128, "task=link: negative nodes drawn per chunk of positives (shared by the chunk, "
+                             "as MariusGNN does).", artifact="selected")
+    negative_chunk: int = setting(128, "task=link: positives per chunk sharing one set of negatives.",
+                                  artifact="selected")
+    negative_sampler: Literal["uniform", "degree"] = setting(
+        "uniform", "task=link: negatives uniform over the nodes, or proportional to the training degree (an "
+        "endpoint of a uniformly drawn training edge).", artifact="selected")
+    eval_negatives: int = setting(1000, "task=link: sampled negatives each validation/test query is ranked "
+                                  "against (shared per chunk of negative_chunk queries).", artifact="selected")
+    filtered_eval: Literal["auto", "on", "off"] = setting(
+        "auto", "task=link: also rank every held-out edge against all nodes with the known edges filtered out "
+        "(auto: when the graph has at most filtered_max_nodes nodes); the headline mrr/hits are then filtered.",
+        artifact="selected")
+    filtered_max_nodes: int = setting(50_000, "task=link: node count up to which filtered_eval=auto filters.",
+                                      artifact="selected")
+    link_valid_fraction: float = setting(0.05, "task=link: fraction of the undirected edges held out for "
+                                         "validation (removed from the training graph).", artifact="selected")
+    link_test_fraction: float = setting(0.05, "task=link: fraction of the undirected edges held out for test "
+                                        "(removed from the training graph).", artifact="selected")
+    link_split_seed: int = setting(0, "task=link: seed of the train/valid/test edge split.", artifact="selected")
 
     def __post_init__(self) -> None:
         checks = {
@@ -130,6 +183,7 @@ class TrainConfig:
             "eval_mode": self.eval_mode in ("sampled", "layerwise"),
             "layerwise_memory_mb": self.layerwise_memory_mb >= 0,
         }
+        checks.update(_link_checks(self))
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"'TrainConfig.{name}' expected a value in range (got {getattr(self, name)!r})")
@@ -138,7 +192,7 @@ class TrainConfig:
         """The ``artifact="selected"`` fields the selected model reads (its registry entry's ``reads``)."""
         from trainer.models import model_reads
 
-        return frozenset(model_reads(self.model))
+        return frozenset(model_reads(self.model)) | (LINK_FIELDS if self.task == "link" else frozenset())
 
     def to_dict(self) -> dict[str, Any]:
         """Flat ``{field: primitive}`` dict (MLflow params, checkpoint ``config``)."""

@@ -41,6 +41,11 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     from trainer.tracking import MlflowTracker
 
     paths = StrataPaths(store.root)
+    if train.stats.get("task") == "link":  # a link predictor: pipelines/stages/link.py
+        from pipelines.stages import link
+
+        return link.export(store, cfg, upstream={"reorder": reorder, "sample": sample, "train": train},
+                           format_version=FORMAT_VERSION, progress=progress)
 
     def build(builder: ArtifactBuilder) -> None:
         net = load_model(train)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from trainer.features import FeatureSource
     from trainer.layerwise import LayerwiseGraph
 
-__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "full_graph", "load_model", "open_features", "run",
+__all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "LINK_HEADLINE_METRICS",
+           "full_graph", "load_model", "open_features", "run",
            "summary", "train_rank", "version"]
 
 FORMAT_VERSION = 1
@@ -40,6 +41,8 @@ FORMAT_VERSION = 1
 ALSO_READS = ("policy",)
 #: The metrics ``strata run`` reports (from the artifact's stats).
 HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate")
+#: The metrics of a ``train.task=link`` artifact (pipelines/stages/link.py).
+LINK_HEADLINE_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "val_mrr")
 
 
 def open_features(cfg: PipelineConfig, policy: str, reorder: Artifact, pack: Artifact | None, samples: SampleSet,
@@ -81,6 +84,11 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     tcfg = dataclasses.replace(cfg.train, device=device)  # CPU and GPU runs are different artifacts
     paths = StrataPaths(store.root)
     upstream = {"reorder": reorder, "sample": sample, "plan": plan, "pack": pack}
+    if cfg.train.task == "link":  # link prediction: pipelines/stages/link.py
+        from pipelines.stages import link
+
+        return link.train(store, cfg, reorder=reorder, upstream=upstream, format_version=FORMAT_VERSION,
+                          also=ALSO_READS, derived=_derived(device), progress=progress)
     warm = _warm_start(store, cfg)
 
     def build(builder: ArtifactBuilder) -> None:
@@ -279,7 +287,7 @@ def load_model(artifact: Artifact) -> Any:
 def summary(artifact: Artifact) -> dict[str, Any]:
     """Accuracies, epoch time, I/O and the MLflow run (asset metadata)."""
     s = artifact.stats
-    rows = {k: s[k] for k in HEADLINE_METRICS if k in s}
+    rows = {k: s[k] for k in (*HEADLINE_METRICS, *LINK_HEADLINE_METRICS) if k in s}
     if "bytes_read" in rows:
         rows["bytes_read"] = f"{rows['bytes_read']} ({format_bytes(rows['bytes_read'])})"
     out: dict[str, Any] = {"metrics": markdown_table(rows)}

@@ -52,6 +52,9 @@ int sk_sample_init(void); /* not a Python function: once from module init (fork 
 /* graph/prune.c: OUTRE's subtree pruning of one sampled batch */
 PyObject *sk_prune_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* graph/rank.c: filtered ranking of link prediction (known edges filtered out of each query's scores) */
+PyObject *sk_filtered_ranks(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* ---- reorder/: node reordering --------------------------------------------------------------------------- */
 
 /* reorder/permute.c: external permutation (relabel ids, bucket rows, place rows) */

@@ -54,6 +54,9 @@ static PyMethodDef methods[] = {
     SK_METHOD(prune_blocks, "hop_counts, indptr, cols, pulled, state, new_indptr, new_cols, new_hop_counts, "
               "edge_counts", "OUTRE's pruning of one batch's blocks: fills state (0 dropped, 1 read, 2 kept unread) "
               "and the compacted blocks."),
+    SK_METHOD(filtered_ranks, "scores, targets, sources, indptr, indices, out, num_threads=0",
+              "Filtered link-prediction ranks: each query's known edges (and its source) set to -inf in scores,\n"
+              "then out[q] = 1 + #greater + 0.5 * #tied scores than the target's."),
     {"_set_dense_map_limit", (PyCFunction)sk_set_dense_map_limit, METH_VARARGS,
      "_set_dense_map_limit($module, num_nodes, /)\n--\n\n"
      "Testing hook: sample_blocks uses the direct-address id map for graphs up to num_nodes nodes (2**23 by\n"

@@ -1,0 +1,279 @@
+"""Out-of-core learned embeddings (``policy=mariusgnn``, ``train.task=link``, ``train.link_encoder=embedding``).
+
+The embedding table and its Adagrad state live in a partitioned node file: ``p`` partitions of contiguous node
+ids (the reorder artifact's order), partition-major, each partition's rows ``[embedding (D) | state (D)]``
+float32 back to back from an aligned offset. A CPU buffer (:class:`PartitionedEmbeddings`) holds ``c``
+partitions in slots of one aligned pool; :meth:`PartitionedEmbeddings.activate` makes a set resident: partitions
+leaving the buffer are written back when dirty (``O_DIRECT`` writes of whole aligned partitions, on a writer
+thread: the slot is reused only after its write completed), missing ones are read whole with ``DirectFile``
+(``O_DIRECT``, one read request per :data:`READ_RANGE`). A batch reads and updates the rows of resident
+partitions only (``storage_kernels.kernels.gather_rows_at`` / ``place_rows_at``, C).
+
+An epoch (:func:`bucket_batches`) follows MariusGNN: the training edges are grouped into the ``p x p`` edge
+buckets (``kernels.bucket_rows``, C; bucket ``{i, j}`` holds the edges between partitions ``i`` and ``j``); the
+order ``train.partition_order`` (BETA or COMET, ``pipelines.policies.marius_orders``) gives the sequence of
+partition sets and the set each bucket is trained in; per set, its buckets' edges are shuffled and cut into
+batches whose negatives are drawn from the resident nodes only. The same epoch replayed over an in-memory table
+(``on_set`` a no-op) draws the same batches and negatives, so the two runs give the same embeddings.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storage_kernels import kernels
+from storage_kernels.arrays import DATA_ALIGN, align_up
+from trainer.features.base import DirectFile
+from trainer.link.embeddings import adagrad_rows, initial_rows
+from trainer.link.negatives import chunk_bounds
+from trainer.link.train import LinkBatch
+
+__all__ = ["READ_RANGE", "PartitionedEmbeddings", "bucket_batches", "group_buckets", "partition_bounds"]
+
+READ_RANGE = 8 << 20  # bytes per read request of a partition (a multiple of the 4 KiB block)
+
+
+def partition_bounds(num_nodes: int, p: int) -> np.ndarray:
+    """``(p + 1,)`` int64: partition ``q`` holds nodes ``[bounds[q], bounds[q + 1])`` (sizes differ by <= 1)."""
+    if not 1 <= p <= max(num_nodes, 1):
+        raise ValueError(f"'plan.num_partitions' expected 1..{num_nodes} partitions (got {p})")
+    return (np.arange(p + 1, dtype=np.int64) * num_nodes) // p
+
+
+class PartitionedEmbeddings:
+    """The table and Adagrad state of ``num_nodes`` rows in ``p`` partitions of ``path`` (created and
+    initialised from ``seed`` with :func:`~trainer.link.embeddings.initial_rows`), ``capacity`` resident.
+
+    Counters: ``bytes_read``/``read_requests`` and ``bytes_written``/``write_requests`` (training traffic),
+    ``loads``, ``writebacks``, ``max_resident``; ``written`` records, per partition, how many times it was
+    written back.
+    """
+
+    def __init__(self, path: str | Path, num_nodes: int, dim: int, p: int, capacity: int, seed: int,
+                 num_threads: int = 0) -> None:
+        if capacity < 1:
+            raise ValueError(f"'plan.buffer_partitions' expected >= 1 (got {capacity})")
+        self.path = Path(path)
+        self.num_nodes, self.dim, self.capacity = int(num_nodes), int(dim), int(capacity)
+        self.bounds = partition_bounds(self.num_nodes, p)
+        self.p = int(p)
+        self.row_bytes = 2 * self.dim * 4  # [embedding | Adagrad state], float32
+        rows = np.diff(self.bounds)
+        self.lengths = align_up(rows * self.row_bytes, DATA_ALIGN)  # (p,) bytes of each partition on disk
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self.stride = int(self.lengths.max(initial=DATA_ALIGN))
+        self.num_threads = int(num_threads)
+        self._initialise(seed)
+        self.pool = kernels.aligned_empty(self.capacity * self.stride)
+        self.reader = DirectFile(self.path, "embedding partitions")
+        self.wfd, self.direct_writes = kernels.open_direct(str(self.path), write=True)
+        self.slot_of = np.full(self.p, -1, dtype=np.int64)
+        self.dirty = np.zeros(self.p, dtype=bool)
+        self.free: list[tuple[int, Future[None] | None]] = [(s, None) for s in range(self.capacity)]
+        self.current = np.empty(0, dtype=np.int64)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-embedding-writer")
+        self._lock = threading.Lock()
+        self.bytes_read = self.read_requests = self.bytes_written = self.write_requests = 0
+        self.loads = self.writebacks = self.max_resident = 0
+        self.written = np.zeros(self.p, dtype=np.int64)
+
+    # ------------------------------------------------------------------------------------------ the file
+    def _initialise(self, seed: int) -> None:
+        """Write every partition's initial rows (state zero), one partition at a time."""
+        with open(self.path, "wb") as f:
+            f.truncate(int(self.offsets[-1] + self.lengths[-1]))
+            for q in range(self.p):
+                lo, hi = int(self.bounds[q]), int(self.bounds[q + 1])
+                rows = np.zeros((hi - lo, 2 * self.dim), dtype=np.float32)
+                rows[:, : self.dim] = initial_rows(seed, self.dim, lo, hi)
+                f.seek(int(self.offsets[q]))
+                f.write(rows.tobytes())
+
+    def _slot_view(self, slot: int, q: int) -> np.ndarray:
+        return self.pool[slot * self.stride: slot * self.stride + int(self.lengths[q])]
+
+    def _read(self, q: int, slot: int) -> None:
+        offs, lens, outs = [], [], []
+        for lo in range(0, int(self.lengths[q]), READ_RANGE):
+            offs.append(int(self.offsets[q]) + lo)
+            lens.append(min(READ_RANGE, int(self.lengths[q]) - lo))
+            outs.append(slot * self.stride + lo)
+        before = self.reader.requests
+        self.bytes_read += self.reader.pread(np.asarray(offs, np.int64), np.asarray(lens, np.int64), self.pool,
+                                             np.asarray(outs, np.int64), self.num_threads, merge=False)
+        self.read_requests += self.reader.requests - before
+        self.loads += 1
+
+    def _write(self, q: int, slot: int) -> None:
+        """Write partition ``q`` from ``slot`` (aligned address, offset and length: O_DIRECT)."""
+        view = memoryview(self._slot_view(slot, q))
+        done = 0
+        while done < len(view):  # pwrite may write less than asked
+            done += os.pwrite(self.wfd, view[done:], int(self.offsets[q]) + done)
+        with self._lock:
+            self.bytes_written += len(view)
+            self.write_requests += 1
+            self.written[q] += 1
+
+    # ------------------------------------------------------------------------------------------ the buffer
+    def _take_slot(self) -> int:
+        slot, pending = self.free.pop(0)
+        if pending is not None:
+            pending.result()  # its write-back must land before the slot is overwritten
+        return slot
+
+    def _evict(self, q: int) -> None:
+        slot = int(self.slot_of[q])
+        self.slot_of[q] = -1
+        pending = None
+        if self.dirty[q]:
+            self.dirty[q] = False
+            self.writebacks += 1
+            pending = self._writer.submit(self._write, q, slot)
+        self.free.append((slot, pending))
+
+    def activate(self, members: np.ndarray) -> None:
+        """Make exactly ``members`` (at most ``capacity`` partitions) resident."""
+        members = np.unique(np.asarray(members, dtype=np.int64))
+        if len(members) > self.capacity:
+            raise ValueError(f"'partition set' expected at most {self.capacity} partitions (got {len(members)})")
+        for q in np.setdiff1d(self.current, members).tolist():  # evict first: residency stays <= capacity
+            self._evict(q)
+        for q in members[self.slot_of[members] < 0].tolist():
+            slot = self._take_slot()
+            self._read(q, slot)
+            self.slot_of[q] = slot
+        self.current = members
+        self.max_resident = max(self.max_resident, int(np.count_nonzero(self.slot_of >= 0)))
+
+    def flush(self) -> None:
+        """Write back every dirty resident partition and wait for all writes."""
+        futures = [self._writer.submit(self._write, q, int(self.slot_of[q]))
+                   for q in np.flatnonzero(self.dirty & (self.slot_of >= 0)).tolist()]
+        self.writebacks += len(futures)
+        self.dirty[:] = False
+        for f in futures:
+            f.result()
+        for _, pending in self.free:
+            if pending is not None:
+                pending.result()
+
+    def _byte_offsets(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Byte offsets of ``nodes``' rows in the pool, and their partitions; ValueError for one not resident."""
+        part = np.searchsorted(self.bounds, nodes, side="right") - 1
+        slots = self.slot_of[part]
+        if np.any(slots < 0):
+            bad = int(nodes[np.flatnonzero(slots < 0)[0]])
+            raise ValueError(f"'embedding buffer' expected node {bad} (partition {int(part[slots < 0][0])}) to be "
+                             f"resident (got partitions {self.current.tolist()})")
+        return slots * self.stride + (nodes - self.bounds[part]) * self.row_bytes, part
+
+    def _rows(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        offsets, part = self._byte_offsets(np.asarray(nodes, dtype=np.int64))
+        rows = np.empty((len(offsets), 2 * self.dim), dtype=np.float32)
+        kernels.gather_rows_at(self.pool, offsets, rows, self.num_threads)
+        return rows, offsets, part
+
+    def read(self, nodes: np.ndarray) -> np.ndarray:
+        """``(U, D)`` embeddings of ``nodes``: from the buffer when all are resident (training), else from the
+        file after a flush (:meth:`read_any`: evaluation between epochs)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        part = np.searchsorted(self.bounds, nodes, side="right") - 1
+        if len(nodes) and np.all(self.slot_of[part] >= 0):
+            return self._rows(nodes)[0][:, : self.dim]
+        return self.read_any(nodes)
+
+    def update(self, nodes: np.ndarray, grad: np.ndarray, lr: float) -> None:
+        """Adagrad on the rows of resident, distinct ``nodes``; their partitions become dirty."""
+        rows, offsets, part = self._rows(nodes)
+        emb, state = rows[:, : self.dim].copy(), rows[:, self.dim:].copy()
+        adagrad_rows(emb, state, np.asarray(grad, dtype=np.float32), lr)
+        rows[:, : self.dim], rows[:, self.dim:] = emb, state
+        order = np.argsort(offsets, kind="stable")  # place_rows_at takes ascending offsets
+        kernels.place_rows_at(rows[order], offsets[order], self.pool, self.num_threads)
+        self.dirty[np.unique(part)] = True
+
+    def release(self) -> None:
+        """Evict everything (written back) and wait: the file then holds the whole state."""
+        self.activate(np.empty(0, dtype=np.int64))
+        self.flush()
+
+    def read_partition(self, q: int) -> np.ndarray:
+        """``(rows, 2D)`` float32 of partition ``q`` as the file holds it (a fresh direct read, uncounted)."""
+        buf = kernels.aligned_empty(int(self.lengths[q]))
+        self.reader.pread(np.array([self.offsets[q]]), np.array([self.lengths[q]]), buf, np.zeros(1, np.int64),
+                          merge=False)
+        rows = int(self.bounds[q + 1] - self.bounds[q])
+        return buf[: rows * self.row_bytes].view(np.float32).reshape(rows, 2 * self.dim).copy()
+
+    def read_any(self, nodes: np.ndarray) -> np.ndarray:
+        """``(U, D)`` embeddings of any ``nodes`` from the file, partition by partition (evaluation)."""
+        self.flush()
+        nodes = np.asarray(nodes, dtype=np.int64)
+        out = np.empty((len(nodes), self.dim), dtype=np.float32)
+        part = np.searchsorted(self.bounds, nodes, side="right") - 1
+        for q in np.unique(part).tolist():
+            at = np.flatnonzero(part == q)
+            out[at] = self.read_partition(q)[nodes[at] - self.bounds[q], : self.dim]
+        return out
+
+    def write_table(self, out: np.ndarray) -> np.ndarray:
+        """Fill ``out`` (N, D) (e.g. a memmap) with the embeddings, one partition at a time."""
+        self.release()
+        for q in range(self.p):
+            out[self.bounds[q]: self.bounds[q + 1]] = self.read_partition(q)[:, : self.dim]
+        return out
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+        self.reader.close()
+        if self.wfd >= 0:
+            kernels.close_fd(self.wfd)
+            self.wfd = -1
+
+
+def group_buckets(edges: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The edges grouped by unordered bucket ``{i, j}`` (key ``min * p + max``), stably (``kernels.bucket_rows``):
+    ``(grouped (E, 2), ptr (p * p + 1,))``, bucket ``(i, j)``'s edges ``grouped[ptr[k]:ptr[k + 1]]``."""
+    p = len(bounds) - 1
+    part = np.searchsorted(bounds, edges, side="right") - 1  # (E, 2)
+    keys = np.minimum(part[:, 0], part[:, 1]) * p + np.maximum(part[:, 0], part[:, 1])
+    grouped, _, ptr = kernels.bucket_rows(np.ascontiguousarray(edges, dtype=np.int64), keys,
+                                          np.arange(p * p + 1, dtype=np.int64))
+    return grouped, ptr
+
+
+def bucket_batches(grouped: np.ndarray, ptr: np.ndarray, bounds: np.ndarray, cfg: Any, order_name: str, c: int,
+                   epoch: int, on_set: Callable[[np.ndarray], None] = lambda s: None) -> Iterator[LinkBatch]:
+    """One epoch in MariusGNN's order: per partition set of ``epoch_order(order_name, p, c)``, ``on_set(set)``,
+    then its buckets' edges shuffled (random direction) in batches of ``cfg.link_batch_size``, negatives
+    (``cfg.negatives`` per ``cfg.negative_chunk``) uniform over the set's nodes or, with
+    ``negative_sampler=degree``, endpoints of the set's edges. Seeded by ``cfg.seed`` and ``epoch``."""
+    from pipelines.policies.marius_orders import epoch_order
+
+    p = len(bounds) - 1
+    rng = np.random.default_rng([int(cfg.seed), 104_729, int(epoch)])
+    order = epoch_order(order_name, p, c, rng)
+    upper = np.triu(np.ones((p, p), dtype=bool))
+    for k, members in enumerate(order.sets):
+        keys = np.flatnonzero((order.bucket_set == k) & upper)  # i <= j: each unordered bucket once
+        edges = np.concatenate([grouped[ptr[b]: ptr[b + 1]] for b in keys.tolist()] or [np.empty((0, 2), np.int64)])
+        if not len(edges):
+            continue
+        on_set(members)
+        edges = edges[rng.permutation(len(edges))]
+        flip = rng.random(len(edges)) < 0.5
+        edges[flip] = edges[flip][:, ::-1]
+        resident = np.concatenate([np.arange(bounds[q], bounds[q + 1]) for q in members.tolist()])
+        pool = edges.ravel() if cfg.negative_sampler == "degree" else resident
+        for lo in range(0, len(edges), cfg.link_batch_size):
+            batch = edges[lo: lo + cfg.link_batch_size]
+            chunks = len(chunk_bounds(len(batch), cfg.negative_chunk)) - 1
+            yield LinkBatch(batch, pool[rng.integers(0, len(pool), size=(chunks, cfg.negatives))])
