@@ -260,7 +260,8 @@ class PlanConfig(_Section):
     partition_order: Literal["beta", "comet", "random", "alg7"] = setting(
         "alg7", "mariusgnn: order of partition sets when the training partitions do not fit the buffer: BETA "
         "(greedy, fewest swaps), COMET (random logical partitions, deferred assignment), random swaps (every pair "
-        "co-resident), or alg7 (every partition read once: node classification's Alg. 7).", artifact="selected")
+        "co-resident), or alg7 (every partition read once: node classification's Alg. 7; under "
+        "train.task=link, which must pair every two partitions, alg7 means beta).", artifact="selected")
     static_fill: Literal["random", "connected"] = setting(
         "random", "mariusgnn: the static set's c - k other partitions, re-drawn every epoch: uniformly (the thesis) "
         "or in proportion to their edges to the training partitions.", artifact="selected")

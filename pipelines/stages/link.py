@@ -177,11 +177,14 @@ class _OutOfCore:
 def _out_of_core(store: ArtifactStore, cfg: PipelineConfig, run: Any, version: str) -> _OutOfCore:
     """Swap the in-memory table of ``run`` for the partitioned node file (``p = plan.num_partitions`` or
     ``partition.num_parts``; ``c = plan.buffer_partitions`` or as many partitions as the CPU budget holds, at
-    least 2) and return the bucket-ordered epochs (``plan.partition_order``: beta, comet or random)."""
+    least 2) and return the bucket-ordered epochs (``plan.partition_order``: beta, comet or random; alg7, node
+    classification's default, means beta here)."""
     from trainer.link.encoders import EmbeddingEncoder
     from trainer.link.outofcore import PartitionedEmbeddings
 
     order = cfg.plan.partition_order
+    if order == "alg7":
+        order = "beta"  # node classification's order (and the default): a link task pairs partitions, BETA
     if order not in ("beta", "comet", "random"):
         raise ValueError(f"'plan.partition_order' expected beta, comet or random under train.task=link (every pair "
                          f"of partitions must meet) (got {order})")

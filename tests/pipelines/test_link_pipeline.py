@@ -80,6 +80,7 @@ def test_mariusgnn_trains_embeddings_out_of_core(paths: StrataPaths) -> None:
     assert s["bytes_read"] > 0 and s["bytes_written"] > 0 and s["writebacks"] > 0
     assert s["sampled_mrr"] > 3 * s["random_mrr"], s
     assert np.load(runner.artifact("train").file("embeddings.npy")).shape == (800, 32)
-    with pytest.raises(ValueError, match="partition_order"):
-        _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "plan.partition_order=alg7",
-             "train.epochs=1")
+    # the default order (alg7, node classification's) pairs no partitions: a link task uses BETA instead
+    beta = _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=1",
+                "plan.num_partitions=6", "plan.buffer_partitions=2").artifact("train").stats
+    assert beta["partition_order"] == "beta" and beta["out_of_core"] is True
