@@ -327,7 +327,7 @@ def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
 
 def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: StrataPaths) -> dict[str, Any]:
     """The run's artifacts (from Dagster's materializations) and the headline numbers of train and export."""
-    from pipelines.stages.train import HEADLINE_METRICS
+    from pipelines.stages.train import HEADLINE_METRICS, LINK_HEADLINE_METRICS
     from pipelines.summary import run_summary
 
     materialized: dict[str, dict[str, Any]] = {}
@@ -347,7 +347,8 @@ def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: Stra
         if stage in materialized:
             stats[stage] = store.open(cfg.dataset_name, stage, materialized[stage]["version"]).stats
     model, export = stats.get("train", {}), stats.get("export", {})
-    metrics = {k: model.get(k) for k in HEADLINE_METRICS} if model else {}
+    headline = LINK_HEADLINE_METRICS if cfg.train.task == "link" else HEADLINE_METRICS
+    metrics = {k: model.get(k) for k in headline} if model else {}
     metrics.update({k: v for k, v in model.items()
                     if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool)})
     return {**run_summary(cfg, paths, artifacts, metrics, model, export), "dagster_run_id": result.run_id}
