@@ -305,7 +305,7 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
             if memory_overhead is not None:
                 overheads[name] = memory_overhead
             elif POLICIES.get(name).out_of_core:
-                overheads[name] = _calibrate(workers, store, cfg, name)
+                overheads[name] = _calibrate(workers, cfg, name, _prepare_limit(memory_budget, None))
             if progress:
                 progress("bench: calibration", i + 1, len(names))
         report["memory_overhead"] = overheads
@@ -367,19 +367,23 @@ def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
     return cfg.model_copy(update={"plan": plan, "sample": sample, "reorder": reorder, "pack": pack})
 
 
-def _calibrate(workers: _Workers, store: Any, cfg: PipelineConfig, name: str) -> int:
+def _calibrate(workers: _Workers, cfg: PipelineConfig, name: str, prepare_limit: int) -> int:
     """``name``'s working set in bytes: the peak charge of a short unconfined run (a few training and
     evaluation batches) with its caches set to nothing. A memory map (``mmap``) has no cache to switch off
     (its page cache would be measured as working set): it gets the cache-less ``naive`` policy's, which
     includes ``naive``'s read buffer -- page cache ``mmap`` may use on top of the budget, so its figures are
     optimistic. (Sampling the anonymous memory instead misses the short peaks of a batch: every policy was
-    then killed at its limit.)"""
+    then killed at its limit.) The probe's own artifacts are built in a worker confined to ``prepare_limit``,
+    like every policy's preprocessing, never in the bench's process."""
     probe = "naive" if POLICIES.get(name).page_cache else name
     ccfg = cfg.model_copy(update={
         "policy": probe, "train": dataclasses.replace(cfg.train, epochs=1),
         "plan": cfg.plan.model_copy(update={"cpu_cache_bytes": 0, "gpu_cache_bytes": 0,
                                             "disk_cache_buffer_bytes": 0})})
-    StageRunner(ccfg, store).run_until("pack")
+    prep = workers.run(probe, "prepare", ccfg, limit=prepare_limit)
+    if prep.get("error"):
+        raise BenchError(f"calibration of {name} failed preprocessing its cache-less probe in stage "
+                         f"'{prep.get('stage', '?')}': {prep['error']}")
     calib = workers.run(probe, "train", ccfg, limit=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
                         max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
     if calib.get("error"):
