@@ -79,8 +79,21 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
         features = reorder.array("features.npy") if tcfg.link_encoder == "gnn" else None
         if features is not None and features.dtype != np.float32:
             features = np.asarray(features, dtype=np.float32)
-        run = build_link(tcfg, indptr, indices, features, cfg.sample.fanouts, device)
-        ooc = _out_of_core(store, cfg, run, builder.version) if _is_out_of_core(cfg) else None
+        layout = _partitioning(cfg, len(indptr) - 1) if _is_out_of_core(cfg) else None
+        node_file = (store.tmp_dir / f"link-embeddings-{cfg.dataset_name}-{builder.version}.bin"
+                     if layout is not None else None)
+
+        def partitioned(num_nodes: int) -> Any:  # the table lives in the node file from the start
+            from trainer.link.outofcore import PartitionedEmbeddings
+
+            assert layout is not None and node_file is not None
+            store.tmp_dir.mkdir(parents=True, exist_ok=True)
+            return PartitionedEmbeddings(node_file, num_nodes, tcfg.embedding_dim, layout[0], layout[1],
+                                         tcfg.seed, num_threads=tcfg.num_threads)
+
+        run = build_link(tcfg, indptr, indices, features, cfg.sample.fanouts, device,
+                         embeddings=partitioned if layout is not None else None)
+        ooc = _OutOfCore(run.encoder.store, cfg, run.graph, *layout) if layout is not None else None
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
@@ -174,33 +187,26 @@ class _OutOfCore:
         self.store.path.unlink(missing_ok=True)
 
 
-def _out_of_core(store: ArtifactStore, cfg: PipelineConfig, run: Any, version: str) -> _OutOfCore:
-    """Swap the in-memory table of ``run`` for the partitioned node file (``p = plan.num_partitions`` or
-    ``partition.num_parts``; ``c = plan.buffer_partitions`` or as many partitions as the CPU budget holds, at
-    least 2) and return the bucket-ordered epochs (``plan.partition_order``: beta, comet or random; alg7, node
+def _partitioning(cfg: PipelineConfig, num_nodes: int) -> tuple[int, int, str]:
+    """``(p, c, order)`` of an out-of-core run: ``p = plan.num_partitions`` or ``partition.num_parts``
+    partitions of the node file, ``c = plan.buffer_partitions`` or as many as the CPU budget holds (at least 2)
+    in memory, and the bucket order (``plan.partition_order``: beta, comet or random; alg7, node
     classification's default, means beta here)."""
-    from trainer.link.encoders import EmbeddingEncoder
-    from trainer.link.outofcore import PartitionedEmbeddings
-
     order = cfg.plan.partition_order
     if order == "alg7":
         order = "beta"  # node classification's order (and the default): a link task pairs partitions, BETA
     if order not in ("beta", "comet", "random"):
         raise ValueError(f"'plan.partition_order' expected beta, comet or random under train.task=link (every pair "
                          f"of partitions must meet) (got {order})")
-    n, dim = run.graph.num_nodes, cfg.train.embedding_dim
-    p = min(cfg.plan.num_partitions or cfg.partition.num_parts, n)
-    part_bytes = -(-n // p) * 2 * dim * 4
-    budget = cfg.plan.budgets(n * 2 * dim * 4)["cpu"]
+    dim = cfg.train.embedding_dim
+    p = min(cfg.plan.num_partitions or cfg.partition.num_parts, num_nodes)
+    part_bytes = -(-num_nodes // p) * 2 * dim * 4
+    budget = cfg.plan.budgets(num_nodes * 2 * dim * 4)["cpu"]
     c = cfg.plan.buffer_partitions or max(2, budget // max(part_bytes, 1))
     c = min(c, p)
     if c < 2 and p > 1:
         raise ValueError(f"'plan.buffer_partitions' expected >= 2 to pair partitions (got {c})")
-    store.tmp_dir.mkdir(parents=True, exist_ok=True)
-    path = store.tmp_dir / f"link-embeddings-{cfg.dataset_name}-{version}.bin"
-    emb = PartitionedEmbeddings(path, n, dim, p, c, cfg.train.seed, num_threads=cfg.train.num_threads)
-    run.encoder = EmbeddingEncoder(emb, cfg.train.embedding_lr, run.encoder.device)
-    return _OutOfCore(emb, cfg, run.graph, p, c, order)
+    return p, c, order
 
 
 def load_scorer(train_artifact: Artifact) -> Any:

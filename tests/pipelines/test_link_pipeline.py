@@ -84,3 +84,15 @@ def test_mariusgnn_trains_embeddings_out_of_core(paths: StrataPaths) -> None:
     beta = _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=1",
                 "plan.num_partitions=6", "plan.buffer_partitions=2").artifact("train").stats
     assert beta["partition_order"] == "beta" and beta["out_of_core"] is True
+
+
+def test_out_of_core_never_allocates_the_whole_table(paths: StrataPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainer.link.run as link_run
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an in-memory embedding table was allocated under policy=mariusgnn")
+
+    monkeypatch.setattr(link_run, "InMemoryEmbeddings", refuse)
+    s = _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=1", "train.seed=7",
+             "plan.num_partitions=4", "plan.buffer_partitions=2").artifact("train").stats
+    assert s["out_of_core"] is True and s["max_resident"] <= 2

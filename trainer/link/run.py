@@ -8,7 +8,7 @@ call these; the model arguments (``model_args``) are what export rebuilds the ne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +37,13 @@ class LinkRun:
 
 
 def build_link(cfg: Any, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray | None,
-               fanouts: Sequence[int], device: str | torch.device = "cpu") -> LinkRun:
-    """The split of the CSR's edges and a freshly initialised encoder/decoder (seeded by ``cfg.seed``)."""
+               fanouts: Sequence[int], device: str | torch.device = "cpu",
+               embeddings: Callable[[int], Any] | None = None) -> LinkRun:
+    """The split of the CSR's edges and a freshly initialised encoder/decoder (seeded by ``cfg.seed``).
+
+    ``embeddings(num_nodes)`` makes the learned table of the ``embedding`` encoder (default: an
+    :class:`InMemoryEmbeddings`); an out-of-core run passes its partitioned node file, so that no table as
+    large as the graph's is ever allocated in memory."""
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
     split = split_edges(indptr, indices, cfg.link_valid_fraction, cfg.link_test_fraction, cfg.link_split_seed)
@@ -60,8 +65,9 @@ def build_link(cfg: Any, indptr: np.ndarray, indices: np.ndarray, features: np.n
         encoder: Any = GNNEncoder(model, feats, graph.train_indptr, graph.train_indices, fanouts)
         args["model_args"] = model_args
     else:
-        encoder = EmbeddingEncoder(InMemoryEmbeddings(graph.num_nodes, cfg.embedding_dim, cfg.seed),
-                                   cfg.embedding_lr, device)
+        table = (embeddings(graph.num_nodes) if embeddings is not None
+                 else InMemoryEmbeddings(graph.num_nodes, cfg.embedding_dim, cfg.seed))
+        encoder = EmbeddingEncoder(table, cfg.embedding_lr, device)
     decoder = build_decoder(cfg.decoder, cfg.embedding_dim).to(device)
     sampler = NegativeSampler(cfg.negative_sampler, graph.num_nodes, graph.train_indices)
     return LinkRun(graph, encoder, decoder, sampler, args)
