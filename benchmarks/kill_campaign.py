@@ -204,8 +204,17 @@ def catalog_problems(root: Path, dataset: str) -> list[str]:
         rows = con.execute("SELECT stage, version FROM artifacts WHERE dataset = ?", [dataset]).fetchall()
         dupes = con.execute("SELECT stage, version, key, step, count(*) FROM metrics WHERE dataset = ? "
                             "GROUP BY ALL HAVING count(*) > 1", [dataset]).fetchall()
+        measured = set(con.execute("SELECT DISTINCT stage, version FROM metrics WHERE dataset = ?",
+                                   [dataset]).fetchall())
     finally:
         con.close()
+    from storage_kernels.catalog import artifact_metrics
+
+    unmeasured = []
+    for stage, version in sorted(on_disk - measured):  # every artifact with numeric stats has its metric rows
+        manifest = json.loads((root / dataset / stage / version / "manifest.json").read_text())
+        if artifact_metrics(manifest.get("stats") or {}, manifest.get("timings") or {}):
+            unmeasured.append((stage, version))
     problems = []
     listed = set(rows)
     if len(rows) != len(listed):
@@ -215,6 +224,8 @@ def catalog_problems(root: Path, dataset: str) -> list[str]:
                         f"only on disk {sorted(on_disk - listed)}")
     if dupes:
         problems.append(f"duplicate metric rows: {dupes[:3]}")
+    if unmeasured:
+        problems.append(f"catalogued without their metric rows: {unmeasured}")
     return problems
 
 
@@ -418,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="trials run concurrently (each on its own roots)")
     ap.add_argument("--datasets", default="tiny,edgelist", help="comma list of tiny, edgelist")
+    ap.add_argument("--stages", default=",".join(TARGETS), help="comma list of target stages (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default: print only)")
     ap.add_argument("--work", type=Path, default=None, help="work dir (default: a temp dir, removed at the end "
                     "unless a trial failed)")
@@ -434,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     # every (dataset, target) in turn, shuffled within each round
     order: list[tuple[int, str]] = []
     while len(order) < a.trials:
-        round_ = [(i, t) for i in range(len(specs)) for t in TARGETS]
+        round_ = [(i, t) for i in range(len(specs)) for t in TARGETS if t in a.stages.split(",")]
         rng.shuffle(round_)
         order += round_
     order = order[: a.trials]
