@@ -10,7 +10,7 @@ ROOT   ?= strata_data
 # newest CUDA build (several GB). Any torch >= 2.3 works; set TORCH_SPEC to choose another.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test test-all test-web lint bench ui web-runtime web-screenshot clean
+.PHONY: install demo test test-all test-asan test-web lint bench ui web-runtime web-screenshot clean
 
 $(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: install
 
 test-all: install
 	$(BIN)/python -m pytest -q -m "not gpu or gpu"
+
+# The C extension built with ASan + UBSan in a temp copy of the tree (the in-place .so is untouched): its tests
+# and four end-to-end runs on tiny under LD_PRELOAD=libasan; any sanitizer report fails (.ci/asan).
+test-asan: install
+	PYTHON=$(BIN)/python .ci/asan
 
 # onnxruntime-web (the version pipelines/webapp.py pins) into Strata's npm cache: `strata export --web DIR`
 # copies it into DIR/ort/ so the folder works offline.

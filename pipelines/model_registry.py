@@ -31,7 +31,11 @@ def model_uri(name: str, version: int | str) -> str:
 def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact, onnx_path: Path,
                      extra_files: Iterable[Path] = ()) -> dict[str, Any]:
     """Log the MLflow model of ``train`` (+ ``onnx_path``) into ``run_id``, register it; returns export stats
-    (``model_version``, ``champion_version``, ``mlflow_model_id``, ``mlflow_model_uri``)."""
+    (``model_version``, ``champion_version``, ``mlflow_model_id``, ``mlflow_model_uri``).
+
+    Idempotent per train artifact: when a version of ``model_name`` is already registered from
+    ``train.version``, nothing is logged or registered and that version (and its logged model) is returned.
+    """
     from trainer.mlflow_model import save_mlflow_model
 
     val_acc = float(train.stats["val_acc"])
@@ -41,13 +45,24 @@ def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact
         save_mlflow_model(path, model_json=train.file("model.json"), state_dict=train.file("state_dict.pt"),
                           onnx_path=onnx_path, mlflow_model=model, metadata=metadata)
 
-    with tracker.attach(run_id):  # the finished training run gains its model and the export files
-        model_id = tracker.log_model_dir(save, name=MODEL_ARTIFACT,
-                                         tags={"strata.train_version": train.version})
-        tracker.log_artifact(onnx_path, "export")
-        for path in extra_files:
-            tracker.log_artifact(path, "export")
-    version, champion = tracker.register(run_id, model_name, None, val_acc, model_id=model_id,
-                                         artifact_version=train.version)  # once per train artifact
+    # The store's lock (re-entrant) spans check, log and register: a second registration of the same train
+    # artifact -- a rerun after a kill, or a concurrent run -- logs nothing and registers nothing.
+    from trainer.tracking import store_lock
+
+    with store_lock(tracker.tracking_uri):
+        known = tracker.registered_model_version(model_name, train.version)
+        if known is not None:
+            version, model_id = known
+            current = tracker.champion(model_name)
+            champion = current[0] if current is not None else version
+        else:
+            with tracker.attach(run_id):  # the finished training run gains its model and the export files
+                model_id = tracker.log_model_dir(save, name=MODEL_ARTIFACT,
+                                                 tags={"strata.train_version": train.version})
+                tracker.log_artifact(onnx_path, "export")
+                for path in extra_files:
+                    tracker.log_artifact(path, "export")
+            version, champion = tracker.register(run_id, model_name, None, val_acc, model_id=model_id,
+                                                 artifact_version=train.version)
     return {"model_version": version, "champion_version": champion, "mlflow_model_id": model_id,
             "mlflow_model_uri": model_uri(model_name, version)}

@@ -290,6 +290,35 @@ class Catalog:
         rows = _rows_for(manifest, Path(path), str(path))
         self._write(lambda con: self._insert(con, *rows))
 
+    def ensure_artifact(self, manifest: dict[str, Any], path: str | Path) -> bool:
+        """Index a reused artifact the catalog missed; returns whether anything was added.
+
+        A run killed between publishing an artifact (the rename) and recording it, or between recording it and
+        recording its metrics, leaves it on disk but not (fully) in the catalog; the next run reuses it and
+        calls this. The artifact's rows are added when absent, and, when it has no metric rows at all, the ones
+        its manifest holds (as :meth:`rebuild` restores them). One transaction; a no-op when both are there.
+        """
+        rows = _rows_for(manifest, Path(path), str(path))
+        key = list(rows[0][:3])
+        metrics = artifact_metrics(manifest.get("stats") or {}, manifest.get("timings") or {})
+
+        def body(con: duckdb.DuckDBPyConnection) -> bool:
+            where = "WHERE dataset = ? AND stage = ? AND version = ?"
+            known = con.execute(f"SELECT count(*) FROM artifacts {where}", key).fetchone()
+            measured = con.execute(f"SELECT count(*) FROM metrics {where}", key).fetchone()
+            added = False
+            if not (known and known[0]):
+                self._insert(con, *rows)
+                added = True
+            if metrics and not (measured and measured[0]):
+                con.executemany("INSERT INTO metrics (dataset, stage, version, key, value, step, recorded_at) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                [[*key, k, v, None, rows[0][5]] for k, v in metrics.items()])
+                added = True
+            return added
+
+        return self._write(body)
+
     def record_metrics(
         self,
         dataset: str,

@@ -55,7 +55,17 @@ TMP_NAME = ".tmp"
 VERSION_CHARS = 12
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_TMP_RE = re.compile(r"(?P<pid>\d+)(?:\.(?P<start>\d+))?-(?P<id>[0-9a-f]+)-(?P<host>[A-Za-z0-9_.-]*)")
+
+
+def _owned_here(name: str, host: str) -> re.Match[str] | None:
+    """The owner fields of a temp entry of this host: a builder dir ``<pid>.<start>-<id>-<host>`` or one of its
+    scratch siblings ``<builder dir>.<...>scratch<...>`` (reorder's ``.scratch`` buckets, ingest's
+    ``.edges.scratch.npy``; a host may contain dots, so these read as owned by a host ``<host>.scratch`` unless
+    this host's name is matched exactly, and were never removed after a kill)."""
+    return re.fullmatch(r"(?P<pid>\d+)(?:\.(?P<start>\d+))?-(?P<id>[0-9a-f]+)-(?P<host>" + re.escape(host)
+                        + r")(?:(?:\.[A-Za-z0-9_-]+)*\.scratch(?:\.[A-Za-z0-9_-]+)*)?", name)
+
+
 #: Under the temp dir: checkpoints of interrupted stages, kept for a resume (``ArtifactStore.resume_dir``).
 RESUME_NAME = "resume"
 _T = TypeVar("_T")
@@ -671,8 +681,8 @@ class ArtifactStore:
         for entry in os.scandir(self.tmp_dir):
             if entry.name == RESUME_NAME:
                 continue
-            m = _TMP_RE.fullmatch(entry.name)
-            dead_owner = m is not None and m["host"] == host and not Owner(
+            m = _owned_here(entry.name, host)
+            dead_owner = m is not None and not Owner(
                 int(m["pid"]), int(m["start"]) if m["start"] else None, host).alive()
             try:
                 age = now - entry.stat(follow_symlinks=False).st_mtime

@@ -34,6 +34,8 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND_ML = "custom_model_development"
 #: Model-version tag naming the artifact a version was registered from (registration is idempotent on it).
 ARTIFACT_VERSION_TAG = "strata.artifact_version"
+#: Model-version tag naming the logged model a version was registered from (the registry does not keep it).
+MODEL_ID_TAG = "strata.model_id"
 
 
 def _mlflow() -> Any:
@@ -275,6 +277,12 @@ class MlflowTracker:
 
     def registered_version(self, model_name: str, artifact_version: str) -> int | None:
         """The version of ``model_name`` registered from ``artifact_version`` (the lowest), or None."""
+        known = self.registered_model_version(model_name, artifact_version)
+        return known[0] if known is not None else None
+
+    def registered_model_version(self, model_name: str, artifact_version: str) -> tuple[int, str | None] | None:
+        """``(version, model_id)`` of the version of ``model_name`` registered from ``artifact_version`` (the
+        lowest), or None; ``model_id`` is its logged model's id (None for a version made from run files)."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -285,7 +293,18 @@ class MlflowTracker:
                 return None
             raise
         versions = [int(mv.version) for mv in found if mv.tags.get(ARTIFACT_VERSION_TAG) == artifact_version]
-        return min(versions) if versions else None
+        if not versions:
+            return None
+        mv = self.client.get_model_version(model_name, str(min(versions)))
+        return int(mv.version), mv.tags.get(MODEL_ID_TAG) or self._logged_model_at(mv.source)
+
+    def _logged_model_at(self, source: str) -> str | None:
+        """The id of this experiment's logged model stored at ``source`` (versions registered before the
+        ``strata.model_id`` tag; a SQLite registry does not keep a version's model id)."""
+        for model in self.client.search_logged_models([self.experiment_id]):
+            if model.artifact_location == source:
+                return model.model_id
+        return None
 
     def _register(self, run_id: str, model_name: str, artifact_path: str | None, val_acc: float,
                   model_id: str | None, artifact_version: str | None) -> tuple[int, int]:
@@ -306,7 +325,8 @@ class MlflowTracker:
         mv = self.client.create_model_version(
             model_name, source=source, run_id=run_id, model_id=model_id,
             tags={VAL_ACC_TAG: repr(float(val_acc)),
-                  **({ARTIFACT_VERSION_TAG: artifact_version} if artifact_version is not None else {})},
+                  **({ARTIFACT_VERSION_TAG: artifact_version} if artifact_version is not None else {}),
+                  **({MODEL_ID_TAG: model_id} if model_id is not None else {})},
         )
         version = int(mv.version)
         current = self.champion(model_name)

@@ -84,6 +84,8 @@ def materialize(
     # Verified before anything reads it: a corrupted artifact is quarantined and ArtifactCorrupted raised.
     existing = find_verified(store, dataset, stage, version, cfg.verify.on_reuse)
     if existing is not None:
+        if store.catalog is not None:  # a run killed right after publishing it left the catalog without it
+            store.catalog.ensure_artifact(existing.manifest, existing.path)
         return StageResult(existing, reused=True, metadata=_metadata(existing))
     start = time.perf_counter()
     with store.builder(dataset, stage, version, params, upstream_versions, format_version=format_version) as builder:

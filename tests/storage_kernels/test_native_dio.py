@@ -164,7 +164,8 @@ def test_fallback_when_filesystem_refuses_direct(tmp_path, data_file):
         print(direct, n, out.tobytes() == open({str(data_file)!r}, "rb").read()[3:103])
         """
     )
-    env = dict(os.environ, LD_PRELOAD=str(lib))
+    # after any preload already there: under `make test-asan` the ASan runtime must stay first
+    env = dict(os.environ, LD_PRELOAD=":".join(filter(None, [os.environ.get("LD_PRELOAD"), str(lib)])))
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60
     )
