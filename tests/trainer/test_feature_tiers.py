@@ -152,6 +152,23 @@ def test_read_and_assemble_are_separate_stages(dataset, packed_dir: Path) -> Non
         assert source.bytes_read == 0 and sum(source.rows_by_tier.values()) == 0
 
 
+def test_host_tiers_fill_one_node_order_block_that_is_the_cpu_output(dataset, packed_dir: Path) -> None:
+    """Every host tier writes its rows at their node positions of one (n, F) staging block: on CPU the
+    assembled batch is that block itself (no reordering copy), the GPU-cache rows written into it in place."""
+    with PackedFeatures(packed_dir, dataset.samples, features_path=dataset.features_path) as source:
+        batch = dataset.samples.batch(dataset.samples.batch_ids("train", 0)[0])
+        read = source.read(batch)
+        n, dim = len(batch.nodes), dataset.features.shape[1]
+        assert tuple(read.staging.shape) == (n, dim) and read.staging.dtype == torch.float32
+        host = [p for p in read.parts if len(p.pos) and not p.tier.on_device]
+        assert {p.tier.tier for p in host} >= {Tier.CPU, Tier.PACKED}
+        assert all(np.shares_memory(p.staging, read.staging.numpy()) for p in host)
+        assert any(len(p.pos) and p.tier.on_device for p in read.parts)  # GPU-cache rows: written by assemble
+        x = source.assemble(read)
+        assert x.data_ptr() == read.staging.data_ptr()  # the block is the output
+        assert torch.equal(x, torch.from_numpy(dataset.features[batch.nodes]))
+
+
 def test_tiers_in_another_order_equal_packed_features(dataset, packed_dir: Path) -> None:
     store = PackedStore(packed_dir, dataset.samples)
     path = dataset.features_path

@@ -20,6 +20,7 @@ from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
 from trainer.features.packed import PackedChunkTier
+from trainer.features.staging import StagingPool
 
 __all__ = [
     "AddressBook",
@@ -93,6 +94,7 @@ class TieredSource:
         self.read_s = 0.0
         self.assemble_s = 0.0
         self._lock = threading.Lock()
+        self.staging_pool = StagingPool()  # CPU blocks reused once their batch is dropped (unused with CUDA)
 
     # ---------------------------------------------------------------------------------------- counters
     @property
@@ -198,9 +200,13 @@ class TieredSource:
                                  f"{[s.tier.label for s in self.tiers]})")
         n = len(addr.tier)
         parts = self.top.select(addr, np.ones(n, dtype=bool))
-        # (n, F) in node order: every host tier writes its rows at their positions; with CUDA page-locked
-        # (torch's caching host allocator reuses it once the copy that reads it has completed)
-        staging = torch.empty((n, self.feature_dim), dtype=torch.float32, pin_memory=self.device.type == "cuda")
+        # (n, F) in node order: every host tier writes its rows at their positions. With CUDA page-locked
+        # (torch's caching host allocator reuses it once the copy reading it has completed); on CPU it is the
+        # batch's output, from the pool (reused once the batch is dropped)
+        if self.device.type == "cuda":
+            staging = torch.empty((n, self.feature_dim), dtype=torch.float32, pin_memory=True)
+        else:
+            staging = self.staging_pool.take(n, self.feature_dim)
         staging_np = staging.numpy()
         for p in parts:
             if len(p.pos) and not p.tier.on_device:
