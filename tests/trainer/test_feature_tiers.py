@@ -106,6 +106,21 @@ def test_gpu_cache_tier_known_answer_and_invalid_input() -> None:
         GPUCacheTier(np.zeros(4, np.float32), "cpu")
 
 
+@pytest.mark.parametrize("tier", ["memory", "gpu"])
+def test_a_subset_read_into_rows_of_a_larger_block(tier: str) -> None:
+    """``_read_into``: a batch's nodes land at given rows of a larger block (host tiers write there, device
+    tiers scatter there), every other row zeros -- also in a reused block that held other rows before."""
+    top = MemoryTier(ROWS) if tier == "memory" else GPUCacheTier(ROWS[:10], "cpu")
+    with TieredSource(top) as source:
+        source.load(B(0, [1] * 6))  # leaves a block full of rows for the pool to reuse
+        x = source.assemble(source._read_into(B(1, [5, 7]), 4, np.array([1, 3])))
+        want = np.zeros((4, 25), np.float32)
+        want[[1, 3]] = ROWS[[5, 7]]
+        assert torch.equal(x, torch.from_numpy(want))
+        with pytest.raises(ValueError, match=r"'rows' expected one row per node of batch 2, 2 \(got 1\)"):
+            source._read_into(B(2, [5, 7]), 4, np.array([1]))
+
+
 def test_packed_chunk_tier_alone_equals_in_memory(dataset, store_without_caches: Path) -> None:
     store = PackedStore(store_without_caches, dataset.samples)
     reference = InMemoryFeatures(dataset.features)

@@ -187,6 +187,14 @@ class TieredSource:
             self.read_s += time.perf_counter() - t0
 
     def _read(self, batch: NodeBatch) -> BatchRead:
+        return self._read_into(batch)
+
+    def _read_into(self, batch: NodeBatch, num_rows: int | None = None, rows: np.ndarray | None = None
+                   ) -> BatchRead:
+        """The read stage of ``batch`` into an ``(num_rows, F)`` staging block whose rows ``rows`` (distinct,
+        ascending, one per node) receive the batch's nodes and whose other rows are zeros; by default the block
+        is the batch (``rows = arange(n)``). A source that reads only some of a batch's nodes (pruned rows)
+        lays them out in the whole batch's block this way, with no copy after."""
         addr = self.addresses(batch)
         addr.check_tiers()
         counts = np.bincount(addr.tier.astype(np.intp), minlength=len(Tier.readable()))  # rows per tier code
@@ -198,8 +206,14 @@ class TieredSource:
                 raise ValueError(f"'{self.name}' expected a {t.label} tier for the {counts[t]} tier-{int(t)} "
                                  f"({t.label}) rows of batch {addr.batch} (got tiers "
                                  f"{[s.tier.label for s in self.tiers]})")
-        n = len(addr.tier)
-        parts = self.top.select(addr, np.ones(n, dtype=bool))
+        parts = self.top.select(addr, np.ones(len(addr.tier), dtype=bool))
+        n = len(addr.tier) if num_rows is None else int(num_rows)
+        if rows is not None:
+            if len(rows) != len(addr.tier):
+                raise ValueError(f"'rows' expected one row per node of batch {addr.batch}, {len(addr.tier)} "
+                                 f"(got {len(rows)})")
+            for p in parts:
+                p.pos = rows[p.pos]  # the tiers write (and the device tiers scatter) at these rows
         # (n, F) in node order: every host tier writes its rows at their positions. With CUDA page-locked
         # (torch's caching host allocator reuses it once the copy reading it has completed); on CPU it is the
         # batch's output, from the pool (reused once the batch is dropped)
@@ -208,6 +222,10 @@ class TieredSource:
         else:
             staging = self.staging_pool.take(n, self.feature_dim)
         staging_np = staging.numpy()
+        if rows is not None and len(rows) < n:
+            unread = np.ones(n, dtype=bool)
+            unread[rows] = False
+            staging_np[unread] = 0.0
         for p in parts:
             if len(p.pos) and not p.tier.on_device:
                 p.staging = staging_np
