@@ -36,13 +36,18 @@ class StagingPool:
         if max_blocks < 0:
             raise ValueError(f"'max_blocks' expected >= 0 (got {max_blocks})")
         self.max_blocks = int(max_blocks)
-        self._blocks: list[np.ndarray] = []  # 1-D float32, each referenced only by this list when free
+        self._blocks: list[np.ndarray] = [np.empty(0, np.float32)]  # a probe, referenced by the list alone
+        self._idle_refs = self._refs(0)  # what a block nothing else holds counts (calibrated, not assumed)
+        self._blocks.clear()  # 1-D float32 blocks; free when referenced by this list alone
         self._lock = threading.Lock()
         self.reused = self.allocated = 0
 
+    def _refs(self, i: int) -> int:
+        return sys.getrefcount(self._blocks[i])
+
     def _free(self, i: int) -> bool:
-        # the list's reference and getrefcount's argument: no tensor or view holds the block
-        return sys.getrefcount(self._blocks[i]) <= 2
+        # no tensor, view or autograd record holds the block: only this list does
+        return self._refs(i) <= self._idle_refs
 
     def take(self, rows: int, dim: int) -> torch.Tensor:
         """An uninitialised ``(rows, dim)`` float32 tensor over a free block (a new one when none fits)."""
