@@ -24,17 +24,6 @@ def test_tensor_block_from_csr_known_answer() -> None:
     assert tb.dst_pos().tolist() == [0, 1, 2]
 
 
-def test_tensor_block_edge_dst_matches_repeat_interleave_on_random_blocks() -> None:
-    rng = np.random.default_rng(3)
-    for num_dst in (0, 1, 50, 700):
-        degree = rng.integers(0, 6, num_dst) * (rng.random(num_dst) < 0.8)  # zero-degree destinations included
-        indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
-        tb = TensorBlock.from_block(Block(num_src=num_dst + 5, num_dst=num_dst, indptr=indptr,
-                                          cols=rng.integers(0, num_dst + 5, int(indptr[-1]))))
-        want = torch.repeat_interleave(torch.arange(num_dst), torch.from_numpy(degree.astype(np.int64)))
-        assert tb.edge_dst.dtype == torch.int64 and torch.equal(tb.edge_dst, want)
-
-
 def test_tensor_block_rejects_bad_csr() -> None:
     with pytest.raises(ValueError, match="'Block.indptr' expected shape"):
         TensorBlock.from_block(Block(num_src=4, num_dst=2, indptr=np.array([0, 2, 4, 4]), cols=np.arange(4)))
