@@ -44,6 +44,8 @@ __all__ = [
     "filtered_ranks",
     "gather_rows",
     "gather_rows_at",
+    "gather_rows_at_into",
+    "gather_rows_into",
     "grem_pass",
     "io_uring_available",
     "label_propagation",
@@ -558,6 +560,33 @@ def gather_rows_at(src: np.ndarray, offsets, out: np.ndarray, num_threads: int =
     anything is written. Returns ``out``.
     """
     _native.gather_rows_at(src=src, offsets=_index_array("offsets", offsets), out=out, num_threads=num_threads)
+    return out
+
+
+def gather_rows_into(src: np.ndarray, idx, out: np.ndarray, pos, num_threads: int = 0) -> np.ndarray:
+    """``out[pos[k]] = src[idx[k]]`` for a 2-D C-contiguous ``src`` and a writable 2-D C-contiguous ``out`` of
+    the same dtype and width (a batch's rows written straight to their node-order position).
+
+    ``idx`` may repeat; ``pos`` must name distinct rows of ``out`` (ValueError naming ``k``). IndexError naming
+    ``k`` for an id or a position out of range; every check runs before anything is written. Returns ``out``.
+    """
+    if not (isinstance(src, np.ndarray) and src.ndim == 2 and src.flags.c_contiguous):
+        src = np.ascontiguousarray(src)
+    _native.gather_rows_into(src=src, idx=_index_array("idx", idx), out=out, pos=_index_array("pos", pos),
+                             num_threads=num_threads)
+    return out
+
+
+def gather_rows_at_into(src: np.ndarray, offsets, out: np.ndarray, pos, num_threads: int = 0) -> np.ndarray:
+    """``out[pos[k]] = the out.shape[1] * itemsize bytes at src[offsets[k]]`` for a flat uint8 ``src`` (blocks
+    read with :func:`pread_ranges`) and a writable 2-D C-contiguous ``out`` of any dtype.
+
+    Offsets may repeat and come in any order; ``pos`` must name distinct rows of ``out`` (ValueError naming
+    ``k``). IndexError naming ``k`` for a row outside ``src`` or a position outside ``out``; every check runs
+    before anything is written. Returns ``out``.
+    """
+    _native.gather_rows_at_into(src=src, offsets=_index_array("offsets", offsets), out=out,
+                                pos=_index_array("pos", pos), num_threads=num_threads)
     return out
 
 

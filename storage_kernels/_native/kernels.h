@@ -33,6 +33,10 @@ PyObject *sk_pack_partition(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_place_rows_at(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_gather_rows_at(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* io/gather_into.c: gathers into given rows of the output (a batch's host rows in node order) */
+PyObject *sk_gather_rows_into(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_gather_rows_at_into(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* io/diskcache.c: DiskGNN's segment disk caches: MinHash signatures (Alg. 1), distinct blocks per read */
 PyObject *sk_minhash_signatures(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_count_blocks(PyObject *self, PyObject *args, PyObject *kwargs);

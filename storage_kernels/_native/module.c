@@ -34,6 +34,10 @@ static PyMethodDef methods[] = {
               "out[offsets[k]:offsets[k] + row bytes] = rows[k] (uint8 out; ascending, non-overlapping rows)."),
     SK_METHOD(gather_rows_at, "src, offsets, out, num_threads=0",
               "out[k] = the row at byte offsets[k] of src (uint8 src; out 2-D C-contiguous)."),
+    SK_METHOD(gather_rows_into, "src, idx, out, pos, num_threads=0",
+              "out[pos[k]] = src[idx[k]] for 2-D C-contiguous arrays (distinct pos)."),
+    SK_METHOD(gather_rows_at_into, "src, offsets, out, pos, num_threads=0",
+              "out[pos[k]] = the row at byte offsets[k] of src (uint8 src; distinct pos)."),
     SK_METHOD(minhash_signatures, "items, set_ptr, out, seed, num_threads=0",
               "MinHash signatures: out[v, j] = min over the sets s containing item v of hash j of s (DiskGNN\n"
               "Alg. 1); UINT64_MAX for items in no set. Independent of num_threads."),

@@ -106,6 +106,21 @@ def test_gpu_cache_tier_known_answer_and_invalid_input() -> None:
         GPUCacheTier(np.zeros(4, np.float32), "cpu")
 
 
+@pytest.mark.parametrize("tier", ["memory", "gpu"])
+def test_a_subset_read_into_rows_of_a_larger_block(tier: str) -> None:
+    """``_read_into``: a batch's nodes land at given rows of a larger block (host tiers write there, device
+    tiers scatter there), every other row zeros -- also in a reused block that held other rows before."""
+    top = MemoryTier(ROWS) if tier == "memory" else GPUCacheTier(ROWS[:10], "cpu")
+    with TieredSource(top) as source:
+        source.load(B(0, [1] * 6))  # leaves a block full of rows for the pool to reuse
+        x = source.assemble(source._read_into(B(1, [5, 7]), 4, np.array([1, 3])))
+        want = np.zeros((4, 25), np.float32)
+        want[[1, 3]] = ROWS[[5, 7]]
+        assert torch.equal(x, torch.from_numpy(want))
+        with pytest.raises(ValueError, match=r"'rows' expected one row per node of batch 2, 2 \(got 1\)"):
+            source._read_into(B(2, [5, 7]), 4, np.array([1]))
+
+
 def test_packed_chunk_tier_alone_equals_in_memory(dataset, store_without_caches: Path) -> None:
     store = PackedStore(store_without_caches, dataset.samples)
     reference = InMemoryFeatures(dataset.features)
@@ -150,6 +165,23 @@ def test_read_and_assemble_are_separate_stages(dataset, packed_dir: Path) -> Non
         assert source.read_s > 0.0 and source.assemble_s > 0.0  # each stage times itself
         source.reset_counters()
         assert source.bytes_read == 0 and sum(source.rows_by_tier.values()) == 0
+
+
+def test_host_tiers_fill_one_node_order_block_that_is_the_cpu_output(dataset, packed_dir: Path) -> None:
+    """Every host tier writes its rows at their node positions of one (n, F) staging block: on CPU the
+    assembled batch is that block itself (no reordering copy), the GPU-cache rows written into it in place."""
+    with PackedFeatures(packed_dir, dataset.samples, features_path=dataset.features_path) as source:
+        batch = dataset.samples.batch(dataset.samples.batch_ids("train", 0)[0])
+        read = source.read(batch)
+        n, dim = len(batch.nodes), dataset.features.shape[1]
+        assert tuple(read.staging.shape) == (n, dim) and read.staging.dtype == torch.float32
+        host = [p for p in read.parts if len(p.pos) and not p.tier.on_device]
+        assert {p.tier.tier for p in host} >= {Tier.CPU, Tier.PACKED}
+        assert all(np.shares_memory(p.staging, read.staging.numpy()) for p in host)
+        assert any(len(p.pos) and p.tier.on_device for p in read.parts)  # GPU-cache rows: written by assemble
+        x = source.assemble(read)
+        assert x.data_ptr() == read.staging.data_ptr()  # the block is the output
+        assert torch.equal(x, torch.from_numpy(dataset.features[batch.nodes]))
 
 
 def test_tiers_in_another_order_equal_packed_features(dataset, packed_dir: Path) -> None:

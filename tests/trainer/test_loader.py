@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import requires_cuda
-from trainer.features import InMemoryFeatures
+from trainer.features import InMemoryFeatures, PackedFeatures
 from trainer.loader import BatchLoader, BatchLoaderError
 
 
@@ -170,3 +170,21 @@ def test_loader_on_cuda_matches_cpu(dataset) -> None:
     for a, b in zip(cpu, gpu, strict=True):
         assert b.x.is_cuda and b.y.is_cuda and b.blocks[0].edge_src.is_cuda
         assert torch.equal(a.x, b.x.cpu()) and torch.equal(a.y, b.y.cpu())
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_pipelined_packed_loader_on_cuda_matches_cpu(dataset, packed_dir) -> None:
+    """Every tier at once on CUDA, pipelined with reads ahead: the pinned node-order staging block goes to the
+    device in one copy and the GPU-cache rows are written over it, all on the assembler's side stream; the
+    consumer, waiting on each batch's event, sees exactly the CPU batches."""
+    ids = dataset.samples.batch_ids("train", 0)
+    path = dataset.features_path
+    with PackedFeatures(packed_dir, dataset.samples, features_path=path) as on_cpu, \
+            PackedFeatures(packed_dir, dataset.samples, device="cuda", features_path=path) as on_gpu:
+        cpu = [(lb.batch_id, lb.x.clone()) for lb in BatchLoader(dataset.samples, on_cpu, ids, dataset.labels)]
+        gpu = BatchLoader(dataset.samples, on_gpu, ids, dataset.labels, prefetch=2, device="cuda")
+        for (batch_id, x), lb in zip(cpu, gpu, strict=True):
+            assert lb.batch_id == batch_id and lb.x.is_cuda and lb.ready is not None
+            assert torch.equal(lb.x.cpu(), x), batch_id
+        assert on_gpu.rows_by_tier["gpu"] > 0 and on_gpu.rows_by_tier["packed"] > 0

@@ -68,10 +68,15 @@ class AlignedBlocks:
         self.bytes_read += nbytes
         return buffer, nbytes
 
-    def extract(self, buffer: np.ndarray, blocks: np.ndarray, nodes: np.ndarray, out: np.ndarray) -> None:
-        """``out[k] = row of nodes[k]`` from ``buffer`` holding ``blocks`` as :meth:`read` left them
-        (``KeyError`` naming a node whose block is not there)."""
-        kernels.gather_rows_at(buffer, self.layout.buffer_offsets(blocks, nodes), out, self.num_threads)
+    def extract(self, buffer: np.ndarray, blocks: np.ndarray, nodes: np.ndarray, out: np.ndarray,
+                pos: np.ndarray | None = None) -> None:
+        """``out[pos[k]] = row of nodes[k]`` (``pos`` default ``arange(len(nodes))``, distinct) from ``buffer``
+        holding ``blocks`` as :meth:`read` left them (``KeyError`` naming a node whose block is not there)."""
+        offsets = self.layout.buffer_offsets(blocks, nodes)
+        if pos is None:
+            kernels.gather_rows_at(buffer, offsets, out, self.num_threads)
+        else:
+            kernels.gather_rows_at_into(buffer, offsets, out, pos, self.num_threads)
 
     def read_rows(self, nodes: np.ndarray, max_buffer_bytes: int = 64 << 20) -> np.ndarray:
         """Rows of ``nodes`` (sorted, distinct) as a new ``(k, F)`` float32 array, read in rounds of at most

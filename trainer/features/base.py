@@ -7,12 +7,13 @@ fallback. Its work is split in two stages, so that a pipelined loader can run th
 
 ``read`` (I/O)
     :meth:`FeatureTier.select` picks each tier's positions (a :class:`TierRead`, handing the rest to the
-    fallback); the source reserves each host tier its slice of the batch's staging block (``TierRead.out``);
-    :meth:`FeatureTier.fetch` does the tier's I/O -- file rows straight into that slice, a chunk into the
-    tier's read buffer.
+    fallback); the source hands every host tier the batch's staging block (``TierRead.staging``, ``(n, F)`` in
+    node order: each tier writes its rows at its positions, so no reordering copy follows);
+    :meth:`FeatureTier.fetch` does the tier's I/O -- file rows straight into their rows of the block, a chunk
+    into the tier's read buffer.
 ``assemble`` (host and device work)
-    :meth:`FeatureTier.gather` copies the tier's rows into its slice (memory tiers, the chunk tier), or
-    :meth:`FeatureTier.gather_device` writes them into the output on the device (device tiers).
+    :meth:`FeatureTier.gather` copies the tier's rows into their rows of the block (memory tiers, the chunk
+    tier), or :meth:`FeatureTier.gather_device` writes them into the output on the device (device tiers).
 """
 
 from __future__ import annotations
@@ -92,15 +93,16 @@ class TierRead:
     """One tier's part of a batch after the read stage.
 
     ``pos`` are the positions (in node order, ascending) the tier serves and ``slot`` their rows in the
-    tier. ``out`` (k, F) is the part's slice of the batch's host staging block (host tiers; rows in ``pos``
-    order), which a file read fills directly. A chunk read leaves ``buffer`` (R, F), the block to gather
-    ``slot`` from (a view of the tier's read buffer, valid until the tier's next read).
+    tier. ``staging`` (n, F) is the batch's host staging block in node order (host tiers): the tier writes
+    row ``slot[k]`` to ``staging[pos[k]]`` and touches no other row (a file read fills its rows directly).
+    A chunk read leaves ``buffer`` (R, F), the block to gather ``slot`` from (a view of the tier's read
+    buffer, valid until the tier's next read).
     """
 
     tier: FeatureTier
     pos: np.ndarray  # (k,) int64
     slot: np.ndarray  # (k,) int64
-    out: np.ndarray | None = field(default=None, repr=False)  # (k, F) float32 slice of the staging block
+    staging: np.ndarray | None = field(default=None, repr=False)  # (n, F) float32, the whole batch's block
     buffer: np.ndarray | None = field(default=None, repr=False)  # (R, F) float32
 
 
@@ -176,11 +178,13 @@ class FeatureTier:
         raise NotImplementedError
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        """The tier's I/O for a non-empty ``part`` (fills ``part.out`` or sets ``part.buffer``); none by default."""
+        """The tier's I/O for a non-empty ``part`` (fills its rows of ``part.staging`` or sets ``part.buffer``);
+        none by default."""
 
     # ------------------------------------------------------------------------------------------ assemble stage
     def gather(self, part: TierRead) -> None:  # pragma: no cover - abstract
-        """Host tiers: ``part.out[k] = row part.slot[k]`` (``part.out`` (k, F) float32, C-contiguous)."""
+        """Host tiers: ``part.staging[part.pos[k]] = row part.slot[k]`` (``part.staging`` (n, F) float32,
+        C-contiguous, the batch's block in node order)."""
         raise NotImplementedError
 
     def gather_device(self, part: TierRead, x: torch.Tensor) -> None:  # pragma: no cover - abstract

@@ -33,7 +33,7 @@ class MemoryTier(FeatureTier):
         return int(self.rows.shape[0])
 
     def gather(self, part: TierRead) -> None:
-        kernels.gather_rows(self.rows, part.slot, part.out, self.num_threads)  # (k, F)
+        kernels.gather_rows_into(self.rows, part.slot, part.staging, part.pos, self.num_threads)
 
 
 class CPUCacheTier(MemoryTier):

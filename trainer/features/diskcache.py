@@ -20,7 +20,7 @@ class DiskCacheTier(FeatureTier):
     The read stage fetches every 4096-byte block holding one of the batch's rows exactly once, coalescing
     consecutive blocks into one request (DiskGNN merges same-page requests), with aligned direct reads
     (``O_DIRECT`` when the filesystem allows it) into a reusable aligned buffer, and copies the rows straight
-    into the part's slice of the staging block: nothing is left to gather. ``bytes_read`` is then exactly
+    into their rows of the staging block: nothing is left to gather. ``bytes_read`` is then exactly
     ``4096 x`` the batch's distinct blocks (``storage_kernels.packstore.cache_blocks``), which the pack stage
     predicts.
 
@@ -44,7 +44,7 @@ class DiskCacheTier(FeatureTier):
         return addr.cache_rows
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        assert part.out is not None  # reserved by the source before the I/O
+        assert part.staging is not None  # reserved by the source before the I/O
         row_bytes = self.store.row_bytes
         row_off = addr.cache_offset + part.slot * row_bytes  # (k,) byte offset of each row in the file
         blocks = cache_blocks(part.slot, row_bytes, addr.cache_offset)  # (m,) distinct blocks, sorted
@@ -56,9 +56,8 @@ class DiskCacheTier(FeatureTier):
                                             run_start * DATA_ALIGN, self.num_threads)
         self.read_requests += len(run_start)
         # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
-        pos = np.searchsorted(blocks, row_off // DATA_ALIGN) * DATA_ALIGN + row_off % DATA_ALIGN  # (k,) bytes
-        floats = self._buffer.view(np.float32)
-        part.out[:] = floats[(pos // 4)[:, None] + np.arange(self.feature_dim)]  # (k, F)
+        at = np.searchsorted(blocks, row_off // DATA_ALIGN) * DATA_ALIGN + row_off % DATA_ALIGN  # (k,) bytes
+        kernels.gather_rows_at_into(self._buffer, at, part.staging, part.pos, self.num_threads)
 
     def gather(self, part: TierRead) -> None:
         """Nothing to do: the read stage put the rows in place."""

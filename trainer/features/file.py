@@ -61,17 +61,22 @@ class FileRows:
             self._buffer = kernels.aligned_empty(nbytes)
         return self._buffer
 
-    def read(self, ids: np.ndarray, out: np.ndarray, merge: bool) -> int:
-        """``out[k] = features[ids[k]]`` (``out`` (len(ids), F) float32); returns the bytes read."""
+    def read(self, ids: np.ndarray, out: np.ndarray, merge: bool, pos: np.ndarray | None = None) -> int:
+        """``out[pos[k]] = features[ids[k]]`` (``out`` (M, F) float32 C-contiguous; ``pos`` distinct rows of
+        ``out``, default ``arange(len(ids))``); returns the bytes read. The rows go from the read blocks
+        straight to their rows of ``out``."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_rows):
             bad = int(np.flatnonzero((ids < 0) | (ids >= self.num_rows))[0])
             raise IndexError(f"'{self.path}' expected row ids < {self.num_rows} (got {int(ids[bad])} at {bad})")
+        pos = np.arange(len(ids), dtype=np.int64) if pos is None else np.ascontiguousarray(pos, dtype=np.int64)
+        if len(pos) != len(ids):
+            raise ValueError(f"'pos' expected one position per id, {len(ids)} (got {len(pos)})")
         step = self.max_buffer_bytes // self.slot_bytes  # rows per round: bounds the buffer either way
         if not merge:
             total = 0
             for lo in range(0, len(ids), step):
-                total += self._read_each(ids[lo : lo + step], out[lo : lo + step])
+                total += self._read_each(ids[lo : lo + step], out, pos[lo : lo + step])
             return total
         # rounds of at most max_buffer_bytes of distinct blocks, visiting rows in file order: a row's blocks
         # are all in one round, and consecutive rounds share at most one boundary block
@@ -83,13 +88,11 @@ class FileRows:
         while lo < len(ids):
             hi = int(np.searchsorted(last, first[lo] + budget - 1, side="right"))
             part = order[lo:hi]
-            rows = np.empty((len(part), self.feature_dim), dtype=np.float32)  # (k_round, F)
-            total += self._read_merged(ids[part], rows)
-            out[part] = rows
+            total += self._read_merged(ids[part], out, pos[part])
             lo = hi
         return total
 
-    def _read_each(self, ids: np.ndarray, out: np.ndarray) -> int:
+    def _read_each(self, ids: np.ndarray, out: np.ndarray, pos: np.ndarray) -> int:
         k = len(ids)
         row_off = self.data_offset + ids * self.row_bytes  # (k,) byte offset of each row in the file
         block_off = row_off // DATA_ALIGN * DATA_ALIGN  # (k,)
@@ -98,10 +101,10 @@ class FileRows:
         buffer = self._ensure(k * self.slot_bytes)
         # the baseline: every row its own read, even under io_uring (no same/adjacent-page merging)
         nbytes = self._file.pread(block_off, lengths, buffer, out_offsets, self.num_threads, merge=False)
-        self._extract(buffer, out_offsets + row_off - block_off, out)
+        self._extract(buffer, out_offsets + row_off - block_off, out, pos)
         return nbytes
 
-    def _read_merged(self, ids: np.ndarray, out: np.ndarray) -> int:
+    def _read_merged(self, ids: np.ndarray, out: np.ndarray, pos: np.ndarray) -> int:
         row_off = self.data_offset + ids * self.row_bytes  # (k,)
         first = row_off // DATA_ALIGN  # (k,) first block of each row
         blocks = blocks_of_rows(ids, self.row_bytes, self.data_offset, DATA_ALIGN)  # (m,) needed, sorted
@@ -111,12 +114,11 @@ class FileRows:
         nbytes = self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
                                   run_start * DATA_ALIGN, self.num_threads)
         # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
-        self._extract(buffer, np.searchsorted(blocks, first) * DATA_ALIGN + row_off % DATA_ALIGN, out)
+        self._extract(buffer, np.searchsorted(blocks, first) * DATA_ALIGN + row_off % DATA_ALIGN, out, pos)
         return nbytes
 
-    def _extract(self, buffer: np.ndarray, byte_pos: np.ndarray, out: np.ndarray) -> None:
-        floats = buffer.view(np.float32)
-        out[:] = floats[(byte_pos // 4)[:, None] + np.arange(self.feature_dim)]  # (k, F)
+    def _extract(self, buffer: np.ndarray, byte_pos: np.ndarray, out: np.ndarray, pos: np.ndarray) -> None:
+        kernels.gather_rows_at_into(buffer, byte_pos, out, pos, self.num_threads)  # out[pos[k]]: (F,) at byte_pos[k]
 
     def close(self) -> None:
         self._file.close()
@@ -129,7 +131,7 @@ class FileTier(FeatureTier):
     merges same-page requests the same way); ``merge=False`` is the per-row baseline (PyG+ / DGL-OnDisk /
     GraphBolt's disk feature without a cache): every row is its own aligned read of its block(s), repeats
     included. Reads go through ``pread_ranges`` in rounds of at most ``max_buffer_bytes``. The read stage
-    reads the rows straight into the part's slice of the staging block (``part.out``): nothing is left to
+    reads the rows straight into their rows of the staging block (``part.staging``): nothing is left to
     gather.
 
     >>> tier = FileTier("features.npy", merge=False)                          # the naive baseline
@@ -149,9 +151,9 @@ class FileTier(FeatureTier):
         return self.file.num_rows
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        assert part.out is not None  # reserved by the source before the I/O
+        assert part.staging is not None  # reserved by the source before the I/O
         before = self.file.requests
-        self.bytes_read += self.file.read(part.slot, part.out, merge=self.merge)  # (k, F) in part.pos order
+        self.bytes_read += self.file.read(part.slot, part.staging, merge=self.merge, pos=part.pos)
         self.read_requests += self.file.requests - before
 
     def gather(self, part: TierRead) -> None:

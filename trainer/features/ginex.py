@@ -132,7 +132,7 @@ class GinexFeatures(TieredSource):
         read = super()._read(batch)
         for part in read.parts:
             if part.tier is self.cache and len(part.pos):
-                self.cache.gather(part)  # (k, F) into the part's slice of the staging block
+                self.cache.gather(part)  # into its rows of the staging block
         if position >= 0:
             t1 = time.perf_counter()
             self._update(position, read)
@@ -195,10 +195,8 @@ class GinexFeatures(TieredSource):
         in_ids, out_ids, in_positions = self.changes.update(position)
         if not len(in_ids):
             return
-        staging = read.staging.numpy()  # (n, F) rows in read.host_pos order (every tier is a host tier)
-        row_of = np.empty(len(read.addresses.tier), dtype=np.int64)  # node position -> staging row
-        row_of[read.host_pos] = np.arange(len(read.host_pos))
-        kernels.cache_update(self.cache.rows, self.address_table, staging, in_ids, out_ids, row_of[in_positions],
+        staging = read.staging.numpy()  # (n, F) in node order, complete (every tier is a host tier)
+        kernels.cache_update(self.cache.rows, self.address_table, staging, in_ids, out_ids, in_positions,
                              self.num_threads)
         self.slot_node[self.address_table[in_ids]] = in_ids
         self.changes_applied += len(in_ids)

@@ -131,7 +131,7 @@ class HotsetTier(FeatureTier):
 
     def gather(self, part: TierRead) -> None:
         assert part.buffer is not None  # set by the read stage
-        kernels.gather_rows(part.buffer, part.slot, part.out, self.num_threads)
+        kernels.gather_rows_into(part.buffer, part.slot, part.staging, part.pos, self.num_threads)
 
     def close(self) -> None:
         self.source.close()

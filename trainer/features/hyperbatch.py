@@ -161,14 +161,14 @@ class HyperbatchTier(FeatureTier):
 
     # ------------------------------------------------------------------------------------------ serving
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        """Copy the part's rows from the current hyperbatch's buffer into its staging slice."""
-        assert part.out is not None  # reserved by the source before the I/O
+        """Copy the part's rows from the current hyperbatch's buffer into their rows of the staging block."""
+        assert part.staging is not None  # reserved by the source before the I/O
         cur = self.current
         hb = int(self.table.hb_of_batch[addr.batch])
         if cur is None or cur.hb != hb:
             raise ValueError(f"'{self.name}' expected batch {addr.batch}'s hyperbatch {hb} to be current "
                              f"(got {None if cur is None else cur.hb})")
-        self.blocks.extract(cur.buffer, cur.blocks, part.slot, part.out)
+        self.blocks.extract(cur.buffer, cur.blocks, part.slot, part.staging, part.pos)
 
     def gather(self, part: TierRead) -> None:
         """Nothing to do: the read stage put the rows in place."""

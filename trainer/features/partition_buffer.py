@@ -148,14 +148,19 @@ class PartitionBuffer:
         slots = [self.free.pop() for _ in range(len(incoming))]
         self._pending = (incoming, slots, self._pool.submit(self._read, incoming, slots))
 
-    def gather(self, parts: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-        """``out[k]`` = row ``rows[k]`` of resident partition ``parts[k]``; ValueError for one not resident."""
+    def gather(self, parts: np.ndarray, rows: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> None:
+        """``out[pos[k]]`` = row ``rows[k]`` of resident partition ``parts[k]`` (``pos`` distinct rows of
+        ``out``, default ``arange(len(parts))``); ValueError for one not resident."""
         slots = self.slot_of[parts]  # (k,) -1: not resident
         if np.any(slots < 0):
             bad = int(parts[np.flatnonzero(slots < 0)[0]])
             raise ValueError(f"'partition buffer' expected partition {bad} to be resident (got "
                              f"{self.current.tolist()})")
-        kernels.gather_rows_at(self.pool, slots * self.stride + rows * self.row_bytes, out, self.num_threads)
+        offsets = slots * self.stride + rows * self.row_bytes  # (k,) bytes into the pool
+        if pos is None:
+            kernels.gather_rows_at(self.pool, offsets, out, self.num_threads)
+        else:
+            kernels.gather_rows_at_into(self.pool, offsets, out, pos, self.num_threads)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -222,8 +227,9 @@ class BufferTier(FeatureTier):
         return len(self.node_part)
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        assert part.out is not None  # reserved by the source before the I/O
-        self.buffer.gather(self.node_part[part.slot].astype(np.int64), self.node_row[part.slot], part.out)
+        assert part.staging is not None  # reserved by the source before the I/O
+        self.buffer.gather(self.node_part[part.slot].astype(np.int64), self.node_row[part.slot], part.staging,
+                           part.pos)
 
     def gather(self, part: TierRead) -> None:
         """Nothing to do: the read stage put the rows in place."""

@@ -19,16 +19,7 @@ from trainer.features.source import BatchRead, TieredSource
 from trainer.history import HistoricalCache, HistoryHook
 from trainer.pruned import PrunedSamples
 
-__all__ = ["NodeTable", "PrunedFeatures", "SkipRead"]
-
-
-@dataclass(frozen=True)
-class SkipRead:
-    """A pruned batch after the read stage: the read of its ``pos`` rows (of ``num_nodes``)."""
-
-    rows: BatchRead
-    num_nodes: int
-    pos: np.ndarray
+__all__ = ["NodeTable", "PrunedFeatures"]
 
 
 @dataclass(frozen=True)
@@ -86,22 +77,13 @@ class PrunedFeatures(TieredSource):
     def addresses(self, batch: NodeBatch) -> BatchAddresses:
         return self.table.for_nodes(int(batch.batch), batch.nodes)
 
-    def read(self, batch: NodeBatch) -> BatchRead | SkipRead:
-        """The I/O stage; a pruned batch reads only the rows some layer reads (its ``skip`` rows are not)."""
+    def _read(self, batch: NodeBatch) -> BatchRead:
+        """The I/O stage; a pruned batch reads only the rows some layer reads, straight to their rows of the
+        whole batch's staging block, whose ``skip`` rows are zeros."""
         skip = getattr(batch, "skip", None)
         if skip is None or not len(skip):
-            return super().read(batch)
+            return super()._read(batch)
         read = np.ones(len(batch.nodes), dtype=bool)
         read[skip] = False
         pos = np.flatnonzero(read)  # (k,) rows some layer reads
-        return SkipRead(super().read(_Rows(int(batch.batch), np.asarray(batch.nodes)[pos])), len(read), pos)
-
-    def assemble(self, read: BatchRead | SkipRead) -> torch.Tensor:  # type: ignore[override]
-        """The gather stage; a pruned batch's skipped rows are zeros."""
-        if not isinstance(read, SkipRead):
-            return super().assemble(read)
-        rows = super().assemble(read.rows)  # (k, F)
-        x = torch.zeros((read.num_nodes, self.feature_dim), dtype=torch.float32, device=rows.device)  # (n, F)
-        index = torch.from_numpy(read.pos)
-        x.index_copy_(0, index.to(rows.device, non_blocking=True) if rows.device.type != "cpu" else index, rows)
-        return x
+        return self._read_into(_Rows(int(batch.batch), np.asarray(batch.nodes)[pos]), len(read), pos)

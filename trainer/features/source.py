@@ -21,6 +21,7 @@ from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
 from trainer.features.packed import PackedChunkTier
+from trainer.features.staging import StagingPool
 from trainer.features.window import WindowedDiskCacheTier
 
 __all__ = [
@@ -48,13 +49,13 @@ class AddressBook(Protocol):
 
 @dataclass
 class BatchRead:
-    """A batch after the read stage: its addresses, every tier's part (outermost tier first), the host
-    staging block (``(n_host, F)`` float32, pinned with CUDA) the host parts fill, and its positions."""
+    """A batch after the read stage: its addresses, every tier's part (outermost tier first) and the host
+    staging block (``(n, F)`` float32 in node order, pinned with CUDA) whose rows the host parts fill at their
+    positions (the rows of device tiers are left for the assemble stage to write on the device)."""
 
     addresses: BatchAddresses
     parts: list[TierRead]
-    staging: torch.Tensor
-    host_pos: np.ndarray  # (n_host,) int64: the node position of every staging row
+    staging: torch.Tensor  # (n, F)
 
 
 class TieredSource:
@@ -65,12 +66,13 @@ class TieredSource:
     ``assemble(read(batch))`` under a lock (one batch at a time: a tier's read buffer is reused):
 
     :meth:`read`
-        the I/O stage: checks the addresses, lets each tier take its nodes, reserves each host tier its
-        slice of one staging block (pinned with CUDA), and lets each tier read what it must (file rows go
-        straight into their slice).
+        the I/O stage: checks the addresses, lets each tier take its nodes, hands the host tiers one
+        ``(n, F)`` staging block in node order (pinned with CUDA), and lets each tier read what it must (file
+        rows go straight to their rows of the block).
     :meth:`assemble`
-        host tiers gather their rows into their slices; the block is copied to the device in one transfer
-        and put in node order; device tiers write their rows on the device.
+        host tiers gather their rows straight to their rows of the block (C, GIL released): on CPU the block
+        is the batch's output, with CUDA it goes to the device in one contiguous copy; device tiers then write
+        their rows on the device. No reordering copy.
 
     Counters are the tiers' (``bytes_read``, ``rows_by_tier`` keyed by ``Tier.label``) plus the seconds of
     the two stages (``read_s``, ``assemble_s``).
@@ -94,6 +96,7 @@ class TieredSource:
         self.read_s = 0.0
         self.assemble_s = 0.0
         self._lock = threading.Lock()
+        self.staging_pool = StagingPool()  # CPU blocks reused once their batch is dropped (unused with CUDA)
 
     # ---------------------------------------------------------------------------------------- counters
     @property
@@ -186,6 +189,14 @@ class TieredSource:
             self.read_s += time.perf_counter() - t0
 
     def _read(self, batch: NodeBatch) -> BatchRead:
+        return self._read_into(batch)
+
+    def _read_into(self, batch: NodeBatch, num_rows: int | None = None, rows: np.ndarray | None = None
+                   ) -> BatchRead:
+        """The read stage of ``batch`` into an ``(num_rows, F)`` staging block whose rows ``rows`` (distinct,
+        ascending, one per node) receive the batch's nodes and whose other rows are zeros; by default the block
+        is the batch (``rows = arange(n)``). A source that reads only some of a batch's nodes (pruned rows)
+        lays them out in the whole batch's block this way, with no copy after."""
         addr = self.addresses(batch)
         addr.check_tiers()
         counts = np.bincount(addr.tier.astype(np.intp), minlength=len(Tier.readable()))  # rows per tier code
@@ -198,18 +209,32 @@ class TieredSource:
                                  f"({t.label}) rows of batch {addr.batch} (got tiers "
                                  f"{[s.tier.label for s in self.tiers]})")
         parts = self.top.select(addr, np.ones(len(addr.tier), dtype=bool))
-        host = [p for p in parts if len(p.pos) and not p.tier.on_device]
-        host_pos = np.concatenate([p.pos for p in host]) if host else np.empty(0, np.int64)  # (n_host,)
-        staging = torch.empty((len(host_pos), self.feature_dim), dtype=torch.float32,
-                              pin_memory=self.device.type == "cuda")  # (n_host, F)
-        staging_np, lo = staging.numpy(), 0
-        for p in host:
-            p.out = staging_np[lo : lo + len(p.pos)]  # (k, F)
-            lo += len(p.pos)
+        n = len(addr.tier) if num_rows is None else int(num_rows)
+        if rows is not None:
+            if len(rows) != len(addr.tier):
+                raise ValueError(f"'rows' expected one row per node of batch {addr.batch}, {len(addr.tier)} "
+                                 f"(got {len(rows)})")
+            for p in parts:
+                p.pos = rows[p.pos]  # the tiers write (and the device tiers scatter) at these rows
+        # (n, F) in node order: every host tier writes its rows at their positions. With CUDA page-locked
+        # (torch's caching host allocator reuses it once the copy reading it has completed); on CPU it is the
+        # batch's output, from the pool (reused once the batch is dropped)
+        if self.device.type == "cuda":
+            staging = torch.empty((n, self.feature_dim), dtype=torch.float32, pin_memory=True)
+        else:
+            staging = self.staging_pool.take(n, self.feature_dim)
+        staging_np = staging.numpy()
+        if rows is not None and len(rows) < n:
+            unread = np.ones(n, dtype=bool)
+            unread[rows] = False
+            staging_np[unread] = 0.0
+        for p in parts:
+            if len(p.pos) and not p.tier.on_device:
+                p.staging = staging_np
         for p in parts:
             if len(p.pos):
                 p.tier.fetch(addr, p)
-        return BatchRead(addr, parts, staging, host_pos)
+        return BatchRead(addr, parts, staging)
 
     def assemble(self, read: BatchRead) -> torch.Tensor:
         """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device`` (timed into
@@ -221,18 +246,11 @@ class TieredSource:
             self.assemble_s += time.perf_counter() - t0
 
     def _assemble(self, read: BatchRead) -> torch.Tensor:
-        n = len(read.addresses.tier)
         for p in read.parts:
             if len(p.pos) and not p.tier.on_device:
                 p.tier.gather(p)
-        if len(read.host_pos) == n and bool(np.all(read.host_pos[1:] > read.host_pos[:-1])):
-            # every row is a host row, already in node order (positions are arange(n)): no reordering
-            return self._to_device(read.staging)
-        x = torch.empty((n, self.feature_dim), dtype=torch.float32, device=self.device)  # (n, F)
-        if len(read.host_pos):
-            # note: possible CPU-GPU sync point: host_pos is pageable (the driver may stage it synchronously)
-            index = torch.from_numpy(read.host_pos).to(self.device, non_blocking=True)  # (n_host,)
-            x.index_copy_(0, index, self._to_device(read.staging))
+        # CPU: the block is the output; CUDA: one contiguous copy, the device tiers' rows overwritten below
+        x = self._to_device(read.staging)  # (n, F)
         for p in read.parts:
             if len(p.pos) and p.tier.on_device:
                 p.tier.gather_device(p, x)

@@ -62,7 +62,7 @@ class WindowedDiskCacheTier(DiskCacheTier):
         self._segment = segment
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        assert part.out is not None  # reserved by the source before the I/O
+        assert part.staging is not None  # the batch's node-order block, handed over by the source
         segment = int(self.store.batch_segment[addr.batch])
         if segment != self._segment:  # a new segment: nothing of the old one is ever read again
             self._reset(segment)
@@ -82,20 +82,18 @@ class WindowedDiskCacheTier(DiskCacheTier):
             self.bytes_read += self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, self._buffer,
                                                 run_start * DATA_ALIGN, self.num_threads)
             self.read_requests += len(run_start)
-        def staged(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:  # (n, F) from the blocks read
+        def staged(rows: np.ndarray, out: np.ndarray, out_pos: np.ndarray) -> None:  # out[out_pos] = rows read
             off = addr.cache_offset + rows * row_bytes
             # a row's blocks are consecutive in ``blocks``, hence contiguous in the read buffer
-            pos = np.searchsorted(blocks, off // DATA_ALIGN) * DATA_ALIGN + off % DATA_ALIGN
-            if out is None:
-                out = np.empty((len(rows), self.feature_dim), np.float32)
-            return kernels.gather_rows_at(self._buffer, pos, out, self.num_threads)
+            at = np.searchsorted(blocks, off // DATA_ALIGN) * DATA_ALIGN + off % DATA_ALIGN
+            kernels.gather_rows_at_into(self._buffer, at, out, out_pos, self.num_threads)
 
         hits = int(held.sum())
-        if hits:
-            part.out[held] = self._rows[where[held]]
-            part.out[~held] = staged(slots[~held])
-        else:  # straight into the staging block
-            staged(slots, part.out)
+        if hits:  # buffered rows and rows read, each straight to its node-order row of the staging block
+            kernels.gather_rows_into(self._rows, where[held], part.staging, part.pos[held], self.num_threads)
+            staged(slots[~held], part.staging, part.pos[~held])
+        else:
+            staged(slots, part.staging, part.pos)
         self.window_hits += hits
         out_rows, in_rows, in_slots = self.window.changes(addr.batch)
         gone = self._row_slot[out_rows]
@@ -106,7 +104,7 @@ class WindowedDiskCacheTier(DiskCacheTier):
             self._row_slot[previous[previous >= 0]] = -1
             self._slot_row[in_slots] = in_rows
             self._row_slot[in_rows] = in_slots
-            self._rows[in_slots] = staged(in_rows)
+            staged(in_rows, self._rows, in_slots)
 
     def stats(self) -> dict[str, float]:
         return {**super().stats(), "window_hits": float(self.window_hits)}
