@@ -203,3 +203,20 @@ def test_filtered_evaluation_matches_brute_force() -> None:
     assert got["filtered_mrr"] == pytest.approx(np.mean(1 / np.array(ranks)), rel=1e-5)
     assert got["filtered_hits@1"] == pytest.approx(np.mean(np.array(ranks) <= 1))
     assert use_filtered(cfg, 30) and not use_filtered(cfg, cfg.filtered_max_nodes + 1)
+
+
+def test_sampled_evaluation_in_groups_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a large graph is evaluated a group of chunks at a time (bounded memory): the ranks must not change
+    import trainer.link.train as link_train
+    from pipelines.config import PipelineConfig
+    from trainer.link.encoders import EmbeddingEncoder
+    from trainer.link.train import LinkGraph, evaluate_split
+
+    cfg = PipelineConfig.load(overrides=["train.task=link", "train.eval_negatives=9", "train.negative_chunk=5"]).train
+    indptr, indices = ring_csr(200, (1, 2, 3))
+    graph = LinkGraph.build(split_edges(indptr, indices, 0.2, 0.2, seed=3), indptr, indices)
+    encoder = EmbeddingEncoder(InMemoryEmbeddings(200, 8, seed=4), 0.1)
+    whole = evaluate_split(encoder, DistMult(8), graph, graph.split.test, cfg, 2, filtered=False)
+    monkeypatch.setattr(link_train, "_EVAL_GROUP_QUERIES", 12)  # groups of 2 chunks, the last one shorter
+    grouped = evaluate_split(encoder, DistMult(8), graph, graph.split.test, cfg, 2, filtered=False)
+    assert len(graph.split.test) * 2 > 5 * 12 and grouped == whole

@@ -100,6 +100,10 @@ def shuffled_batches(edges: np.ndarray, sampler: NegativeSampler, cfg: Any, epoc
         yield LinkBatch(batch, sampler.sample(chunks, cfg.negatives, rng))
 
 
+#: Queries evaluated together on a large graph: their nodes' embeddings are what evaluation holds in memory.
+_EVAL_GROUP_QUERIES = 16384
+
+
 def _distinct(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct ids of the arrays and each entry's position among them."""
     flat = np.concatenate([np.asarray(a, np.int64).ravel() for a in arrays])
@@ -161,21 +165,25 @@ def evaluate_split(encoder: Any, decoder: Decoder, graph: LinkGraph, edges: np.n
     seed = batch_seed(cfg.seed, 1 << 20, split_id)
     decoder.eval()
     try:
-        if filtered:  # every node is a candidate: encode them all once
+        ranks = np.empty(len(src))
+        if filtered:  # every node is a candidate: encode them all once (small graphs only)
             nodes = np.arange(graph.num_nodes, dtype=np.int64)
             h = embed_nodes(encoder, nodes, seed)
             where = lambda ids: torch.from_numpy(np.asarray(ids, np.int64)).to(h.device)  # noqa: E731
-        else:
-            nodes, _ = _distinct(src, dst, negs)
-            h = embed_nodes(encoder, nodes, seed)
-            where = lambda ids: torch.from_numpy(np.searchsorted(nodes, ids)).to(h.device)  # noqa: E731
-        h_src, h_dst = h[where(src)], h[where(dst)]
-        pos = decoder(h_src, h_dst).float().cpu().numpy()
-        ranks = np.empty(len(src))
-        for c in range(len(bounds) - 1):
-            lo, hi = int(bounds[c]), int(bounds[c + 1])
-            neg = decoder.score_candidates(h_src[lo:hi], h[where(negs[c])]).float().cpu().numpy()
-            ranks[lo:hi] = ranks_against(pos[lo:hi], neg)
+            h_src, h_dst = h[where(src)], h[where(dst)]
+            _sampled_ranks(decoder, h_src, decoder(h_src, h_dst).float().cpu().numpy(), h, where, negs, bounds,
+                           0, len(bounds) - 1, ranks)
+        else:  # groups of chunks: memory bounded by the group's nodes, not by the split's
+            group = max(1, _EVAL_GROUP_QUERIES // cfg.negative_chunk)
+            for c0 in range(0, len(bounds) - 1, group):
+                c1 = min(c0 + group, len(bounds) - 1)
+                lo, hi = int(bounds[c0]), int(bounds[c1])
+                nodes, _ = _distinct(src[lo:hi], dst[lo:hi], negs[c0:c1])
+                h = embed_nodes(encoder, nodes, seed)
+                where = lambda ids, n=nodes, d=h.device: torch.from_numpy(np.searchsorted(n, ids)).to(d)  # noqa: E731
+                h_src = h[where(src[lo:hi])]
+                pos = decoder(h_src, h[where(dst[lo:hi])]).float().cpu().numpy()
+                _sampled_ranks(decoder, h_src, pos, h, where, negs, bounds - lo, c0, c1, ranks[lo:hi])
         out = rank_metrics(ranks, "sampled_")
         if filtered:
             franks = np.empty(len(src))
@@ -187,6 +195,17 @@ def evaluate_split(encoder: Any, decoder: Decoder, graph: LinkGraph, edges: np.n
     finally:
         decoder.train()
     return out
+
+
+def _sampled_ranks(decoder: Decoder, h_src: torch.Tensor, pos: np.ndarray, h: torch.Tensor, where: Any,
+                   negs: np.ndarray, bounds: np.ndarray, c0: int, c1: int, out: np.ndarray) -> None:
+    """``out[k]``: the rank of query ``k`` (positions relative to ``h_src``/``pos``/``out``, whose chunk ``c``
+    spans ``bounds[c]:bounds[c + 1]``) among its chunk's sampled negatives, for the chunks ``c0 .. c1 - 1``."""
+    base = int(bounds[c0])
+    for c in range(c0, c1):
+        lo, hi = int(bounds[c]) - base, int(bounds[c + 1]) - base
+        neg = decoder.score_candidates(h_src[lo:hi], h[where(negs[c])]).float().cpu().numpy()
+        out[lo:hi] = ranks_against(pos[lo:hi], neg)
 
 
 def _headline(metrics: dict[str, float], filtered: bool) -> dict[str, float]:
