@@ -89,8 +89,11 @@ def expected_io(data: Dataset, pack_dir: Path, hyperbatches: range, hot: np.ndar
 
 def test_every_batch_equals_the_in_memory_rows(data: Dataset, pack_dir: Path) -> None:
     with open_source(pack_dir, data, refresh_epochs=1) as source:
+        storage = source.hotset.rows  # one block of budget rows for the whole run: refreshes move rows in place
+        assert len(storage) == source.hotset.budget_rows
         for epoch in range(3):  # refreshes at epochs 1 and 2 move rows in and out of the hotset
             train_epoch(source, data, epoch)
+            assert source.hotset.rows is storage
             for split in ("val", "test"):
                 for b in data.samples.batch_ids(split):
                     batch = data.samples.batch(b)

@@ -4,8 +4,12 @@ AGNES-style (design note, section 4): the score of a node is ``degree(v) * acces
 is the highest scores that fit a byte budget, chosen greedily (all rows cost the same, so the greedy choice
 for weighted coverage is the top scores; ties go to the smaller id, so the choice is deterministic). Access
 counters decay by ``decay`` each epoch; every ``refresh_epochs`` epochs the hotset is re-selected from them
-and only the difference moves: evicted rows are dropped, kept rows are copied over, new rows are read from
-the block-aligned file (counted in the tier's ``bytes_read`` / ``read_requests``).
+and only the difference moves, in place: kept rows stay in their slots, new rows are read from the
+block-aligned file (counted in the tier's ``bytes_read`` / ``read_requests``) into the slots of the evicted
+ones, in rounds of at most 64 MiB. The rows live in one block of ``budget_rows`` rows for the whole run, so
+the hotset never costs more than its budget (a copy-on-refresh design held the old and the new rows at once,
+and was killed at its memory limit on a 10M-node graph). The tier copies a batch's hot rows out at read time,
+so a batch read before a refresh and assembled after it is not affected by the rows moving.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from trainer.features.base import FeatureTier, TierRead
 
 __all__ = ["Hotset", "HotsetTier"]
 
+_ROUND_BYTES = 64 << 20  # rows read per round when the hotset loads or refreshes
+
 
 def _host_rows(num_rows: int, dim: int, pin_memory: bool) -> np.ndarray:
     """An uninitialised ``(num_rows, dim)`` float32 block, page-locked when ``pin_memory`` (for async H2D)."""
@@ -33,10 +39,12 @@ class Hotset:
     by. ``version`` grows at every refresh that changed the set (work planned against an older hotset is
     stale)."""
 
-    def __init__(self, nodes: np.ndarray, rows: np.ndarray, degree: np.ndarray, budget_rows: int,
+    def __init__(self, nodes: np.ndarray, rows: np.ndarray | AlignedBlocks, degree: np.ndarray, budget_rows: int,
                  decay: float = 0.5, pin_memory: bool = False) -> None:
+        """``rows``: the hot nodes' rows ``(H, F)`` float32, or the block-aligned file to read them from."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        if rows.ndim != 2 or rows.dtype != np.float32 or rows.shape[0] != len(nodes):
+        source = rows if isinstance(rows, AlignedBlocks) else None
+        if source is None and (rows.ndim != 2 or rows.dtype != np.float32 or rows.shape[0] != len(nodes)):
             raise ValueError(f"'hotset rows' expected ({len(nodes)}, F) float32 (got {rows.dtype} {rows.shape})")
         if len(nodes) and (np.any(np.diff(nodes) <= 0) or nodes[0] < 0 or nodes[-1] >= len(degree)):
             raise ValueError(f"'hotset nodes' expected sorted distinct ids in [0, {len(degree)}) (got {nodes[:8]}...)")
@@ -49,9 +57,14 @@ class Hotset:
         self.counts = np.zeros(len(degree), dtype=np.float64)  # (N,) decayed accesses
         self.slot = np.full(len(degree), -1, dtype=np.int64)  # (N,)
         self.nodes = nodes
-        self.rows = _host_rows(len(nodes), rows.shape[1], self.pin_memory)
-        self.rows[:] = rows
-        self.slot[nodes] = np.arange(len(nodes))
+        dim = source.layout.feature_dim if source is not None else rows.shape[1]
+        self.rows = _host_rows(max(self.budget_rows, len(nodes)), dim, self.pin_memory)  # (capacity, F), for good
+        slots = np.arange(len(nodes), dtype=np.int64)
+        if source is not None:
+            self._read_into(source, nodes, slots)
+        else:
+            self.rows[: len(nodes)] = rows
+        self.slot[nodes] = slots
         self.version = 0
         self.refreshes = 0  # refreshes that ran
         self.evicted = 0  # rows dropped by them
@@ -73,6 +86,12 @@ class Hotset:
         """``degree x decayed access frequency`` per node (float64)."""
         return self.degree * self.counts
 
+    def _read_into(self, source: AlignedBlocks, nodes: np.ndarray, slots: np.ndarray) -> None:
+        """``rows[slots[k]] = row of nodes[k]`` (sorted ``nodes``), read in rounds of at most 64 MiB."""
+        step = max(1, _ROUND_BYTES // (self.rows.shape[1] * self.rows.itemsize))
+        for lo in range(0, len(nodes), step):
+            kernels.place_rows(source.read_rows(nodes[lo : lo + step]), slots[lo : lo + step], self.rows)
+
     def refresh(self, source: AlignedBlocks) -> tuple[np.ndarray, np.ndarray]:
         """Re-select from the scores; drop the evicted rows, read the new ones from ``source``. Returns
         ``(evicted, loaded)`` node ids."""
@@ -82,15 +101,16 @@ class Hotset:
         self.refreshes += 1
         if not len(evicted) and not len(loaded):
             return evicted, loaded
-        kept = np.intersect1d(self.nodes, new, assume_unique=True)
-        rows = _host_rows(len(new), self.feature_dim, self.pin_memory)  # (H', F)
-        if len(kept):
-            kernels.place_rows(kernels.gather_rows(self.rows, self.slot[kept]), np.searchsorted(new, kept), rows)
-        if len(loaded):
-            kernels.place_rows(source.read_rows(loaded), np.searchsorted(new, loaded), rows)
-        self.slot[self.nodes] = -1
-        self.slot[new] = np.arange(len(new))
-        self.nodes, self.rows = new, rows
+        free = self.slot[evicted]  # the evicted rows' slots, then slots never used
+        if len(loaded) > len(free):
+            used = np.zeros(len(self.rows), dtype=bool)
+            used[self.slot[self.nodes]] = True
+            free = np.concatenate([free, np.flatnonzero(~used)])
+        dest = free[: len(loaded)]
+        self.slot[evicted] = -1
+        self._read_into(source, loaded, dest)
+        self.slot[loaded] = dest
+        self.nodes = new
         self.version += 1
         self.evicted += len(evicted)
         self.loaded += len(loaded)
@@ -124,14 +144,14 @@ class HotsetTier(FeatureTier):
         return out
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
-        """No I/O: pin the part to the hotset's rows as they are now. A refresh replaces the rows array
-        (never writes into it), so a batch read before a refresh and assembled after it (a pipelined loader
-        reads ahead) still gathers the rows its slots were computed against."""
-        part.buffer = self.hotset.rows
+        """No I/O: copy the part's rows into the staging block now. A refresh rewrites slots in place, so a
+        batch read before a refresh and assembled after it (a pipelined loader reads ahead) must not gather
+        from the hotset later."""
+        assert part.staging is not None  # the batch's node-order block, handed over by the source
+        kernels.gather_rows_into(self.hotset.rows, part.slot, part.staging, part.pos, self.num_threads)
 
     def gather(self, part: TierRead) -> None:
-        assert part.buffer is not None  # set by the read stage
-        kernels.gather_rows_into(part.buffer, part.slot, part.staging, part.pos, self.num_threads)
+        """Nothing to do: the read stage put the rows in place."""
 
     def close(self) -> None:
         self.source.close()

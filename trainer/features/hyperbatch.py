@@ -225,7 +225,7 @@ class HyperbatchSource(TieredSource):
         device = torch.device(device)
         hot_file = AlignedBlocks(self.pack_dir / ALIGNED_BIN, layout, num_threads)
         hot_nodes = np.load(self.pack_dir / HOTSET_NODES).astype(np.int64, copy=False)
-        self.hotset = Hotset(hot_nodes, hot_file.read_rows(hot_nodes), degree, budget_rows, decay,
+        self.hotset = Hotset(hot_nodes, hot_file, degree, budget_rows, decay,
                              pin_memory=device.type == "cuda")
         file_tier = FileTier(features_path, num_threads=num_threads) if features_path is not None else None
         self.hyperbatches = HyperbatchTier(AlignedBlocks(self.pack_dir / ALIGNED_BIN, layout, num_threads),
