@@ -432,6 +432,7 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "test_acc": done[0]["test_acc"],
         "val_acc": done[0]["val_acc"],
         "eval_batches_run": done[0].get("eval_batches_run"),
+        "eval_s": statistics.median(r.get("eval_s", 0.0) for r in done),  # validation + test, seconds
         "hit_rate_measured": None if paged else done[0]["hit_rate_measured"],
         "peak_rss_mb": max(r["peak_rss_mb"] for r in done),
         "peak_cgroup_mb": max((r["peak_cgroup_mb"] or 0.0) for r in done) or None,

@@ -85,7 +85,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
 
     from pipelines.runner import StageRunner
     from pipelines.stages.common import peak_rss_mb
-    from pipelines.stages.train import open_features
+    from pipelines.stages.train import full_graph, open_features
     from storage_kernels.sampleset import SampleSet
     from trainer.device import resolve_device
     from trainer.train import train
@@ -110,7 +110,8 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
 
     source = open_features(cfg, job["policy"], ordering, pack, samples, device)
     try:
-        result = train(tcfg, samples, source, labels, progress=on_epoch)
+        layerwise = full_graph(cfg, ordering, labels, store.tmp_dir)  # train.eval_mode=layerwise: evaluate on it
+        result = train(tcfg, samples, source, labels, progress=on_epoch, layerwise=layerwise)
         counters = {"rows_by_tier": dict(source.rows_by_tier), "direct_io": bool(source.direct_io),
                     "fallback_reason": source.fallback_reason}
     finally:
@@ -124,6 +125,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
         "major_faults": [b["major_faults"] - a["major_faults"] for a, b in zip(io_marks, io_marks[1:], strict=False)],
         "epochs": epochs,
         "eval_batches_run": len(samples.batch_ids("val")) + len(samples.batch_ids("test")),
+        "eval_s": float(result.timers.get("eval_s", 0.0)),
         "test_acc": float(result.test_acc),
         "val_acc": float(result.val_acc),
         "losses": [float(x) for x in result.losses],
