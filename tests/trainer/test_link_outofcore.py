@@ -97,3 +97,22 @@ def test_out_of_core_equals_in_memory(tmp_path, order: str) -> None:
         disk.close()
     assert got.losses == want.losses
     assert got.metrics["mrr"] == want.metrics["mrr"] and got.metrics["sampled_mrr"] > 2 * got.metrics["random_mrr"]
+
+
+@pytest.mark.parametrize("round_bytes", [1, 64 << 20])  # 1: a round per row's blocks; 64 MiB: one round
+def test_read_any_reads_only_the_blocks_of_its_rows(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                    round_bytes: int) -> None:
+    import trainer.link.outofcore as ooc
+
+    monkeypatch.setattr(ooc, "READ_ANY_BYTES", round_bytes)
+    store = PartitionedEmbeddings(tmp_path / "emb.bin", 5000, 24, p=4, capacity=2, seed=5)  # 192-byte rows
+    try:
+        nodes = np.random.default_rng(0).choice(5000, 40, replace=False)  # any order, every partition
+        want = np.concatenate([store.read_partition(q)[:, :24] for q in range(4)])[nodes]
+        before = store.bytes_read
+        np.testing.assert_array_equal(store.read_any(nodes), want)
+        read = store.bytes_read - before
+        assert 0 < read <= 2 * 40 * 4096 and read < int(store.lengths.sum()) // 2  # blocks, not partitions
+        assert store.read_any(np.empty(0, np.int64)).shape == (0, 24)
+    finally:
+        store.close()

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from storage_kernels import kernels
-from storage_kernels.arrays import DATA_ALIGN, align_up
+from storage_kernels.arrays import DATA_ALIGN, align_up, segment_ranges
 from trainer.features.base import DirectFile
 from trainer.link.embeddings import adagrad_rows, initial_rows
 from trainer.link.negatives import chunk_bounds
@@ -38,6 +38,7 @@ from trainer.link.train import LinkBatch
 __all__ = ["READ_RANGE", "PartitionedEmbeddings", "bucket_batches", "group_buckets", "partition_bounds"]
 
 READ_RANGE = 8 << 20  # bytes per read request of a partition (a multiple of the 4 KiB block)
+READ_ANY_BYTES = 64 << 20  # blocks one round of an evaluation read may hold
 
 
 def partition_bounds(num_nodes: int, p: int) -> np.ndarray:
@@ -214,14 +215,40 @@ class PartitionedEmbeddings:
         return buf[: rows * self.row_bytes].view(np.float32).reshape(rows, 2 * self.dim).copy()
 
     def read_any(self, nodes: np.ndarray) -> np.ndarray:
-        """``(U, D)`` embeddings of any ``nodes`` from the file, partition by partition (evaluation)."""
+        """``(U, D)`` embeddings of any ``nodes`` from the file (evaluation): only the aligned blocks that hold
+        their rows are read, with merged direct reads, in rounds of at most ``READ_ANY_BYTES`` of blocks (a
+        whole-partition read per call made evaluation in groups read the table once per group)."""
         self.flush()
         nodes = np.asarray(nodes, dtype=np.int64)
         out = np.empty((len(nodes), self.dim), dtype=np.float32)
+        if not len(nodes):
+            return out
         part = np.searchsorted(self.bounds, nodes, side="right") - 1
-        for q in np.unique(part).tolist():
-            at = np.flatnonzero(part == q)
-            out[at] = self.read_partition(q)[nodes[at] - self.bounds[q], : self.dim]
+        start = self.offsets[part] + (nodes - self.bounds[part]) * self.row_bytes  # (U,) byte of each row
+        order = np.argsort(start, kind="stable")
+        span = max(READ_ANY_BYTES, align_up(self.row_bytes, DATA_ALIGN) + DATA_ALIGN)
+        lo = 0
+        while lo < len(order):  # rows in file order, a round of blocks at a time
+            hi = int(np.searchsorted(start[order], start[order[lo]] + span - self.row_bytes - DATA_ALIGN,
+                                     side="right"))
+            hi = max(hi, lo + 1)
+            at = order[lo:hi]
+            first = start[at] // DATA_ALIGN
+            count = (start[at] + self.row_bytes - 1) // DATA_ALIGN - first + 1
+            blocks = np.unique(np.repeat(first, count) + segment_ranges(count))  # (m,) sorted
+            runs = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # where consecutive runs begin
+            run_len = np.diff(np.append(runs, len(blocks)))
+            buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
+            before = self.reader.requests
+            self.bytes_read += self.reader.pread(blocks[runs] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
+                                                 runs * DATA_ALIGN, self.num_threads)
+            self.read_requests += self.reader.requests - before
+            # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
+            where = np.searchsorted(blocks, first) * DATA_ALIGN + start[at] % DATA_ALIGN
+            rows = np.empty((len(at), 2 * self.dim), dtype=np.float32)
+            kernels.gather_rows_at(buffer, where, rows, self.num_threads)
+            out[at] = rows[:, : self.dim]
+            lo = hi
         return out
 
     def write_table(self, out: np.ndarray) -> np.ndarray:
