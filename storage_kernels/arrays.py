@@ -140,10 +140,11 @@ def segment_ranges(lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(ends - lengths, lengths)
 
 
-def blocks_of_rows(rows: np.ndarray, row_bytes: int, data_offset: int = DATA_ALIGN,
+def blocks_of_rows(rows: np.ndarray, row_bytes: int, data_offset: int | np.ndarray = DATA_ALIGN,
                    block_bytes: int = DATA_ALIGN) -> np.ndarray:
     """Sorted distinct ``block_bytes`` blocks of an array file holding the given rows (row ``r`` at byte
-    ``data_offset + r * row_bytes``): what an aligned direct reader must fetch, or a page-locality count."""
+    ``data_offset + r * row_bytes``; ``data_offset`` may be one per row): what an aligned direct reader must
+    fetch, or a page-locality count."""
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0 or row_bytes <= 0:
         return np.empty(0, dtype=np.int64)

@@ -14,17 +14,9 @@ import numpy as np
 
 from storage_kernels import kernels
 from storage_kernels.alignedstore import BlockLayout
-from trainer.features.base import DirectFile
+from trainer.features.base import DirectFile, block_runs
 
 __all__ = ["AlignedBlocks", "block_runs"]
-
-
-def block_runs(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(run_start, run_len)``: the positions in ``blocks`` (sorted, distinct) where runs of consecutive
-    blocks begin, and each run's length in blocks; one read request per run."""
-    run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,)
-    run_len = np.diff(np.append(run_start, len(blocks)))  # (r,)
-    return run_start.astype(np.int64), run_len.astype(np.int64)
 
 
 class AlignedBlocks:

@@ -26,10 +26,12 @@ import numpy as np
 import torch
 
 from storage_kernels import kernels
+from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.iobackend import resolve_backend
 
-__all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "check_rows"]
+__all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "block_positions", "block_runs", "check_rows",
+           "read_blocks"]
 
 
 class NodeBatch(Protocol):
@@ -253,3 +255,32 @@ class DirectFile:
 
     def __del__(self) -> None:
         self.close()
+
+
+def block_runs(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(run_start, run_len)``: the positions in ``blocks`` (sorted, distinct) where runs of consecutive
+    blocks begin, and each run's length in blocks; one read request per run."""
+    run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,)
+    run_len = np.diff(np.append(run_start, len(blocks)))  # (r,)
+    return run_start.astype(np.int64), run_len.astype(np.int64)
+
+
+def read_blocks(file: DirectFile, blocks: np.ndarray, buffer: np.ndarray,
+                num_threads: int = 0) -> tuple[np.ndarray, int, int]:
+    """Read the ``DATA_ALIGN`` blocks ``blocks`` (sorted, distinct) of ``file`` back to back into ``buffer`` (an
+    aligned uint8 buffer, replaced by a larger one when too small), one request per run of consecutive
+    blocks: ``(buffer, bytes read, runs)``. :func:`block_positions` then finds each row in the buffer."""
+    if buffer.nbytes < len(blocks) * DATA_ALIGN:
+        buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
+    if not len(blocks):
+        return buffer, 0, 0
+    run_start, run_len = block_runs(blocks)
+    nbytes = file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer, run_start * DATA_ALIGN,
+                        num_threads)
+    return buffer, nbytes, len(run_start)
+
+
+def block_positions(blocks: np.ndarray, row_off: np.ndarray) -> np.ndarray:
+    """Where the rows at file byte offsets ``row_off`` start in a buffer that :func:`read_blocks` filled with
+    ``blocks``: a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer."""
+    return np.searchsorted(blocks, row_off // DATA_ALIGN) * DATA_ALIGN + row_off % DATA_ALIGN

@@ -3,12 +3,10 @@ page-merged aligned reads of ``disk_cache.bin``."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.packstore import BatchAddresses, PackedStore, Tier, cache_blocks
-from trainer.features.base import DirectFile, FeatureTier, TierRead
+from trainer.features.base import DirectFile, FeatureTier, TierRead, block_positions, read_blocks
 
 __all__ = ["DiskCacheTier"]
 
@@ -48,16 +46,12 @@ class DiskCacheTier(FeatureTier):
         row_bytes = self.store.row_bytes
         row_off = addr.cache_offset + part.slot * row_bytes  # (k,) byte offset of each row in the file
         blocks = cache_blocks(part.slot, row_bytes, addr.cache_offset)  # (m,) distinct blocks, sorted
-        run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
-        run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
-        if self._buffer.nbytes < len(blocks) * DATA_ALIGN:  # grows to at most the largest segment cache
-            self._buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
-        self.bytes_read += self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, self._buffer,
-                                            run_start * DATA_ALIGN, self.num_threads)
-        self.read_requests += len(run_start)
-        # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
-        at = np.searchsorted(blocks, row_off // DATA_ALIGN) * DATA_ALIGN + row_off % DATA_ALIGN  # (k,) bytes
-        kernels.gather_rows_at_into(self._buffer, at, part.staging, part.pos, self.num_threads)
+        # the buffer grows to at most the largest segment cache
+        self._buffer, nbytes, runs = read_blocks(self._file, blocks, self._buffer, self.num_threads)
+        self.bytes_read += nbytes
+        self.read_requests += runs
+        kernels.gather_rows_at_into(self._buffer, block_positions(blocks, row_off), part.staging, part.pos,
+                                    self.num_threads)
 
     def gather(self, part: TierRead) -> None:
         """Nothing to do: the read stage put the rows in place."""

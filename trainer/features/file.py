@@ -15,7 +15,7 @@ import numpy as np
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows, read_header
 from storage_kernels.packstore import BatchAddresses, Tier
-from trainer.features.base import DirectFile, FeatureTier, TierRead
+from trainer.features.base import DirectFile, FeatureTier, TierRead, block_positions, read_blocks
 
 __all__ = ["FileRows", "FileTier"]
 
@@ -106,15 +106,9 @@ class FileRows:
 
     def _read_merged(self, ids: np.ndarray, out: np.ndarray, pos: np.ndarray) -> int:
         row_off = self.data_offset + ids * self.row_bytes  # (k,)
-        first = row_off // DATA_ALIGN  # (k,) first block of each row
         blocks = blocks_of_rows(ids, self.row_bytes, self.data_offset, DATA_ALIGN)  # (m,) needed, sorted
-        run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
-        run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
-        buffer = self._ensure(len(blocks) * DATA_ALIGN)
-        nbytes = self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
-                                  run_start * DATA_ALIGN, self.num_threads)
-        # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
-        self._extract(buffer, np.searchsorted(blocks, first) * DATA_ALIGN + row_off % DATA_ALIGN, out, pos)
+        buffer, nbytes, _ = read_blocks(self._file, blocks, self._ensure(len(blocks) * DATA_ALIGN), self.num_threads)
+        self._extract(buffer, block_positions(blocks, row_off), out, pos)
         return nbytes
 
     def _extract(self, buffer: np.ndarray, byte_pos: np.ndarray, out: np.ndarray, pos: np.ndarray) -> None:

@@ -9,7 +9,7 @@ from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, blocks_of_rows
 from storage_kernels.packstore import BatchAddresses, PackedStore
 from storage_kernels.windowstore import SegmentWindow
-from trainer.features.base import FeatureTier, TierRead
+from trainer.features.base import FeatureTier, TierRead, block_positions, read_blocks
 from trainer.features.diskcache import DiskCacheTier
 
 __all__ = ["WindowedDiskCacheTier"]
@@ -74,18 +74,12 @@ class WindowedDiskCacheTier(DiskCacheTier):
         missing = blocks_of_rows(slots[~held], row_bytes, addr.cache_offset, DATA_ALIGN)
         if not np.all(np.isin(missing, blocks, assume_unique=True)):  # out of the schedule's order: read them too
             blocks = np.union1d(blocks, missing)
-        if len(blocks):
-            run_start = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # (r,) where consecutive runs begin
-            run_len = np.diff(np.append(run_start, len(blocks)))  # (r,) blocks per run
-            if self._buffer.nbytes < len(blocks) * DATA_ALIGN:
-                self._buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
-            self.bytes_read += self._file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, self._buffer,
-                                                run_start * DATA_ALIGN, self.num_threads)
-            self.read_requests += len(run_start)
+        self._buffer, nbytes, runs = read_blocks(self._file, blocks, self._buffer, self.num_threads)
+        self.bytes_read += nbytes
+        self.read_requests += runs
+
         def staged(rows: np.ndarray, out: np.ndarray, out_pos: np.ndarray) -> None:  # out[out_pos] = rows read
-            off = addr.cache_offset + rows * row_bytes
-            # a row's blocks are consecutive in ``blocks``, hence contiguous in the read buffer
-            at = np.searchsorted(blocks, off // DATA_ALIGN) * DATA_ALIGN + off % DATA_ALIGN
+            at = block_positions(blocks, addr.cache_offset + rows * row_bytes)
             kernels.gather_rows_at_into(self._buffer, at, out, out_pos, self.num_threads)
 
         hits = int(held.sum())

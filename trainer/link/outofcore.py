@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from storage_kernels import kernels
-from storage_kernels.arrays import DATA_ALIGN, align_up, segment_ranges
-from trainer.features.base import DirectFile
+from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows
+from trainer.features.base import DirectFile, block_positions, read_blocks
 from trainer.link.embeddings import adagrad_rows, initial_rows
 from trainer.link.negatives import chunk_bounds
 from trainer.link.train import LinkBatch
@@ -233,20 +233,13 @@ class PartitionedEmbeddings:
                                      side="right"))
             hi = max(hi, lo + 1)
             at = order[lo:hi]
-            first = start[at] // DATA_ALIGN
-            count = (start[at] + self.row_bytes - 1) // DATA_ALIGN - first + 1
-            blocks = np.unique(np.repeat(first, count) + segment_ranges(count))  # (m,) sorted
-            runs = np.flatnonzero(np.diff(blocks, prepend=-2) != 1)  # where consecutive runs begin
-            run_len = np.diff(np.append(runs, len(blocks)))
-            buffer = kernels.aligned_empty(len(blocks) * DATA_ALIGN)
+            blocks = blocks_of_rows(np.zeros(len(at), np.int64), self.row_bytes, start[at])  # (m,) sorted
             before = self.reader.requests
-            self.bytes_read += self.reader.pread(blocks[runs] * DATA_ALIGN, run_len * DATA_ALIGN, buffer,
-                                                 runs * DATA_ALIGN, self.num_threads)
+            buffer, nbytes, _ = read_blocks(self.reader, blocks, kernels.aligned_empty(DATA_ALIGN), self.num_threads)
+            self.bytes_read += nbytes
             self.read_requests += self.reader.requests - before
-            # a row's blocks are consecutive in ``blocks``, hence contiguous in the buffer
-            where = np.searchsorted(blocks, first) * DATA_ALIGN + start[at] % DATA_ALIGN
             rows = np.empty((len(at), 2 * self.dim), dtype=np.float32)
-            kernels.gather_rows_at(buffer, where, rows, self.num_threads)
+            kernels.gather_rows_at(buffer, block_positions(blocks, start[at]), rows, self.num_threads)
             out[at] = rows[:, : self.dim]
             lo = hi
         return out
