@@ -36,18 +36,23 @@ def watched(tmp_path: Path):
     """(evaluate(cursor) -> SensorResult, config, definitions) for an edge-list source in ``tmp_path``."""
     cfg = _edgelist(tmp_path)
     defs = make_definitions(build_resources(root=str(tmp_path / "root"), config=cfg))
-    sensor = defs.resolve_sensor_def("source_sensor")
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        yield _evaluator(defs, instance), cfg, defs
 
-        def evaluate(cursor: str | None) -> dg.SensorResult:
-            context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
-                                              resources=defs.resources, sensor_name="source_sensor")
-            result = sensor(context)
-            assert isinstance(result, dg.SensorResult)
-            return result
 
-        yield evaluate, cfg, defs
+def _evaluator(defs: dg.Definitions, instance: dg.DagsterInstance):
+    """``evaluate(cursor) -> SensorResult``: one evaluation of ``defs``' source sensor on ``instance``."""
+    sensor = defs.resolve_sensor_def("source_sensor")
+
+    def evaluate(cursor: str | None) -> dg.SensorResult:
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                          resources=defs.resources, sensor_name="source_sensor")
+        result = sensor(context)
+        assert isinstance(result, dg.SensorResult)
+        return result
+
+    return evaluate
 
 
 def _bump_mtime(path: Path) -> None:
@@ -147,15 +152,9 @@ def test_every_dataset_materialized_under_the_root_is_watched(tmp_path: Path) ->
     root = tmp_path / "root"
     build_resources(root=str(root), config=edge_cfg)["strata"].runner().result("ingest")
     defs = make_definitions(build_resources(root=str(root), config=PipelineConfig(dataset="tiny")))
-    sensor = defs.resolve_sensor_def("source_sensor")
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-
-        def evaluate(cursor: str | None) -> dg.SensorResult:
-            context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
-                                              resources=defs.resources, sensor_name="source_sensor")
-            return sensor(context)
-
+        evaluate = _evaluator(defs, instance)
         first = evaluate(None)
         assert first.run_requests == []
         assert "tiny: a synthetic source" in str(first.skip_reason)
