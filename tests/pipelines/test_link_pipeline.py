@@ -93,6 +93,23 @@ def test_out_of_core_never_allocates_the_whole_table(paths: StrataPaths, monkeyp
         raise AssertionError("an in-memory embedding table was allocated under policy=mariusgnn")
 
     monkeypatch.setattr(link_run, "InMemoryEmbeddings", refuse)
+    # learned embeddings with uniform negatives read no training CSR: it is never built (its memory is not spent)
+    monkeypatch.setattr(EdgeSplit, "train_csr", refuse)
+    import trainer.link.outofcore as ooc
+
+    files: list = []
+    init = ooc.PartitionedEmbeddings.__init__
+    monkeypatch.setattr(ooc.PartitionedEmbeddings, "__init__",
+                        lambda self, path, *a, **k: (files.append(path), init(self, path, *a, **k))[-1])
     s = _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=1", "train.seed=7",
              "plan.num_partitions=4", "plan.buffer_partitions=2").artifact("train").stats
     assert s["out_of_core"] is True and s["max_resident"] <= 2
+    # the node file is the build's own scratch file (two runs of one version never share one), removed after
+    # the run, and removed by the store's cleanup when a killed run leaves it behind
+    (node_file,) = files
+    store = paths.store()
+    assert node_file.parent == store.tmp_dir and not node_file.exists()
+    pid = node_file.name.split(".", 1)[0].split("-", 1)[0]
+    orphan = node_file.with_name(node_file.name.replace(pid, "999999999", 1))  # a pid no process has
+    orphan.write_bytes(b"left by a killed run")
+    assert store.cleanup_tmp() >= 1 and not orphan.exists()

@@ -31,7 +31,7 @@ import numpy as np
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows
 from trainer.features.base import DirectFile, block_positions, read_blocks
-from trainer.link.embeddings import adagrad_rows, initial_rows
+from trainer.link.embeddings import INIT_BLOCK, adagrad_rows, initial_rows
 from trainer.link.negatives import chunk_bounds
 from trainer.link.train import LinkBatch
 
@@ -90,12 +90,13 @@ class PartitionedEmbeddings:
         """Write every partition's initial rows (state zero), one partition at a time."""
         with open(self.path, "wb") as f:
             f.truncate(int(self.offsets[-1] + self.lengths[-1]))
-            for q in range(self.p):
-                lo, hi = int(self.bounds[q]), int(self.bounds[q + 1])
-                rows = np.zeros((hi - lo, 2 * self.dim), dtype=np.float32)
-                rows[:, : self.dim] = initial_rows(seed, self.dim, lo, hi)
+            for q in range(self.p):  # a block of rows at a time: a partition may be larger than the budget
                 f.seek(int(self.offsets[q]))
-                f.write(rows.tobytes())
+                for lo in range(int(self.bounds[q]), int(self.bounds[q + 1]), INIT_BLOCK):
+                    hi = min(lo + INIT_BLOCK, int(self.bounds[q + 1]))
+                    rows = np.zeros((hi - lo, 2 * self.dim), dtype=np.float32)
+                    rows[:, : self.dim] = initial_rows(seed, self.dim, lo, hi)
+                    f.write(rows.tobytes())
 
     def _slot_view(self, slot: int, q: int) -> np.ndarray:
         return self.pool[slot * self.stride: slot * self.stride + int(self.lengths[q])]

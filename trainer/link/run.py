@@ -69,7 +69,8 @@ def build_link(cfg: Any, indptr: np.ndarray, indices: np.ndarray, features: np.n
                  else InMemoryEmbeddings(graph.num_nodes, cfg.embedding_dim, cfg.seed))
         encoder = EmbeddingEncoder(table, cfg.embedding_lr, device)
     decoder = build_decoder(cfg.decoder, cfg.embedding_dim).to(device)
-    sampler = NegativeSampler(cfg.negative_sampler, graph.num_nodes, graph.train_indices)
+    degree = cfg.negative_sampler == "degree"  # only degree negatives read the training CSR
+    sampler = NegativeSampler(cfg.negative_sampler, graph.num_nodes, graph.train_indices if degree else None)
     return LinkRun(graph, encoder, decoder, sampler, args)
 
 

@@ -19,6 +19,7 @@ import copy
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -40,18 +41,28 @@ _MASK62 = (1 << 62) - 1
 @dataclass(frozen=True)
 class LinkGraph:
     """The split and the two CSRs link prediction reads: the training topology (encoder neighbourhoods,
-    degree negatives) and the full graph (the known edges filtered ranking removes)."""
+    degree negatives; built on first use, so a run that needs neither -- learned embeddings with uniform
+    negatives -- never holds it) and the full graph (the known edges filtered ranking removes)."""
 
     split: EdgeSplit
-    train_indptr: np.ndarray
-    train_indices: np.ndarray
     known_indptr: np.ndarray
     known_indices: np.ndarray
 
     @classmethod
     def build(cls, split: EdgeSplit, known_indptr: np.ndarray, known_indices: np.ndarray) -> LinkGraph:
-        indptr, indices = split.train_csr()
-        return cls(split, indptr, indices, np.asarray(known_indptr, np.int64), np.asarray(known_indices, np.int64))
+        return cls(split, np.asarray(known_indptr, np.int64), np.asarray(known_indices, np.int64))
+
+    @cached_property
+    def _train_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.split.train_csr()
+
+    @property
+    def train_indptr(self) -> np.ndarray:
+        return self._train_csr[0]
+
+    @property
+    def train_indices(self) -> np.ndarray:
+        return self._train_csr[1]
 
     @property
     def num_nodes(self) -> int:
