@@ -262,6 +262,10 @@ class PlanConfig(_Section):
         "(greedy, fewest swaps), COMET (random logical partitions, deferred assignment), random swaps (every pair "
         "co-resident), or alg7 (every partition read once: node classification's Alg. 7; under "
         "train.task=link, which must pair every two partitions, alg7 means beta).", artifact="selected")
+    prefetch_partitions: int = setting(
+        1, "mariusgnn, train.task=link: spare buffer slots the prefetch thread reads the next set's incoming "
+        "partitions into while the current set trains (0 = every load synchronous); the buffer holds c + this "
+        "many partitions, and the rows trained do not depend on it.", artifact=False, ge=0)
     static_fill: Literal["random", "connected"] = setting(
         "random", "mariusgnn: the static set's c - k other partitions, re-drawn every epoch: uniformly (the thesis) "
         "or in proportion to their edges to the training partitions.", artifact="selected")

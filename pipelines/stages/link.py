@@ -31,9 +31,11 @@ from pipelines.config import PipelineConfig
 from pipelines.stages.common import Progress, StageResult, materialize
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["LINK_ONNX_TOLERANCE", "export", "is_link", "link_model_name", "load_scorer", "mlflow_name", "train"]
+__all__ = ["LINK_ONNX_TOLERANCE", "PREFETCH_RESERVE", "export", "is_link", "link_model_name", "load_scorer",
+           "mlflow_name", "train"]
 
 LINK_ONNX_TOLERANCE = 1e-4  # on max |onnx - torch| / max(1, max |score|)
+PREFETCH_RESERVE = 1  # partitions of the CPU budget the automatic c leaves to the prefetch thread's spare slot
 
 
 def is_link(artifact: Artifact) -> bool:
@@ -90,7 +92,8 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
             assert layout is not None and node_file is not None
             store.tmp_dir.mkdir(parents=True, exist_ok=True)
             return PartitionedEmbeddings(node_file, num_nodes, tcfg.embedding_dim, layout[0], layout[1],
-                                         tcfg.seed, num_threads=tcfg.num_threads)
+                                         tcfg.seed, num_threads=tcfg.num_threads,
+                                         prefetch=cfg.plan.prefetch_partitions)
 
         run = build_link(tcfg, indptr, indices, features, cfg.sample.fanouts, device,
                          embeddings=partitioned if layout is not None else None)
@@ -173,15 +176,21 @@ class _OutOfCore:
 
     def epoch_batches(self, epoch: int) -> Any:
         return self._batches(self.grouped, self.ptr, self.bounds, self.cfg.train, self.order, self.c, epoch,
-                             self.store.activate)
+                             self.store.activate, self.store.prefetch)
 
     def stats(self) -> dict[str, Any]:
         s = self.store
+        buffer_bytes = s.num_slots * s.stride  # c resident + the prefetch spares
+        budget = self.cfg.plan.budgets(s.num_nodes * s.row_bytes)["cpu"]
         return {"out_of_core": True, "num_partitions": self.p, "buffer_partitions": self.c,
                 "partition_order": self.order, "bytes_read": s.bytes_read, "read_requests": s.read_requests,
                 "bytes_written": s.bytes_written, "write_requests": s.write_requests, "partition_loads": s.loads,
                 "writebacks": s.writebacks, "max_resident": s.max_resident, "direct_io": bool(s.reader.direct),
-                "node_file_bytes": int(s.offsets[-1] + s.lengths[-1])}
+                "node_file_bytes": int(s.offsets[-1] + s.lengths[-1]),
+                "prefetch_partitions": s.prefetch_depth, "partitions_prefetched": s.prefetched,
+                "max_slots_used": s.max_slots_used, "buffer_bytes": buffer_bytes, "cpu_budget_bytes": budget,
+                "buffer_within_budget": buffer_bytes <= budget, "load_wait_s": s.load_wait_s,
+                "write_waits": s.write_waits}
 
     def close(self) -> None:
         self.store.close()
@@ -190,9 +199,11 @@ class _OutOfCore:
 
 def _partitioning(cfg: PipelineConfig, num_nodes: int) -> tuple[int, int, str]:
     """``(p, c, order)`` of an out-of-core run: ``p = plan.num_partitions`` or ``partition.num_parts``
-    partitions of the node file, ``c = plan.buffer_partitions`` or as many as the CPU budget holds (at least 2)
-    in memory, and the bucket order (``plan.partition_order``: beta, comet or random; alg7, node
-    classification's default, means beta here)."""
+    partitions of the node file, ``c = plan.buffer_partitions`` or as many as the CPU budget holds less one
+    (at least 2) in memory, and the bucket order (``plan.partition_order``: beta, comet or random; alg7, node
+    classification's default, means beta here). The one partition of the budget left over is the default
+    prefetch slot (``plan.prefetch_partitions=1``); ``c`` does not depend on that setting, so neither do the
+    results (a deeper prefetch goes over the budget: ``buffer_within_budget`` in the stats)."""
     order = cfg.plan.partition_order
     if order == "alg7":
         order = "beta"  # node classification's order (and the default): a link task pairs partitions, BETA
@@ -203,7 +214,7 @@ def _partitioning(cfg: PipelineConfig, num_nodes: int) -> tuple[int, int, str]:
     p = min(cfg.plan.num_partitions or cfg.partition.num_parts, num_nodes)
     part_bytes = -(-num_nodes // p) * 2 * dim * 4
     budget = cfg.plan.budgets(num_nodes * 2 * dim * 4)["cpu"]
-    c = cfg.plan.buffer_partitions or max(2, budget // max(part_bytes, 1))
+    c = cfg.plan.buffer_partitions or max(2, budget // max(part_bytes, 1) - PREFETCH_RESERVE)
     c = min(c, p)
     if c < 2 and p > 1:
         raise ValueError(f"'plan.buffer_partitions' expected >= 2 to pair partitions (got {c})")

@@ -78,6 +78,9 @@ def test_mariusgnn_trains_embeddings_out_of_core(paths: StrataPaths) -> None:
     assert s["out_of_core"] is True and s["partition_order"] == "comet"
     assert s["max_resident"] <= 2 < s["num_partitions"]
     assert s["bytes_read"] > 0 and s["bytes_written"] > 0 and s["writebacks"] > 0
+    # the prefetch thread (plan.prefetch_partitions=1): one spare slot, some loads read ahead
+    assert s["prefetch_partitions"] == 1 and 0 < s["partitions_prefetched"] < s["partition_loads"]
+    assert s["max_slots_used"] <= 3 and s["buffer_bytes"] % 3 == 0 and s["load_wait_s"] >= 0
     assert s["sampled_mrr"] > 3 * s["random_mrr"], s
     assert np.load(runner.artifact("train").file("embeddings.npy")).shape == (800, 32)
     # the default order (alg7, node classification's) pairs no partitions: a link task uses BETA instead
@@ -113,3 +116,14 @@ def test_out_of_core_never_allocates_the_whole_table(paths: StrataPaths, monkeyp
     orphan = node_file.with_name(node_file.name.replace(pid, "999999999", 1))  # a pid no process has
     orphan.write_bytes(b"left by a killed run")
     assert store.cleanup_tmp() >= 1 and not orphan.exists()
+
+
+def test_automatic_buffer_leaves_the_prefetch_slot_in_the_budget() -> None:
+    from pipelines.stages.link import PREFETCH_RESERVE, _partitioning
+
+    part = 100 * 2 * 32 * 4  # 1000 nodes in 10 partitions of 100 rows, [embedding | state] of dim 32
+    for depth in (0, 1, 3):  # the depth is speed only: c does not depend on it
+        cfg = PipelineConfig.load(overrides=[*BASE, "policy=mariusgnn", "train.link_encoder=embedding",
+                                             "plan.num_partitions=10", f"plan.cpu_cache_bytes={6 * part}",
+                                             f"plan.prefetch_partitions={depth}"])
+        assert _partitioning(cfg, 1000) == (10, 6 - PREFETCH_RESERVE, "beta")

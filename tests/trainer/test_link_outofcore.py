@@ -1,8 +1,11 @@
 """Out-of-core learned embeddings (trainer/link/outofcore.py): the partitioned node file round-trips, the edge
-buckets group every edge once, and training in BETA/COMET order out of core (c < p) gives the same embeddings
-and MRR as the same order over an in-memory table, with every written-back partition read back identical."""
+buckets group every edge once, and training in BETA/COMET/random order out of core (c < p), with loads synchronous
+or prefetched by the reader thread, gives the same embeddings and MRR as the same order over an in-memory table,
+with every written-back partition read back identical, even when it re-enters while its write is in flight."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -60,20 +63,36 @@ def test_buckets_hold_every_edge_once() -> None:
         assert all(sorted(e) == [i, j] for e in seg.tolist())
 
 
-def _train(cfg, graph, store, order: str, c: int, activate: bool):
-    bounds = partition_bounds(graph.num_nodes, 4)
+def _train(cfg, graph, store, order: str, p: int, c: int, activate: bool):
+    bounds = partition_bounds(graph.num_nodes, p)
     grouped, ptr = group_buckets(graph.split.train, bounds)
     encoder = EmbeddingEncoder(store, cfg.embedding_lr)
     decoder = build_decoder(cfg.decoder, cfg.embedding_dim)
     on_set = store.activate if activate else (lambda s: None)
+    on_next = store.prefetch if activate else None
     result = train_link(cfg, graph, encoder, decoder, NegativeSampler("uniform", graph.num_nodes),
-                        epoch_batches=lambda e: bucket_batches(grouped, ptr, bounds, cfg, order, c, e, on_set),
+                        epoch_batches=lambda e: bucket_batches(grouped, ptr, bounds, cfg, order, c, e, on_set, on_next),
                         keep_best=False)
     return result
 
 
-@pytest.mark.parametrize("order", ["beta", "comet"])
-def test_out_of_core_equals_in_memory(tmp_path, order: str) -> None:
+def _slow_writes(store: PartitionedEmbeddings, seconds: float) -> None:
+    """Delay every write-back of ``store`` (the real write, later): a partition leaving the buffer is still
+    being written when the order brings it back, so a load that does not wait for it reads it stale."""
+    write = store._write
+
+    def slow(q: int, slot: int) -> None:
+        time.sleep(seconds)
+        write(q, slot)
+
+    store._write = slow
+
+
+@pytest.mark.parametrize(("order", "p", "c"), [("beta", 4, 2), ("comet", 4, 2), ("random", 4, 2), ("beta", 5, 3),
+                                               ("comet", 5, 4)])  # comet 5/4: sets of 3 and 4
+def test_out_of_core_equals_in_memory(tmp_path, order: str, p: int, c: int) -> None:
+    """The same order over the in-memory table and out of core, synchronous and with 1 or 2 partitions
+    prefetched, with write-backs slowed down so that partitions re-enter while still being written."""
     import torch
 
     cfg = PipelineConfig.load(overrides=["train.task=link", "train.link_encoder=embedding", "train.epochs=3",
@@ -83,20 +102,76 @@ def test_out_of_core_equals_in_memory(tmp_path, order: str) -> None:
     graph = LinkGraph.build(split_edges(indptr, indices, 0.1, 0.1, 0), indptr, indices)
     torch.manual_seed(0)
     mem = InMemoryEmbeddings(graph.num_nodes, 8, cfg.seed)
-    want = _train(cfg, graph, mem, order, 2, activate=False)
-    torch.manual_seed(0)
-    disk = PartitionedEmbeddings(tmp_path / "emb.bin", graph.num_nodes, 8, p=4, capacity=2, seed=cfg.seed)
+    want = _train(cfg, graph, mem, order, p, c, activate=False)
+    traffic, waits = set(), 0
+    for depth in (0, 1, 2):
+        torch.manual_seed(0)
+        disk = PartitionedEmbeddings(tmp_path / f"emb{depth}.bin", graph.num_nodes, 8, p=p, capacity=c,
+                                     seed=cfg.seed, prefetch=depth)
+        _slow_writes(disk, 0.01)
+        try:
+            got = _train(cfg, graph, disk, order, p, c, activate=True)
+            assert disk.max_resident == c and disk.loads > p and disk.writebacks > 0  # really out of core
+            assert disk.max_slots_used <= c + depth and disk.pool.nbytes == (c + depth) * disk.stride
+            assert (disk.prefetched > 0) == (depth > 0) and disk.prefetched <= disk.loads
+            waits += disk.write_waits if depth else 0
+            traffic.add((disk.loads, disk.bytes_read, disk.read_requests, disk.bytes_written))
+            table = disk.write_table(np.empty((graph.num_nodes, 8), np.float32))
+            np.testing.assert_array_equal(table, mem.table)  # the same embeddings ...
+            for q in range(p):  # ... and Adagrad state, as written back
+                np.testing.assert_array_equal(disk.read_partition(q)[:, 8:],
+                                              mem.state[disk.bounds[q]: disk.bounds[q + 1]])
+        finally:
+            disk.close()
+        assert got.losses == want.losses
+        assert got.metrics["mrr"] == want.metrics["mrr"] and got.metrics["sampled_mrr"] > 2 * got.metrics["random_mrr"]
+    assert len(traffic) == 1  # prefetching reads the same partitions, no more
+    assert waits > 0  # a partition was prefetched while its write-back was in flight (and waited for it)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_partition_reentering_during_its_write_back_is_read_fresh(tmp_path, prefetch: int) -> None:
+    """Partition 0 leaves dirty, and the next set brings it back while its (slowed) write is in flight, into a
+    free slot that has nothing pending: the load must wait for the write, synchronous or prefetched."""
+    store = PartitionedEmbeddings(tmp_path / "emb.bin", 90, 4, p=3, capacity=3, seed=1, prefetch=prefetch)
     try:
-        got = _train(cfg, graph, disk, order, 2, activate=True)
-        assert disk.max_resident == 2 and disk.loads > 4 and disk.writebacks > 0  # really out of core
-        table = disk.write_table(np.empty((graph.num_nodes, 8), np.float32))
-        np.testing.assert_array_equal(table, mem.table)  # the same embeddings ...
-        for q in range(4):  # ... and Adagrad state, as written back
-            np.testing.assert_array_equal(disk.read_partition(q)[:, 8:], mem.state[disk.bounds[q]: disk.bounds[q + 1]])
+        _slow_writes(store, 0.3)
+        nodes = np.arange(store.bounds[0], store.bounds[1])
+        store.activate(np.array([0]))
+        store.update(nodes, np.ones((len(nodes), 4), np.float32), lr=0.25)
+        after = store.read(nodes).copy()
+        store.activate(np.array([1]))  # 0 evicted: its write-back starts, slowly
+        store.prefetch(np.array([0, 1]))
+        store.activate(np.array([0, 1]))
+        assert store.write_waits == 1 and store.prefetched == prefetch
+        np.testing.assert_array_equal(store.read(nodes), after)
+        assert store.max_resident == 2 and store.max_slots_used <= 2
     finally:
-        disk.close()
-    assert got.losses == want.losses
-    assert got.metrics["mrr"] == want.metrics["mrr"] and got.metrics["sampled_mrr"] > 2 * got.metrics["random_mrr"]
+        store.close()
+
+
+def test_prefetch_is_bounded_and_adopted_or_dropped(tmp_path) -> None:
+    """At most ``prefetch`` partitions read ahead, one prefetch in flight; a partition prefetched for a set that
+    is not the one activated frees its slot, counted as traffic but not as a load."""
+    store = PartitionedEmbeddings(tmp_path / "emb.bin", 100, 4, p=5, capacity=2, seed=2, prefetch=1)
+    try:
+        store.activate(np.array([0, 1]))
+        assert store.loads == 2 and store.prefetched == 0
+        store.prefetch(np.array([2, 3]))  # one of the two incoming, into the spare slot
+        store.prefetch(np.array([4]))  # one in flight already: ignored
+        store.activate(np.array([1, 2]))
+        assert store.loads == 3 and store.prefetched == 1
+        np.testing.assert_array_equal(store.read_partition(2)[:, :4], store.read(np.arange(40, 60)))
+        store.prefetch(np.array([3, 4]))  # 3 read ahead ...
+        store.activate(np.array([0, 4]))  # ... but the set is another: 3's slot freed, 0 and 4 read now
+        assert store.loads == 5 and store.prefetched == 1 and store.max_slots_used == 3 and store.max_resident == 2
+        assert store.bytes_read == 6 * int(store.lengths[0])  # six partition reads, five of them loads
+        with pytest.raises(ValueError, match="at most 2"):
+            store.activate(np.array([0, 1, 2]))
+        with pytest.raises(ValueError, match="prefetch_partitions"):
+            PartitionedEmbeddings(tmp_path / "bad.bin", 10, 4, p=2, capacity=2, seed=0, prefetch=-1)
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("round_bytes", [1, 64 << 20])  # 1: a round per row's blocks; 64 MiB: one round
