@@ -182,10 +182,20 @@ def test_read_any_reads_only_the_blocks_of_its_rows(tmp_path, monkeypatch: pytes
     monkeypatch.setattr(ooc, "READ_ANY_BYTES", round_bytes)
     store = PartitionedEmbeddings(tmp_path / "emb.bin", 5000, 24, p=4, capacity=2, seed=5)  # 192-byte rows
     try:
-        nodes = np.random.default_rng(0).choice(5000, 40, replace=False)  # any order, every partition
+        nodes = np.random.default_rng(0).choice(np.arange(2, 4999), 40, replace=False)  # any order, every part
+        nodes[[5, 17]] = [4999, 1]
         want = np.concatenate([store.read_partition(q)[:, :24] for q in range(4)])[nodes]
+        store.activate(np.array([0, 3]))
+        store.update(np.array([1, 4999]), np.ones((2, 24), np.float32), lr=0.5)  # dirty: written back first
+        want[np.isin(nodes, [1, 4999])] -= 0.5
         before = store.bytes_read
+
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("evaluation allocated a read buffer: it reads into the released pool")
+
+        monkeypatch.setattr(ooc.kernels, "aligned_empty", refuse)
         np.testing.assert_array_equal(store.read_any(nodes), want)
+        assert not len(store.current) and (store.slot_of < 0).all()  # released: the pool was the buffer
         read = store.bytes_read - before
         assert 0 < read <= 2 * 40 * 4096 and read < int(store.lengths.sum()) // 2  # blocks, not partitions
         assert store.read_any(np.empty(0, np.int64)).shape == (0, 24)

@@ -293,10 +293,12 @@ class PartitionedEmbeddings:
         return buf[: rows * self.row_bytes].view(np.float32).reshape(rows, 2 * self.dim).copy()
 
     def read_any(self, nodes: np.ndarray) -> np.ndarray:
-        """``(U, D)`` embeddings of any ``nodes`` from the file (evaluation): only the aligned blocks that hold
-        their rows are read, with merged direct reads, in rounds of at most ``READ_ANY_BYTES`` of blocks (a
-        whole-partition read per call made evaluation in groups read the table once per group)."""
-        self.flush()
+        """``(U, D)`` embeddings of any ``nodes`` from the file (evaluation, between epochs): the buffer is
+        released (every partition written back, none resident) and its pool becomes the read buffer, so
+        evaluation allocates no buffer of its own; only the aligned blocks that hold the rows are read, with
+        merged direct reads, in rounds of at most ``READ_ANY_BYTES`` (and the pool) of blocks (a whole-partition
+        read per call made evaluation in groups read the table once per group)."""
+        self.release()
         nodes = np.asarray(nodes, dtype=np.int64)
         out = np.empty((len(nodes), self.dim), dtype=np.float32)
         if not len(nodes):
@@ -304,7 +306,8 @@ class PartitionedEmbeddings:
         part = np.searchsorted(self.bounds, nodes, side="right") - 1
         start = self.offsets[part] + (nodes - self.bounds[part]) * self.row_bytes  # (U,) byte of each row
         order = np.argsort(start, kind="stable")
-        span = max(READ_ANY_BYTES, align_up(self.row_bytes, DATA_ALIGN) + DATA_ALIGN)
+        # rounds fit the resident slots (not the prefetch spares: the traffic does not depend on the depth)
+        span = max(min(READ_ANY_BYTES, self.capacity * self.stride), align_up(self.row_bytes, DATA_ALIGN) + DATA_ALIGN)
         lo = 0
         while lo < len(order):  # rows in file order, a round of blocks at a time
             hi = int(np.searchsorted(start[order], start[order[lo]] + span - self.row_bytes - DATA_ALIGN,
@@ -313,12 +316,11 @@ class PartitionedEmbeddings:
             at = order[lo:hi]
             blocks = blocks_of_rows(np.zeros(len(at), np.int64), self.row_bytes, start[at])  # (m,) sorted
             before = self.reader.requests
-            buffer, nbytes, _ = read_blocks(self.reader, blocks, kernels.aligned_empty(DATA_ALIGN), self.num_threads)
+            buffer, nbytes, _ = read_blocks(self.reader, blocks, self.pool, self.num_threads)
             self.bytes_read += nbytes
             self.read_requests += self.reader.requests - before
-            rows = np.empty((len(at), 2 * self.dim), dtype=np.float32)
-            kernels.gather_rows_at(buffer, block_positions(blocks, start[at]), rows, self.num_threads)
-            out[at] = rows[:, : self.dim]
+            # the embedding half of each row (its first D floats) straight to its place in ``out``
+            kernels.gather_rows_at_into(buffer, block_positions(blocks, start[at]), out, at, self.num_threads)
             lo = hi
         return out
 
