@@ -97,7 +97,10 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
 
         run = build_link(tcfg, indptr, indices, features, cfg.sample.fanouts, device,
                          embeddings=partitioned if layout is not None else None)
+        run.graph.split.save(builder.add_file("link_split.npz"))  # as split, before any reordering
         ooc = _OutOfCore(run.encoder.store, cfg, run.graph, *layout) if layout is not None else None
+        if ooc is not None:  # the bucket-grouped copy is the training edge list now: do not hold two
+            run.graph = dataclasses.replace(run.graph, split=dataclasses.replace(run.graph.split, train=ooc.grouped))
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
@@ -139,7 +142,6 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                                                 "epoch_s": result.epoch_s, "best_epoch": result.best_epoch,
                                                 "stopped_epoch": result.stopped_epoch,
                                                 "early_stopped": result.early_stopped})
-            run.graph.split.save(builder.add_file("link_split.npz"))
             headline = {**result.metrics, **run.graph.split.counts(),
                         "best_epoch": result.best_epoch, "stopped_epoch": result.stopped_epoch,
                         "early_stopped": result.early_stopped, "final_loss": result.losses[-1],

@@ -11,7 +11,7 @@ from pipelines.config import PipelineConfig, artifact_params
 from pipelines.runner import StageRunner
 from pipelines.settings import StrataPaths
 from trainer.config import LINK_FIELDS
-from trainer.link.split import EdgeSplit
+from trainer.link.split import EdgeSplit, split_edges
 
 SPEC = "synthetic:nodes=800,degree=8,dim=16,classes=4,seed=0,locality=0.9,window=4"
 BASE = ["train.task=link", "policy=in_memory", "train.device=cpu", "sample.epochs=1", "sample.fanouts=[5,5]",
@@ -83,6 +83,12 @@ def test_mariusgnn_trains_embeddings_out_of_core(paths: StrataPaths) -> None:
     assert s["max_slots_used"] <= 3 and s["buffer_bytes"] % 3 == 0 and s["load_wait_s"] >= 0
     assert s["sampled_mrr"] > 3 * s["random_mrr"], s
     assert np.load(runner.artifact("train").file("embeddings.npy")).shape == (800, 32)
+    # the stored split is the deterministic one as split (training holds only the bucket-grouped edge list)
+    reorder = runner.artifact("reorder")
+    want = split_edges(reorder.array("indptr.npy"), reorder.array("indices.npy"), 0.05, 0.05, 0)
+    got = EdgeSplit.load(runner.artifact("train").file("link_split.npz"))
+    for name in ("train", "valid", "test"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
     # the default order (alg7, node classification's) pairs no partitions: a link task uses BETA instead
     beta = _run(paths, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=1",
                 "plan.num_partitions=6", "plan.buffer_partitions=2").artifact("train").stats
