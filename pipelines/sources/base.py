@@ -26,8 +26,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pipelines.sources.linksplit import LinkSplit
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -66,6 +70,8 @@ class GraphSource:
         deduplicated: no ``(src, dst)`` pair is yielded twice.
         files: role -> path (or spec) of what the source reads: ``"edges"``, ``"features"``, ``"labels"``,
             ... Validation messages name these.
+        link_split: the source's own train/valid/test split of its edges (link prediction), or None: the
+            link task then generates one (``pipelines.sources.linksplit``).
     """
 
     name: str
@@ -82,6 +88,7 @@ class GraphSource:
     undirected: bool = True
     deduplicated: bool = False
     files: dict[str, str] = field(default_factory=dict)
+    link_split: LinkSplit | None = None
 
     def where(self, role: str) -> str:
         """The file (or spec) that holds ``role`` (``"edges"``, ``"features"``, ...), for messages."""

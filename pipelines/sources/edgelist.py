@@ -277,6 +277,12 @@ def edgelist_source(
 
 
 def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
+    if Path(rest).expanduser().is_dir():  # train/valid/test edge files: a link-prediction split
+        from pipelines.sources.edgedir import edgelist_dir_source
+
+        return edgelist_dir_source(Path(rest).expanduser(), **options)
+    if "overlap" in options:
+        raise ValueError(f"'option overlap' expected only with edgelist:DIR, a split directory (got file {rest!r})")
     for required in ("features", "labels"):
         if required not in options:
             raise ValueError(
@@ -287,11 +293,12 @@ def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
 
 SOURCE_KINDS.register("edgelist", SourceKind(
     "edgelist",
-    "edgelist:FILE (.csv/.tsv/.txt[.gz] two integer columns, or .parquet with src,dst)",
+    "edgelist:FILE (.csv/.tsv/.txt[.gz] two integer columns, or .parquet with src,dst) or edgelist:DIR "
+    "(DIR/{train,valid,test}.txt: a link-prediction edge split)",
     {"features": parse_str, "labels": parse_str, "train_idx": parse_str, "val_idx": parse_str, "test_idx": parse_str,
      "num_nodes": parse_int, "num_classes": parse_int, "undirected": parse_bool, "seed": parse_int,
-     "chunk_rows": parse_int},
-    "Edge list plus features=PATH.npy and labels=PATH.npy (required); "
-    "train_idx/val_idx/test_idx .npy files or a seeded 60/20/20 split.",
+     "chunk_rows": parse_int, "overlap": parse_str},
+    "Edge list plus features=PATH.npy and labels=PATH.npy (required for a FILE, optional for a DIR); "
+    "train_idx/val_idx/test_idx .npy files or a seeded 60/20/20 split; a DIR's overlap=allow|reject.",
     _open,
 ))

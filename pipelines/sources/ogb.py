@@ -215,13 +215,26 @@ def ogb_source(
 
 
 def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
-    return ogb_source(Path(rest).expanduser(), **options)
+    from pipelines.sources.ogbl import link_split_folder, ogbl_source
+
+    directory = Path(rest).expanduser()
+    link_only = sorted(k for k in ("overlap", "seed") if k in options)
+    if link_split_folder(directory, options.get("split")) is not None:  # an ogbl-* dataset: pipelines.sources.ogbl
+        if "num_classes" in options:
+            raise ValueError(f"'option num_classes' expected only for node-property OGB directories (got an OGB "
+                             f"link dataset, '{directory}')")
+        return ogbl_source(directory, **options)
+    if link_only:
+        raise ValueError(f"'option {link_only[0]}' expected only for OGB link datasets (split/<name>/train.pt or "
+                         f".npz) (got '{directory}')")
+    return ogb_source(directory, **options)
 
 
 SOURCE_KINDS.register("ogb", SourceKind(
     "ogb",
-    "ogb:DIR (DIR/raw/*.csv[.gz], DIR/split/<name>/{train,valid,test}.csv[.gz])",
-    {"split": parse_str, "undirected": parse_bool, "num_classes": parse_int, "block_bytes": parse_int},
-    "OGB node-property-prediction raw directory, streamed.",
+    "ogb:DIR (DIR/raw/*.csv[.gz], DIR/split/<name>/{train,valid,test}.csv[.gz], or .pt/.npz for ogbl-*)",
+    {"split": parse_str, "undirected": parse_bool, "num_classes": parse_int, "block_bytes": parse_int,
+     "overlap": parse_str, "seed": parse_int},
+    "OGB node-property raw directory, streamed; or an ogbl-* link dataset with its edge split.",
     _open,
 ))

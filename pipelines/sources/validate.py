@@ -238,6 +238,8 @@ def validate_source(source: GraphSource) -> GraphSource:
             for name in ("train_idx", "val_idx", "test_idx")
         },
     )
+    if source.link_split is not None:  # ids in range, naming the split file and line
+        source.link_split.check(int(source.num_nodes))
     return GraphSource(
         name=source.name,
         num_nodes=int(source.num_nodes),
@@ -253,4 +255,5 @@ def validate_source(source: GraphSource) -> GraphSource:
         undirected=source.undirected,
         deduplicated=source.deduplicated,
         files=dict(source.files),
+        link_split=source.link_split,
     )

@@ -18,6 +18,7 @@ from pipelines.config import PipelineConfig
 from pipelines.formatting import markdown_table
 from pipelines.sources.base import GraphSource, dedupe_csr_rows
 from pipelines.sources.fingerprint import fingerprint_files
+from pipelines.sources.linksplit import write_link_split
 from pipelines.sources.spec import parse_source_spec
 from pipelines.sources.validate import validate_source
 from pipelines.stages.common import Progress, StageResult, materialize
@@ -142,6 +143,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 "test_nodes": len(source.test_idx),
             }
         )
+        if source.link_split is not None:  # the source's own edge split (pipelines.sources.linksplit)
+            builder.stats.update(write_link_split(builder, source.link_split, source.num_nodes))
 
     return materialize(store, cfg, "ingest", FORMAT_VERSION, {}, build, derived=derived)
 

@@ -59,8 +59,10 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
     from pipelines.recovery import MLFLOW_OWNER_PREFIX
     from pipelines.run_logging import artifact_tags, lineage, run_params, summary_metrics
     from pipelines.settings import StrataPaths
+    from pipelines.sources.linksplit import read_link_split
     from storage_kernels.owner import Owner
     from trainer.link.run import build_link
+    from trainer.link.split import EdgeSplit
     from trainer.link.train import train_link
     from trainer.tracking import MlflowTracker
 
@@ -95,8 +97,13 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                                          tcfg.seed, num_threads=tcfg.num_threads,
                                          prefetch=cfg.plan.prefetch_partitions)
 
+        given = read_link_split(reorder)  # the source's own split, or None: generate the deterministic one
+        source_split = given is not None
+        negatives = given[1] if given is not None else {}
         run = build_link(tcfg, indptr, indices, features, cfg.sample.fanouts, device,
-                         embeddings=partitioned if layout is not None else None)
+                         embeddings=partitioned if layout is not None else None,
+                         split=EdgeSplit(len(indptr) - 1, *given[0].values()) if given is not None else None)
+        del given  # the run's split holds the edges now (out of core, only its bucket-grouped copy below)
         run.graph.split.save(builder.add_file("link_split.npz"))  # as split, before any reordering
         ooc = _OutOfCore(run.encoder.store, cfg, run.graph, *layout) if layout is not None else None
         if ooc is not None:  # the bucket-grouped copy is the training edge list now: do not hold two
@@ -121,6 +128,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                 result = train_link(tcfg, run.graph, run.encoder, run.decoder, run.sampler, tracker=_Renamed(),
                                     progress=on_epoch, epoch_batches=ooc.epoch_batches if ooc else None,
                                     keep_best=ooc is None)
+                fixed = _fixed_metrics(tcfg, run, negatives, reorder.stats.get("link_negatives"))
                 torch.save(result.state_dict, builder.add_file("state_dict.pt"))
                 files = ["state_dict.pt", "model.json", "history.json"]
                 store_ = getattr(run.encoder, "store", None)
@@ -142,7 +150,8 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                                                 "epoch_s": result.epoch_s, "best_epoch": result.best_epoch,
                                                 "stopped_epoch": result.stopped_epoch,
                                                 "early_stopped": result.early_stopped})
-            headline = {**result.metrics, **run.graph.split.counts(),
+            headline = {**result.metrics, **fixed, "link_split": "source" if source_split else "generated",
+                        **run.graph.split.counts(),
                         "best_epoch": result.best_epoch, "stopped_epoch": result.stopped_epoch,
                         "early_stopped": result.early_stopped, "final_loss": result.losses[-1],
                         "epoch_s": float(np.mean(result.epoch_s[1:] or result.epoch_s)),
@@ -158,6 +167,20 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                               "policy": cfg.policy, "link_encoder": tcfg.link_encoder, "decoder": tcfg.decoder})
 
     return materialize(store, cfg, "train", format_version, upstream, build, also=also, derived=derived)
+
+
+def _fixed_metrics(tcfg: Any, run: Any, negatives: dict[str, np.ndarray], kind: str | None) -> dict[str, float]:
+    """``fixed_*`` (test) and ``val_fixed_*`` metrics against the source's own negatives
+    (``trainer.link.fixed_negatives``); {} when it has none."""
+    from trainer.link.fixed_negatives import evaluate_fixed
+
+    out: dict[str, float] = {}
+    for name, split_id, prefix in (("valid", 1, "val_"), ("test", 2, "")):
+        if name in negatives:
+            edges = getattr(run.graph.split, name)
+            metrics = evaluate_fixed(run.encoder, run.decoder, edges, negatives[name], str(kind), tcfg, split_id)
+            out.update({prefix + k: v for k, v in metrics.items()})
+    return out
 
 
 def _is_out_of_core(cfg: PipelineConfig) -> bool:

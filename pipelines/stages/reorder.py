@@ -26,6 +26,7 @@ import numpy as np
 from pipelines.config import PipelineConfig, ReorderConfig
 from pipelines.formatting import markdown_table
 from pipelines.orders import compute_order
+from pipelines.sources.linksplit import relabel_link_split
 from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
 from pipelines.stages.graphio import GraphArrays, load_graph
 from pipelines.stages.locality import average_edge_gap, pages_per_batch
@@ -244,6 +245,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
         try:
             info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress,
                                           ingest.array("features.npy").dtype))
+            info.update(relabel_link_split(ingest, builder, np.load(builder.dir / "inverse.npy", mmap_mode="r")))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         rewrite_s = time.perf_counter() - t1

@@ -19,7 +19,7 @@ from trainer.link.decoders import Decoder, build_decoder
 from trainer.link.embeddings import InMemoryEmbeddings
 from trainer.link.encoders import EmbeddingEncoder, GNNEncoder
 from trainer.link.negatives import NegativeSampler
-from trainer.link.split import split_edges
+from trainer.link.split import EdgeSplit, split_edges
 from trainer.link.train import LinkGraph, LinkResult, train_link
 
 __all__ = ["LinkRun", "build_link", "run_link"]
@@ -38,15 +38,21 @@ class LinkRun:
 
 def build_link(cfg: Any, indptr: np.ndarray, indices: np.ndarray, features: np.ndarray | None,
                fanouts: Sequence[int], device: str | torch.device = "cpu",
-               embeddings: Callable[[int], Any] | None = None) -> LinkRun:
+               embeddings: Callable[[int], Any] | None = None, split: EdgeSplit | None = None) -> LinkRun:
     """The split of the CSR's edges and a freshly initialised encoder/decoder (seeded by ``cfg.seed``).
+
+    ``split``: the source's own split (``pipelines.sources.linksplit``), used as given; without it the
+    deterministic one is generated (:func:`~trainer.link.split.split_edges`).
 
     ``embeddings(num_nodes)`` makes the learned table of the ``embedding`` encoder (default: an
     :class:`InMemoryEmbeddings`); an out-of-core run passes its partitioned node file, so that no table as
     large as the graph's is ever allocated in memory."""
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
-    split = split_edges(indptr, indices, cfg.link_valid_fraction, cfg.link_test_fraction, cfg.link_split_seed)
+    if split is None:
+        split = split_edges(indptr, indices, cfg.link_valid_fraction, cfg.link_test_fraction, cfg.link_split_seed)
+    elif split.num_nodes != len(indptr) - 1:
+        raise ValueError(f"'split.num_nodes' expected the graph's {len(indptr) - 1} nodes (got {split.num_nodes})")
     graph = LinkGraph.build(split, indptr, indices)
     torch.manual_seed(cfg.seed)
     device = torch.device(device)
