@@ -27,11 +27,11 @@ def lattice_split(num_nodes: int = 240, reach: int = 4, seed: int = 0) -> dict[s
     return {"train": edges[:a], "valid": edges[a:b], "test": edges[b:]}
 
 
-def write_edge_dir(directory: Path, split: dict[str, np.ndarray], suffix: str = ".txt") -> Path:
-    """``directory/{train,valid,test}<suffix>``: a comment line, then ``src dst`` per line."""
+def write_edge_dir(directory: Path, split: dict[str, np.ndarray], suffix: str = ".txt", sep: str = " ") -> Path:
+    """``directory/{train,valid,test}<suffix>``: a comment line, then ``src<sep>dst`` per line."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, edges in split.items():
-        lines = "".join(f"{u} {v}\n" for u, v in edges.tolist())
+        lines = "".join(f"{u}{sep}{v}\n" for u, v in edges.tolist())
         (directory / f"{name}{suffix}").write_text(f"# {name} edges\n{lines}")
     return directory
 
