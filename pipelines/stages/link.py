@@ -7,8 +7,10 @@ link settings enter the version only under ``task=link``) and the Dagster assets
 The ``train`` artifact holds ``state_dict.pt`` (the encoder's dense weights ``model.*`` and the decoder's
 ``decoder.*``), ``embeddings.npy`` (the learned table, encoder ``embedding``), ``model.json`` (encoder, decoder,
 dimensions, the GNN's constructor arguments), ``history.json`` (loss and validation MRR per epoch) and
-``link_split.npz`` (the train/valid/test edges, a pure function of the reorder artifact's CSR and
-``train.link_split_seed``). Its stats carry ``mrr``, ``hits@1``, ``hits@3``, ``hits@10`` (test; filtered when
+``link_split.npz`` (the train/valid/test edges: the source's own split when the reorder artifact carries one,
+``pipelines.sources.linksplit``, else a pure function of its CSR and ``train.link_split_seed``; stats
+``link_split`` says which, and ``fixed_*`` rank against the source's own negatives when it has them).
+Its stats carry ``mrr``, ``hits@1``, ``hits@3``, ``hits@10`` (test; filtered when
 the graph is small enough, else against sampled negatives), their ``sampled_``/``filtered_``/``val_`` variants
 and ``random_mrr`` (a random scorer's expected sampled MRR). MLflow gets the same numbers with ``@`` spelled
 ``_at_`` (MLflow's metric names allow no ``@``).
