@@ -215,11 +215,11 @@ def ogb_source(
 
 
 def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
-    from pipelines.sources.ogbl import link_split_folder, ogbl_source
+    from pipelines.sources.ogbl import link_split_folders, ogbl_source
 
     directory = Path(rest).expanduser()
     link_only = sorted(k for k in ("overlap", "seed") if k in options)
-    if link_split_folder(directory, options.get("split")) is not None:  # an ogbl-* dataset: pipelines.sources.ogbl
+    if link_split_folders(directory):  # an ogbl-* dataset: pipelines.sources.ogbl
         if "num_classes" in options:
             raise ValueError(f"'option num_classes' expected only for node-property OGB directories (got an OGB "
                              f"link dataset, '{directory}')")

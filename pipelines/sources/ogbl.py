@@ -41,7 +41,7 @@ from pipelines.sources.ogb import (
     read_csv_column,
 )
 
-__all__ = ["SPLIT_SUFFIXES", "link_split_folder", "load_split_file", "ogbl_source"]
+__all__ = ["SPLIT_SUFFIXES", "link_split_folders", "load_split_file", "ogbl_source"]
 
 SPLIT_SUFFIXES = (".pt", ".npz")
 _NUMERIC_DTYPES = ("Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float16",
@@ -55,18 +55,15 @@ def _split_file(folder: Path, stem: str) -> Path | None:
     return found[0] if found else None
 
 
-def link_split_folder(directory: Path, split: str | None = None) -> Path | None:
-    """The ``split/<name>`` folder of an OGB link dataset (one holding a ``.pt`` or ``.npz`` train, valid or test
-    file), or None when ``directory`` is not laid out as one (a node-property dataset has
+def link_split_folders(directory: Path) -> list[str]:
+    """Names of the ``split/<name>`` folders of an OGB link dataset (those holding a ``.pt`` or ``.npz`` train,
+    valid or test file); [] when ``directory`` is not laid out as one (a node-property dataset has
     ``raw/node-label.csv`` and CSV splits)."""
     root = directory / "split"
     if not root.is_dir() or any((directory / "raw" / f"node-label{s}").is_file() for s in (".csv", ".csv.gz")):
-        return None
-    names = sorted(p.name for p in root.iterdir()
-                   if p.is_dir() and any((p / f"{n}{s}").is_file() for n in SPLITS for s in SPLIT_SUFFIXES))
-    if split is not None:
-        return root / split if split in names else None
-    return root / names[0] if len(names) == 1 else None
+        return []
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and any((p / f"{n}{s}").is_file() for n in SPLITS for s in SPLIT_SUFFIXES))
 
 
 def _safe_globals() -> list[Any]:
@@ -180,13 +177,14 @@ def ogbl_source(
     raw = directory / "raw"
     if not raw.is_dir():
         raise FileNotFoundError(f"'{raw}' expected an OGB raw directory (got no such directory)")
-    folder = link_split_folder(directory, split)
-    if folder is None:
-        root = directory / "split"
-        names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    names = link_split_folders(directory)
+    if split is None and len(names) == 1:
+        split = names[0]
+    if split is None or split not in names:
         which = "" if split else ", exactly one, or the option split=NAME"
-        raise FileNotFoundError(f"'{root / (split or '<name>')}' expected a split folder holding "
+        raise FileNotFoundError(f"'{directory / 'split' / (split or '<name>')}' expected a split folder holding "
                                 f"{{train,valid,test}}.pt or .npz{which} (got folders {names})")
+    folder = directory / "split" / split
     edge_path = find_csv(raw, "edge")
     count_path = find_csv(raw, "num-node-list")
     counts = read_csv_column(count_path, pa.int64())

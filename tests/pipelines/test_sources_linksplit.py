@@ -176,3 +176,20 @@ def test_features_and_labels_of_an_edge_dir(tmp_path: Path) -> None:
     np.save(tmp_path / "short.npy", x[:10])
     with pytest.raises(ValueError, match=r"short\.npy' expected features of shape \(240, F\)"):
         _open(f"edgelist:{d}", features=str(tmp_path / "short.npy"), num_nodes=N)
+
+
+def test_ogb_tells_node_and_link_directories_apart(tmp_path: Path) -> None:
+    from tests.pipelines.source_fixtures import write_ogb_dir
+
+    node = write_ogb_dir(tmp_path / "ogbn")
+    assert _open(f"ogb:{node}").link_split is None  # node-property: labels and CSV splits, as before
+    with pytest.raises(ValueError, match="'option overlap' expected only for OGB link datasets"):
+        _open(f"ogb:{node}", overlap="reject")
+    link = write_ogbl_dir(tmp_path / "ogbl", lattice_split(N), N)
+    with pytest.raises(ValueError, match="'option num_classes' expected only for node-property"):
+        _open(f"ogb:{link}", num_classes=3)
+    (link / "split" / "other").mkdir()
+    (link / "split" / "other" / "train.npz").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="exactly one, or the option split=NAME"):
+        _open(f"ogb:{link}")
+    assert _open(f"ogb:{link}", split="time").link_split is not None
