@@ -79,6 +79,19 @@ def test_ogbl_dataset_with_fixed_negatives(tmp_path: Path, paths: StrataPaths, f
     assert s["train_edges"] == len(split["train"])
 
 
+def test_out_of_core_embeddings_train_on_the_source_split(tmp_path: Path, paths: StrataPaths) -> None:
+    split = lattice_split(N)
+    d = write_ogbl_dir(tmp_path / "ogbl-ooc", split, N, negatives="targets")
+    cfg = PipelineConfig.load(overrides=[*BASE, "policy=mariusgnn", "train.link_encoder=embedding", "train.epochs=4",
+                                         "plan.num_partitions=4", "plan.buffer_partitions=2"], dataset=f"ogb:{d}")
+    runner = StageRunner(cfg, paths.store())
+    runner.run_until("train")
+    s = runner.artifact("train").stats
+    assert s["out_of_core"] is True and s["max_resident"] <= 2 and s["link_split"] == "source"
+    assert s["train_edges"] == len(split["train"]) and 0.0 <= s["fixed_mrr"] <= 1.0
+    assert s["fixed_mrr"] > 0.4, s  # random among 20 negatives per edge: ~0.17
+
+
 def test_bad_split_file_fails_before_writing_and_keeps_artifacts(tmp_path: Path) -> None:
     split = lattice_split(N)
     d = write_edge_dir(tmp_path / "lat", split)
