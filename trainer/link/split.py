@@ -34,7 +34,8 @@ def undirected_edges(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EdgeSplit:
-    """Edges ``(E_s, 2)`` int64 (``u < v``) of each split of a graph of ``num_nodes`` nodes."""
+    """Edges ``(E_s, 2)`` int64 of each split of a graph of ``num_nodes`` nodes: ``u < v`` when generated
+    (:func:`split_edges`), as listed when a source supplies them (any direction; both are trained and asked)."""
 
     num_nodes: int
     train: np.ndarray
