@@ -150,12 +150,16 @@ def embed_nodes(encoder: Any, nodes: np.ndarray, seed: int) -> torch.Tensor:
     """``(len(nodes), D)`` representations of distinct ``nodes``, encoded in batches (eval mode)."""
     was = encoder.training
     encoder.eval()
+    out: torch.Tensor | None = None
     try:
-        parts = [encoder.encode(nodes[lo: lo + EVAL_NODES_PER_BATCH], seed + lo)
-                 for lo in range(0, len(nodes), EVAL_NODES_PER_BATCH)]
+        for lo in range(0, len(nodes), EVAL_NODES_PER_BATCH):  # into one tensor: no list of parts, no copy
+            h = encoder.encode(nodes[lo: lo + EVAL_NODES_PER_BATCH], seed + lo)
+            if out is None:
+                out = h.new_empty((len(nodes), h.shape[1]))
+            out[lo: lo + len(h)] = h
     finally:
         encoder.train(was)
-    return torch.cat(parts) if parts else torch.empty(0)
+    return out if out is not None else torch.empty(0)
 
 
 def use_filtered(cfg: Any, num_nodes: int) -> bool:
@@ -172,29 +176,35 @@ def evaluate_split(encoder: Any, decoder: Decoder, graph: LinkGraph, edges: np.n
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
     bounds = chunk_bounds(len(src), cfg.negative_chunk)
     rng = np.random.default_rng([int(cfg.seed), 7919, split_id])
-    negs = rng.integers(0, graph.num_nodes, size=(len(bounds) - 1, cfg.eval_negatives), dtype=np.int64)
+
+    def draw(chunks: int) -> np.ndarray:  # the next chunks' negatives (one stream: drawn whole or by group alike)
+        return rng.integers(0, graph.num_nodes, size=(chunks, cfg.eval_negatives), dtype=np.int64)
+
     seed = batch_seed(cfg.seed, 1 << 20, split_id)
     decoder.eval()
     try:
         ranks = np.empty(len(src))
         if filtered:  # every node is a candidate: encode them all once (small graphs only)
             nodes = np.arange(graph.num_nodes, dtype=np.int64)
+            negs = draw(len(bounds) - 1)
             h = embed_nodes(encoder, nodes, seed)
             where = lambda ids: torch.from_numpy(np.asarray(ids, np.int64)).to(h.device)  # noqa: E731
             h_src, h_dst = h[where(src)], h[where(dst)]
             _sampled_ranks(decoder, h_src, decoder(h_src, h_dst).float().cpu().numpy(), h, where, negs, bounds,
                            0, len(bounds) - 1, ranks)
-        else:  # groups of chunks: memory bounded by the group's nodes, not by the split's
+        else:  # groups of chunks: memory bounded by the group's nodes and negatives, not by the split's
             group = max(1, _EVAL_GROUP_QUERIES // cfg.negative_chunk)
             for c0 in range(0, len(bounds) - 1, group):
                 c1 = min(c0 + group, len(bounds) - 1)
                 lo, hi = int(bounds[c0]), int(bounds[c1])
-                nodes, _ = _distinct(src[lo:hi], dst[lo:hi], negs[c0:c1])
+                negs = draw(c1 - c0)
+                nodes, _ = _distinct(src[lo:hi], dst[lo:hi], negs)
                 h = embed_nodes(encoder, nodes, seed)
                 where = lambda ids, n=nodes, d=h.device: torch.from_numpy(np.searchsorted(n, ids)).to(d)  # noqa: E731
                 h_src = h[where(src[lo:hi])]
                 pos = decoder(h_src, h[where(dst[lo:hi])]).float().cpu().numpy()
-                _sampled_ranks(decoder, h_src, pos, h, where, negs, bounds - lo, c0, c1, ranks[lo:hi])
+                _sampled_ranks(decoder, h_src, pos, h, where, negs, bounds[c0: c1 + 1] - lo, 0, c1 - c0,
+                               ranks[lo:hi])
         out = rank_metrics(ranks, "sampled_")
         if filtered:
             franks = np.empty(len(src))
