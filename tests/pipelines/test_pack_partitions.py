@@ -1,0 +1,114 @@
+"""Partitioned packing: the shards merged equal the unpartitioned ``pack`` artifact byte for byte (diskgnn, ginex,
+a policy without a layout); a missing or corrupted shard is named and leaves the pack untouched; a policy whose
+pack is global is refused by name. The Dagster partitions: ``test_pack_partitions_dagster.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import PipelineConfig
+from pipelines.pack_shards import ShardError, find_shards, merge, prepare, run_shard
+from pipelines.sample_shards import shard_bounds
+from pipelines.stages import pack, partition, plan, reorder, sample
+from storage_kernels.store import Artifact, ArtifactStore
+from tests.pipelines.stage_fixtures import make_graph_artifact
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("storage_kernels._native") is None,
+                                reason="the storage_kernels._native extension is not built")
+
+_SAMPLING = ["sample.fanouts=[4,3]", "sample.batch_size=32", "sample.epochs=2", "sample.eval_batch_size=100",
+             "partition.num_parts=4", "pack.memory_mb=1"]
+_POLICIES = {  # policy -> its settings: diskgnn with segment disk caches and their window, ginex superbatches
+    "diskgnn": ["pack.disk_budget=2.0", "plan.cpu_cache_fraction=0.1", "plan.gpu_cache_fraction=0.05"],
+    "ginex": ["plan.superbatch_size=3", "plan.cpu_cache_fraction=0.2"],
+    "naive": [],
+}
+
+
+def _cfg(policy: str) -> PipelineConfig:
+    return PipelineConfig.load(overrides=[*_SAMPLING, f"policy={policy}", *_POLICIES[policy]], dataset="unit")
+
+
+def _upstream(store: ArtifactStore, cfg: PipelineConfig) -> dict[str, Artifact]:
+    graph = make_graph_artifact(store, n=800)
+    ordering = reorder.run(store, cfg, ingest=graph).artifact
+    parting = partition.run(store, cfg, reorder=ordering).artifact
+    samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
+    return {"reorder": ordering, "sample": samples, "plan": plan.run(store, cfg, reorder=ordering,
+                                                                     sample=samples).artifact}
+
+
+def _assert_same(merged: Artifact, reference: Artifact) -> None:
+    assert merged.version == reference.version
+    assert sorted(merged.files) == sorted(reference.files)
+    for name in reference.files:
+        assert (merged.path / name).read_bytes() == (reference.path / name).read_bytes(), name
+    strip = lambda stats: {k: v for k, v in stats.items() if k != "peak_rss_mb"}  # noqa: E731
+    assert strip(merged.stats) == strip(reference.stats)
+
+
+@pytest.mark.parametrize("policy", sorted(_POLICIES))
+def test_merged_shards_equal_the_unpartitioned_pack(tmp_path: Path, policy: str) -> None:
+    cfg = _cfg(policy)
+    a = ArtifactStore(tmp_path / "a")
+    reference = pack.run(a, cfg, **_upstream(a, cfg)).artifact
+    store = ArtifactStore(tmp_path / "b")
+    up = _upstream(store, cfg)
+    shards = [run_shard(store, cfg, i, 3, **up) for i in range(3)]
+    units = prepare(store, cfg, **up).artifact.stats["units"]
+    assert [s.artifact.stats["first_unit"] for s in shards] == shard_bounds(units, 3)[:3]
+    if policy == "diskgnn":  # batches; the shards cut through segments, each with its disk cache and window
+        assert units == reference.stats["num_batches"] and reference.stats["segments"] > 1
+        assert "window_meta.json" in reference.files and reference.stats["disk_cache_rows"] > 0
+    elif policy == "ginex":  # superbatches
+        assert units == reference.stats["superbatches"] >= 3
+    else:
+        assert units == 0 and reference.stats["layout"] == "none"
+    merged = merge(store, cfg, 3, **up)
+    assert not merged.reused
+    _assert_same(merged.artifact, reference)
+    assert run_shard(store, cfg, 1, 3, **up).reused
+    assert pack.run(store, cfg, **up).reused  # the unpartitioned stage finds the merged artifact
+
+
+def test_a_global_pack_is_refused_by_name(tmp_path: Path) -> None:
+    cfg = PipelineConfig.load(overrides=[*_SAMPLING, "policy=hyperbatch"], dataset="unit")
+    store = ArtifactStore(tmp_path)
+    with pytest.raises(ValueError, match=r"runs partitioned \(diskgnn, ginex, in_memory, mmap, naive\) \(got "
+                                         r"hyperbatch"):
+        run_shard(store, cfg, 0, 2, **_upstream(store, cfg))
+
+
+def test_a_bad_shard_is_named_and_the_pack_left_intact(tmp_path: Path) -> None:
+    cfg = _cfg("diskgnn")
+    store = ArtifactStore(tmp_path)
+    up = _upstream(store, cfg)
+    with pytest.raises(ShardError, match="expected the pack prep"):  # nothing packed yet
+        merge(store, cfg, 3, **up)
+    shards = [run_shard(store, cfg, i, 3, **up).artifact for i in range(3)]
+    # corrupted: one byte of a shard's address table flipped; the merge fails before writing, naming it
+    target = shards[1].file("addr_slot.npy")
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=r"'pack_shards' partition 1 expected an intact shard .*addr_slot\.npy") as e:
+        merge(store, cfg, 3, **up)
+    assert e.value.index == 1
+    assert store.artifacts("unit", "pack") == []  # nothing published
+    # the corrupted shard was moved aside: packing the partition again rebuilds it
+    assert find_shards(store, cfg, 3, **up)[1] is None
+    assert not run_shard(store, cfg, 1, 3, **up).reused
+    packed = merge(store, cfg, 3, **up).artifact
+    before = {name: (packed.path / name).read_bytes() for name in packed.files}
+    # missing: a shard removed; the existing pack artifact stays as it was
+    for name in [*shards[2].files, "manifest.json"]:
+        (shards[2].path / name).unlink()
+    with pytest.raises(ShardError, match=r"'pack_shards' partition 2 expected a shard at .* \(got none: "
+                                         "materialize partition 2 first\\)"):
+        merge(store, cfg, 3, **up)
+    assert packed.verify() == len(before)
+    assert {name: (packed.path / name).read_bytes() for name in packed.files} == before
+    assert pack.run(store, cfg, **up).artifact.version == packed.version
