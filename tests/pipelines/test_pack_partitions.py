@@ -5,10 +5,12 @@ pack is global is refused by name. The Dagster partitions: ``test_pack_partition
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 from pathlib import Path
 
 import pytest
 
+from pipelines import pack_shards
 from pipelines.config import PipelineConfig
 from pipelines.pack_shards import ShardError, find_shards, merge, prepare, run_shard
 from pipelines.sample_shards import shard_bounds
@@ -112,3 +114,29 @@ def test_a_bad_shard_is_named_and_the_pack_left_intact(tmp_path: Path) -> None:
     assert packed.verify() == len(before)
     assert {name: (packed.path / name).read_bytes() for name in packed.files} == before
     assert pack.run(store, cfg, **up).artifact.version == packed.version
+
+
+def _shard_in_child(root: str, overrides: list[str], paths: dict[str, str], index: int, shards: int
+                    ) -> tuple[bool, str]:
+    """One shard in a forked process (as a backfill's run): whether it built the prep, and its version."""
+    cfg = PipelineConfig.load(overrides=overrides, dataset="unit")
+    store, up = ArtifactStore(root), {name: Artifact(path) for name, path in paths.items()}
+    built = not prepare(store, cfg, **up).reused
+    return built, run_shard(store, cfg, index, shards, **up).version
+
+
+def test_shards_packed_by_parallel_processes_merge_into_the_pack(tmp_path: Path) -> None:
+    """What a backfill does: every shard in its own process at once; the prep is written by exactly one."""
+    cfg = _cfg("diskgnn")
+    a = ArtifactStore(tmp_path / "a")
+    reference = pack.run(a, cfg, **_upstream(a, cfg)).artifact
+    store = ArtifactStore(tmp_path / "b")
+    up = _upstream(store, cfg)
+    overrides = [*_SAMPLING, "policy=diskgnn", *_POLICIES["diskgnn"]]
+    paths = {name: str(art.path) for name, art in up.items()}
+    with multiprocessing.get_context("fork").Pool(3) as pool:  # fork: no re-import per process
+        results = pool.starmap(_shard_in_child, [(str(tmp_path / "b"), overrides, paths, i, 3) for i in range(3)])
+    assert [built for built, _ in results].count(True) == 1  # the others waited for it, then reused it
+    assert len(store.artifacts("unit", pack_shards.PREP_STAGE)) == 1
+    assert [v for _, v in results] == [s.version for s in find_shards(store, cfg, 3, **up)]
+    _assert_same(merge(store, cfg, 3, **up).artifact, reference)
