@@ -10,11 +10,12 @@ the one ``strata_job`` would sample, which ``strata_job`` and ``retrain_job`` re
 form their own group and are left out of ``strata_job``, so the unpartitioned path is unchanged.
 
 ``pack_shards`` / ``pack_merged`` do the same for the pack stage (:data:`PACK_SHARDS` partitions, units of the
-policy's pack: batches for ``diskgnn``, superbatches for ``ginex``); the first shard to run writes the pack's
+policy's pack: batches for ``diskgnn``, superbatches for ``ginex``, row groups of ``aligned.bin`` for
+``hyperbatch``); the first shard to run writes the pack's
 global part once (``pack_prep``) while the others wait for it. ``pack_merged`` writes the ``pack`` artifact
 ``strata_job`` would, byte for byte; a missing or corrupted shard fails it, naming the partition, before anything
-is written. Policies whose pack is one global pass (``hyperbatch``, ``mariusgnn``, ``outre``) fail with an error
-naming the shardable ones (:mod:`pipelines.policies.sharded`).
+is written. Policies whose pack is one global pass (``mariusgnn``, ``outre``) fail with an error naming the
+shardable ones (:mod:`pipelines.policies.sharded`).
 """
 
 import dagster as dg
@@ -95,8 +96,9 @@ def sample_merged(context: dg.AssetExecutionContext, strata: StrataResource) -> 
     group_name=GROUP_PARTITIONED,
     code_version=str(pack_shards.FORMAT_VERSION),
     kinds={"numpy"},
-    description=f"The pack stage's units (diskgnn: batches, ginex: superbatches) cut into {PACK_SHARDS} contiguous "
-                "ranges, one partition each; a backfill packs them in parallel runs (the global part, once).",
+    description=f"The pack stage's units (diskgnn: batches, ginex: superbatches, hyperbatch: row groups) cut into "
+                f"{PACK_SHARDS} contiguous ranges, one partition each; a backfill packs them in parallel runs (the "
+                "global part once, by the first).",
 )
 def pack_shards_asset(context: dg.AssetExecutionContext, strata: StrataResource) -> dg.MaterializeResult:
     runner = strata.runner(context.log)

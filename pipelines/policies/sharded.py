@@ -7,11 +7,14 @@ Which policies shard, and how:
   tables and packed chunks; the merge copies the prep's files and concatenates the shards'.
 - ``ginex``: nothing is global but the trace; the units are superbatches (each one's Belady simulation is
   independent): a shard is the changeset store of its superbatches; the merge appends them in order.
+- ``hyperbatch``: the units are the row groups of ``aligned.bin`` (the block-aligned rewrite of the feature file,
+  the pack's byte work): a shard writes its groups, which is that byte range of the file; the merge
+  concatenates them and computes the hyperbatch tables (global, but cheap: no feature bytes).
 - every policy that lays nothing out (``in_memory``, ``mmap``, ``naive``): no units; the merge writes the
   (empty) layout.
-- ``hyperbatch``, ``mariusgnn``, ``outre``: not shardable here (their packs are one pass over the whole feature
-  file or trace: hyperbatch groups of an epoch, partition files, the historical cache's schedule);
-  :func:`sharded_pack_for` raises, naming them; materialize the unpartitioned ``pack`` asset instead.
+- ``mariusgnn``, ``outre``: not shardable here (the partition file and its sets, the historical cache's
+  schedule: passes over the whole feature file or trace);
+  :func:`sharded_pack_for` raises, naming the policies that shard; materialize the unpartitioned ``pack`` asset instead.
 
 Every merge writes the files and statistics the policy's own ``pack`` writes, byte for byte.
 """
@@ -28,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.policies import diskgnn_layout as disk
+from pipelines.policies import hyperbatch as hb
 from pipelines.policies.base import POLICIES, PackInputs, Policy
 from pipelines.policies.ginex import cache_rows, pack_stats
 from storage_kernels import changesets as cs
+from storage_kernels.alignedstore import ALIGNED_BIN, BlockLayout, write_aligned
 from storage_kernels.packstore import ADDR_SLOT, ADDR_TIER, CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN
 
 if TYPE_CHECKING:
@@ -174,8 +179,39 @@ class DiskGNNShards(ShardedPack):
         return disk.finish(layout, inputs.graph, inputs.cfg, chunk_rows, os.path.getsize(path))
 
 
+class HyperbatchShards(ShardedPack):
+    """``hyperbatch``: units are the row groups of ``aligned.bin`` (whole blocks each); a shard rewrites its
+    groups' rows block-aligned, which is that byte range of the file; the merge concatenates them and writes the
+    hyperbatch tables (global, from the samples and the layout)."""
+
+    def _layout(self, inputs: PackInputs) -> BlockLayout:
+        features = inputs.graph.features
+        return BlockLayout(int(features.shape[0]), int(features.shape[1]) * 4)  # as write_aligned lays it out
+
+    def prepare(self, inputs: PackInputs) -> int:
+        layout = self._layout(inputs)
+        return -(-layout.num_rows // layout.group_rows)
+
+    def shard(self, inputs: PackInputs, prep: Artifact, lo: int, hi: int) -> dict[str, Any]:
+        group = self._layout(inputs).group_rows
+        features = inputs.graph.features
+        first, stop = min(lo * group, len(features)), min(hi * group, len(features))
+        path = inputs.builder.add_file(ALIGNED_BIN)
+        part = write_aligned(features[first:stop], path, hb.partition_rows(inputs), inputs.cfg.pack.num_threads)
+        return {"first_row": first, "rows": part.num_rows, "aligned_bytes": part.file_bytes}
+
+    def merge(self, inputs: PackInputs, prep: Artifact, shards: Sequence[Artifact]) -> dict[str, Any]:
+        layout = self._layout(inputs)
+        path = copy_file(inputs.builder, ALIGNED_BIN, [shard.file(ALIGNED_BIN) for shard in shards])
+        if os.path.getsize(path) != layout.file_bytes:
+            raise ValueError(f"'pack shards' expected {layout.file_bytes} bytes of {ALIGNED_BIN} in all (got "
+                             f"{os.path.getsize(path)})")
+        return hb.write_tables(inputs, layout)
+
+
 #: The sharded packs by policy name (policies that lay nothing out are handled by :class:`NoLayout`).
-SHARDED: dict[str, type[ShardedPack]] = {"diskgnn": DiskGNNShards, "ginex": GinexShards}
+SHARDED: dict[str, type[ShardedPack]] = {"diskgnn": DiskGNNShards, "ginex": GinexShards,
+                                          "hyperbatch": HyperbatchShards}
 
 
 def sharded_pack_for(policy_name: str) -> ShardedPack:

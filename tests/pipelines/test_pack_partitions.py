@@ -23,9 +23,11 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("storage_kernels._nativ
 
 _SAMPLING = ["sample.fanouts=[4,3]", "sample.batch_size=32", "sample.epochs=2", "sample.eval_batch_size=100",
              "partition.num_parts=4", "pack.memory_mb=1"]
-_POLICIES = {  # policy -> its settings: diskgnn with segment disk caches and their window, ginex superbatches
+_POLICIES = {  # policy -> its settings: diskgnn with segment disk caches and their window, ginex superbatches,
+    # hyperbatch several hyperbatches per epoch
     "diskgnn": ["pack.disk_budget=2.0", "plan.cpu_cache_fraction=0.1", "plan.gpu_cache_fraction=0.05"],
     "ginex": ["plan.superbatch_size=3", "plan.cpu_cache_fraction=0.2"],
+    "hyperbatch": ["plan.hyperbatch_bytes=65536"],
     "naive": [],
 }
 
@@ -67,6 +69,9 @@ def test_merged_shards_equal_the_unpartitioned_pack(tmp_path: Path, policy: str)
         assert "window_meta.json" in reference.files and reference.stats["disk_cache_rows"] > 0
     elif policy == "ginex":  # superbatches
         assert units == reference.stats["superbatches"] >= 3
+    elif policy == "hyperbatch":  # row groups of aligned.bin (whole blocks each)
+        assert units * reference.stats["rows_per_block"] >= 800 > (units - 1) * reference.stats["rows_per_block"]
+        assert reference.stats["hyperbatches"] > 1
     else:
         assert units == 0 and reference.stats["layout"] == "none"
     merged = merge(store, cfg, 3, **up)
@@ -77,10 +82,10 @@ def test_merged_shards_equal_the_unpartitioned_pack(tmp_path: Path, policy: str)
 
 
 def test_a_global_pack_is_refused_by_name(tmp_path: Path) -> None:
-    cfg = PipelineConfig.load(overrides=[*_SAMPLING, "policy=hyperbatch"], dataset="unit")
+    cfg = PipelineConfig.load(overrides=[*_SAMPLING, "policy=mariusgnn"], dataset="unit")
     store = ArtifactStore(tmp_path)
-    with pytest.raises(ValueError, match=r"runs partitioned \(diskgnn, ginex, in_memory, mmap, naive\) \(got "
-                                         r"hyperbatch"):
+    with pytest.raises(ValueError, match=r"runs partitioned \(diskgnn, ginex, hyperbatch, in_memory, mmap, naive\) "
+                                         r"\(got mariusgnn"):
         run_shard(store, cfg, 0, 2, **_upstream(store, cfg))
 
 
