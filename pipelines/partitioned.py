@@ -11,8 +11,8 @@ form their own group and are left out of ``strata_job``, so the unpartitioned pa
 
 ``pack_shards`` / ``pack_merged`` do the same for the pack stage (:data:`PACK_SHARDS` partitions, units of the
 policy's pack: batches for ``diskgnn``, superbatches for ``ginex``, row groups of ``aligned.bin`` for
-``hyperbatch``); the first shard to run writes the pack's
-global part once (``pack_prep``) while the others wait for it. ``pack_merged`` writes the ``pack`` artifact
+``hyperbatch``); the first shard to run writes the pack's global part once (``pack_prep``) while the others wait
+for it. ``pack_merged`` writes the ``pack`` artifact
 ``strata_job`` would, byte for byte; a missing or corrupted shard fails it, naming the partition, before anything
 is written. Policies whose pack is one global pass (``mariusgnn``, ``outre``) fail with an error naming the
 shardable ones (:mod:`pipelines.policies.sharded`).
