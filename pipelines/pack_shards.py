@@ -158,7 +158,11 @@ def merge(store: ArtifactStore, cfg: PipelineConfig, shards: int, *, reorder: Ar
     packer = sharded_pack_for(cfg.policy)
     upstream = _upstream(reorder, sample, plan)
     version = _prep_version(store, cfg, upstream)[0]
-    prep = find_verified(store, cfg.dataset_name, PREP_STAGE, version, cfg.verify.on_reuse)
+    try:  # fully re-checksummed, like the shards: the merge copies its files into the pack
+        prep = find_verified(store, cfg.dataset_name, PREP_STAGE, version, "full")
+    except ArtifactCorrupted as e:
+        raise ShardError(0, f"'pack_shards' expected an intact pack prep (got {e}): materialize any partition "
+                            "again") from e
     if prep is None:
         raise ShardError(0, f"'pack_shards' expected the pack prep {store.path(cfg.dataset_name, PREP_STAGE, version)}"
                             " (got none: materialize the pack_shards partitions first)")

@@ -110,6 +110,14 @@ def test_a_bad_shard_is_named_and_the_pack_left_intact(tmp_path: Path) -> None:
     assert not run_shard(store, cfg, 1, 3, **up).reused
     packed = merge(store, cfg, 3, **up).artifact
     before = {name: (packed.path / name).read_bytes() for name in packed.files}
+    # a corrupted prep (the global part the merge copies) is named too, and rebuilt by packing any partition
+    prep = prepare(store, cfg, **up).artifact
+    (prep.path / "segment_rows.npy").write_bytes(b"\0" * prep.files["segment_rows.npy"].bytes)
+    with pytest.raises(ShardError, match=r"expected an intact pack prep .*segment_rows\.npy"):
+        merge(store, cfg, 3, **up)
+    assert not store.find("unit", pack_shards.PREP_STAGE, prep.version)  # moved aside
+    assert run_shard(store, cfg, 0, 3, **up).reused  # the shard is intact; the prep was rebuilt before it
+    assert prepare(store, cfg, **up).artifact.verify() and merge(store, cfg, 3, **up).reused
     # missing: a shard removed; the existing pack artifact stays as it was
     for name in [*shards[2].files, "manifest.json"]:
         (shards[2].path / name).unlink()
