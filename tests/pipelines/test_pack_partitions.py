@@ -5,7 +5,11 @@ pack is global is refused by name. The Dagster partitions: ``test_pack_partition
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
+import json
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,13 +133,16 @@ def test_a_bad_shard_is_named_and_the_pack_left_intact(tmp_path: Path) -> None:
     assert pack.run(store, cfg, **up).artifact.version == packed.version
 
 
-def _shard_in_child(root: str, overrides: list[str], paths: dict[str, str], index: int, shards: int
-                    ) -> tuple[bool, str]:
-    """One shard in a forked process (as a backfill's run): whether it built the prep, and its version."""
-    cfg = PipelineConfig.load(overrides=overrides, dataset="unit")
-    store, up = ArtifactStore(root), {name: Artifact(path) for name, path in paths.items()}
-    built = not prepare(store, cfg, **up).reused
-    return built, run_shard(store, cfg, index, shards, **up).version
+_CHILD = """
+import json, pickle, sys
+from pipelines.pack_shards import prepare, run_shard
+from storage_kernels.store import Artifact, ArtifactStore
+cfg = pickle.loads(bytes.fromhex(sys.argv[1]))  # the parent's configuration (loading one imports torch)
+store, paths, index, shards = ArtifactStore(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+up = {name: Artifact(path) for name, path in paths.items()}
+built = not prepare(store, cfg, **up).reused
+print(json.dumps([built, run_shard(store, cfg, index, shards, **up).version]))
+"""
 
 
 def test_shards_packed_by_parallel_processes_merge_into_the_pack(tmp_path: Path) -> None:
@@ -145,10 +152,18 @@ def test_shards_packed_by_parallel_processes_merge_into_the_pack(tmp_path: Path)
     reference = pack.run(a, cfg, **_upstream(a, cfg)).artifact
     store = ArtifactStore(tmp_path / "b")
     up = _upstream(store, cfg)
-    overrides = [*_SAMPLING, "policy=diskgnn", *_POLICIES["diskgnn"]]
-    paths = {name: str(art.path) for name, art in up.items()}
-    with multiprocessing.get_context("fork").Pool(3) as pool:  # fork: no re-import per process
-        results = pool.starmap(_shard_in_child, [(str(tmp_path / "b"), overrides, paths, i, 3) for i in range(3)])
+    paths = json.dumps({name: str(art.path) for name, art in up.items()})
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's packages, not an installed copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    # separate interpreters (a fork of this multi-threaded test process can deadlock)
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, pickle.dumps(cfg).hex(), str(tmp_path / "b"), paths,
+                               str(i), "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(3)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
     assert [built for built, _ in results].count(True) == 1  # the others waited for it, then reused it
     assert len(store.artifacts("unit", pack_shards.PREP_STAGE)) == 1
     assert [v for _, v in results] == [s.version for s in find_shards(store, cfg, 3, **up)]
