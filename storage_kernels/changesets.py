@@ -48,9 +48,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CHANGESET_FILES",
     "FORMAT_VERSION",
-    "ChangesetWriter",
     "META",
     "ChangesetStore",
+    "ChangesetWriter",
     "SuperbatchChanges",
     "iter_changesets",
     "trace_superbatches",
