@@ -1,4 +1,5 @@
-"""Partitioned sampling, an opt-in variant of the ``sample`` asset (:mod:`pipelines.sample_shards`).
+"""Partitioned sampling and packing, opt-in variants of the ``sample`` and ``pack`` assets
+(:mod:`pipelines.sample_shards`, :mod:`pipelines.pack_shards`).
 
 ``sample_shards`` is a Dagster asset with one static partition per shard of the batch plan
 (:data:`SAMPLE_SHARDS`); a backfill launches one run per partition (no backfill policy: Dagster's default), so a
@@ -7,21 +8,34 @@ backfill of
 allows). ``sample_merged`` (``sample_merge_job``) then assembles them into the ``sample`` artifact, byte for byte
 the one ``strata_job`` would sample, which ``strata_job`` and ``retrain_job`` reuse from then on. These assets
 form their own group and are left out of ``strata_job``, so the unpartitioned path is unchanged.
+
+``pack_shards`` / ``pack_merged`` do the same for the pack stage (:data:`PACK_SHARDS` partitions, units of the
+policy's pack: batches for ``diskgnn``, superbatches for ``ginex``, row groups of ``aligned.bin`` for
+``hyperbatch``); the first shard to run writes the pack's global part once (``pack_prep``) while the others wait
+for it. ``pack_merged`` writes the ``pack`` artifact
+``strata_job`` would, byte for byte; a missing or corrupted shard fails it, naming the partition, before anything
+is written. Policies whose pack is one global pass (``mariusgnn``, ``outre``) fail with an error naming the
+shardable ones (:mod:`pipelines.policies.sharded`).
 """
 
 import dagster as dg
 
+from pipelines import pack_shards
 from pipelines.formatting import format_bytes
 from pipelines.resources import StrataResource
 from pipelines.sample_shards import FORMAT_VERSION, find_shards, merge, run_shard
 from pipelines.stages.common import StageResult
 
-__all__ = ["GROUP_PARTITIONED", "PARTITIONED_ASSETS", "PARTITIONED_JOBS", "SAMPLE_SHARDS", "shard_partitions"]
+__all__ = ["GROUP_PARTITIONED", "PACK_SHARDS", "PARTITIONED_ASSETS", "PARTITIONED_JOBS", "SAMPLE_SHARDS",
+           "pack_partitions", "shard_partitions"]
 
 GROUP_PARTITIONED = "partitioned"
 #: Shards of the batch plan (the partitions of ``sample_shards``).
 SAMPLE_SHARDS = 4
 shard_partitions = dg.StaticPartitionsDefinition([str(i) for i in range(SAMPLE_SHARDS)])
+#: Shards of the policy's pack units (the partitions of ``pack_shards``).
+PACK_SHARDS = 4
+pack_partitions = dg.StaticPartitionsDefinition([str(i) for i in range(PACK_SHARDS)])
 
 
 def _metadata(result: StageResult) -> dict[str, object]:
@@ -75,7 +89,46 @@ def sample_merged(context: dg.AssetExecutionContext, strata: StrataResource) -> 
     return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
 
 
-PARTITIONED_ASSETS = [sample_shards, sample_merged]
+@dg.asset(
+    name="pack_shards",
+    deps=["reorder", "sample", "plan"],
+    partitions_def=pack_partitions,
+    group_name=GROUP_PARTITIONED,
+    code_version=str(pack_shards.FORMAT_VERSION),
+    kinds={"numpy"},
+    description=f"The pack stage's units (diskgnn: batches, ginex: superbatches, hyperbatch: row groups) cut into "
+                f"{PACK_SHARDS} contiguous ranges, one partition each; a backfill packs them in parallel runs (the "
+                "global part once, by the first).",
+)
+def pack_shards_asset(context: dg.AssetExecutionContext, strata: StrataResource) -> dg.MaterializeResult:
+    runner = strata.runner(context.log)
+    result = pack_shards.run_shard(runner.store, runner.cfg, int(context.partition_key), PACK_SHARDS,
+                                   reorder=runner.artifact("reorder"), sample=runner.artifact("sample"),
+                                   plan=runner.artifact("plan"))
+    context.log.info(f"pack shard {context.partition_key}/{PACK_SHARDS} {result.version}: "
+                     f"{'reused' if result.reused else 'packed'} ({result.artifact.path})")
+    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+
+
+@dg.asset(
+    name="pack_merged",
+    deps=["pack_shards"],
+    group_name=GROUP_PARTITIONED,
+    code_version=str(pack_shards.FORMAT_VERSION),
+    kinds={"numpy"},
+    description="The `pack` artifact assembled from every shard of pack_shards, identical to the one the "
+                "unpartitioned pack asset writes (which then reuses it).",
+)
+def pack_merged(context: dg.AssetExecutionContext, strata: StrataResource) -> dg.MaterializeResult:
+    runner = strata.runner(context.log)
+    result = pack_shards.merge(runner.store, runner.cfg, PACK_SHARDS, reorder=runner.artifact("reorder"),
+                               sample=runner.artifact("sample"), plan=runner.artifact("plan"))
+    context.log.info(f"pack {result.version}: {'reused' if result.reused else 'merged'} from {PACK_SHARDS} shards "
+                     f"({result.artifact.path})")
+    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+
+
+PARTITIONED_ASSETS = [sample_shards, sample_merged, pack_shards_asset, pack_merged]
 _IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
 PARTITIONED_JOBS = [
     dg.define_asset_job("sample_shards_job", selection=dg.AssetSelection.assets(sample_shards),
@@ -84,4 +137,10 @@ PARTITIONED_JOBS = [
                                     "sample them in parallel runs); then run sample_merge_job."),
     dg.define_asset_job("sample_merge_job", selection=dg.AssetSelection.assets(sample_merged), config=_IN_PROCESS,
                         description="Assemble the sampled shards into the sample artifact strata_job reuses."),
+    dg.define_asset_job("pack_shards_job", selection=dg.AssetSelection.assets(pack_shards_asset),
+                        config=_IN_PROCESS,
+                        description="One shard of the pack stage per partition (backfill all partitions to pack "
+                                    "them in parallel runs); then run pack_merge_job."),
+    dg.define_asset_job("pack_merge_job", selection=dg.AssetSelection.assets(pack_merged), config=_IN_PROCESS,
+                        description="Assemble the packed shards into the pack artifact strata_job reuses."),
 ]

@@ -50,6 +50,7 @@ __all__ = [
     "FORMAT_VERSION",
     "META",
     "ChangesetStore",
+    "ChangesetWriter",
     "SuperbatchChanges",
     "iter_changesets",
     "trace_superbatches",
@@ -133,50 +134,85 @@ def iter_changesets(samples: SampleSet, trace: np.ndarray, superbatch_ptr: np.nd
             yield result
 
 
+class ChangesetWriter:
+    """Writes a changeset store into ``builder`` superbatch by superbatch (:meth:`extend`), in trace order.
+
+    The header files (meta, trace, superbatch offsets) are written at once; :meth:`extend` appends the changes of
+    one or more consecutive superbatches, with their offsets local to them (what ``kernels.belady_changesets``
+    returns for one, or a store's own tables for a run of them: how the partitioned pack merges its shards);
+    :meth:`close` writes the offset tables and returns the statistics."""
+
+    def __init__(self, builder: ArtifactBuilder, trace: np.ndarray, superbatch_ptr: np.ndarray, num_nodes: int,
+                 cache_rows: int, superbatch_size: int) -> None:
+        builder.write_json(META, {"format": FORMAT_VERSION, "cache_rows": int(cache_rows),
+                                  "superbatch_size": int(superbatch_size), "num_nodes": int(num_nodes)})
+        builder.save_array(TRACE, trace)
+        builder.save_array(SUPERBATCH_PTR, superbatch_ptr)
+        self.builder, self.trace, self.cache_rows = builder, trace, int(cache_rows)
+        self.superbatch_size, self.count = int(superbatch_size), len(superbatch_ptr) - 1
+        self.writers = {name: builder.array_writer(name, np.int64) for name in (INIT_IDS, IN_IDS, OUT_IDS,
+                                                                               IN_POSITIONS, HITS)}
+        self.init_ptr: list[np.ndarray] = [np.zeros(1, np.int64)]
+        self.update_ptr: list[np.ndarray] = [np.zeros(1, np.int64)]
+        self.superbatches = self.prefetch_rows = self.rows = self.hits = self.changes = 0
+
+    def extend(self, init_ptr: np.ndarray, init_ids: np.ndarray, update_ptr: np.ndarray, in_ids: np.ndarray,
+               out_ids: np.ndarray, in_positions: np.ndarray, hits: np.ndarray, rows: int) -> None:
+        """Append consecutive superbatches: ``init_ptr`` (S+1,) and ``update_ptr`` (T+1,) offsets from 0 into
+        their ``init_ids`` and changeset arrays, ``hits`` (T,), ``rows`` the rows their batches read."""
+        self.writers[INIT_IDS].append(init_ids)
+        self.writers[IN_IDS].append(in_ids)
+        self.writers[OUT_IDS].append(out_ids)
+        self.writers[IN_POSITIONS].append(in_positions)
+        self.writers[HITS].append(hits)
+        self.init_ptr.append(self.prefetch_rows + np.asarray(init_ptr[1:], dtype=np.int64))
+        self.update_ptr.append(self.changes + np.asarray(update_ptr[1:], dtype=np.int64))
+        self.superbatches += len(init_ptr) - 1
+        self.prefetch_rows += int(init_ptr[-1])
+        self.changes += int(update_ptr[-1])
+        self.rows += int(rows)
+        self.hits += int(np.sum(hits))
+
+    def add(self, sb: SuperbatchChanges) -> None:
+        """Append one simulated superbatch."""
+        c = sb.changes
+        self.extend(np.asarray([0, len(c.init_ids)], dtype=np.int64), c.init_ids, c.update_ptr, c.in_ids,
+                    c.out_ids, c.in_positions, c.hits, int(sb.rows.sum()))
+
+    def close(self) -> dict[str, Any]:
+        """Write the offset tables; the store's statistics (see :func:`write_changesets`)."""
+        if self.superbatches != self.count:
+            raise ValueError(f"'{SUPERBATCH_PTR}' expected {self.count} superbatches written (got "
+                             f"{self.superbatches})")
+        for w in self.writers.values():
+            w.close()
+        self.builder.save_array(INIT_PTR, np.concatenate(self.init_ptr))
+        self.builder.save_array(UPDATE_PTR, np.concatenate(self.update_ptr))
+        return {
+            "cache_rows": self.cache_rows,
+            "superbatch_size": self.superbatch_size,
+            "superbatches": self.count,
+            "trace_batches": len(self.trace),
+            "trace_rows": self.rows,
+            "predicted_hits": self.hits,
+            "predicted_hit_rate": self.hits / self.rows if self.rows else 0.0,
+            "changes": self.changes,
+            "prefetch_rows": self.prefetch_rows,
+        }
+
+
 def write_changesets(builder: ArtifactBuilder, samples: SampleSet, num_nodes: int, cache_rows: int,
                      superbatch_size: int, num_threads: int = 0,
                      progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Write the changeset store of ``samples``' training trace into ``builder``; returns its statistics
     (``predicted_hit_rate`` = predicted hits / training rows of the trace, changes, prefetch rows)."""
     trace, sb_ptr = trace_superbatches(samples, superbatch_size)
-    builder.write_json(META, {"format": FORMAT_VERSION, "cache_rows": int(cache_rows),
-                              "superbatch_size": int(superbatch_size), "num_nodes": int(num_nodes)})
-    builder.save_array(TRACE, trace)
-    builder.save_array(SUPERBATCH_PTR, sb_ptr)
-    writers = {name: builder.array_writer(name, np.int64) for name in (INIT_IDS, IN_IDS, OUT_IDS, IN_POSITIONS,
-                                                                      HITS)}
-    init_ptr, update_ptr = [0], [np.zeros(1, np.int64)]
-    rows_total = hits_total = changes_total = 0
-    count = len(sb_ptr) - 1
+    writer = ChangesetWriter(builder, trace, sb_ptr, num_nodes, cache_rows, superbatch_size)
     for sb in iter_changesets(samples, trace, sb_ptr, num_nodes, cache_rows, num_threads):
-        c = sb.changes
-        writers[INIT_IDS].append(c.init_ids)
-        writers[IN_IDS].append(c.in_ids)
-        writers[OUT_IDS].append(c.out_ids)
-        writers[IN_POSITIONS].append(c.in_positions)
-        writers[HITS].append(c.hits)
-        init_ptr.append(init_ptr[-1] + len(c.init_ids))
-        update_ptr.append(changes_total + c.update_ptr[1:])
-        changes_total += int(c.update_ptr[-1])
-        rows_total += int(sb.rows.sum())
-        hits_total += int(c.hits.sum())
+        writer.add(sb)
         if progress:
-            progress("pack: changesets", sb.index + 1, count)
-    for w in writers.values():
-        w.close()
-    builder.save_array(INIT_PTR, np.asarray(init_ptr, dtype=np.int64))
-    builder.save_array(UPDATE_PTR, np.concatenate(update_ptr))
-    return {
-        "cache_rows": int(cache_rows),
-        "superbatch_size": int(superbatch_size),
-        "superbatches": count,
-        "trace_batches": len(trace),
-        "trace_rows": rows_total,
-        "predicted_hits": hits_total,
-        "predicted_hit_rate": hits_total / rows_total if rows_total else 0.0,
-        "changes": changes_total,
-        "prefetch_rows": init_ptr[-1],
-    }
+            progress("pack: changesets", sb.index + 1, writer.count)
+    return writer.close()
 
 
 class ChangesetStore:

@@ -41,13 +41,27 @@ if TYPE_CHECKING:
     from pipelines.config import PipelineConfig
     from trainer.features import FeatureSource
 
-__all__ = ["Ginex", "cache_rows"]
+__all__ = ["Ginex", "cache_rows", "pack_stats"]
 
 
 def cache_rows(cfg: PipelineConfig, num_nodes: int, row_bytes: int) -> int:
     """Rows of Ginex's feature cache: the CPU budget over the row size, at most every node."""
     feature_bytes = num_nodes * row_bytes
     return min(cfg.plan.budgets(feature_bytes)["cpu"] // max(row_bytes, 1), num_nodes)
+
+
+def pack_stats(stats: dict[str, Any], num_nodes: int, row_bytes: int) -> dict[str, Any]:
+    """The pack artifact's statistics from the changeset store's (``write_changesets``)."""
+    misses = stats["trace_rows"] - stats["predicted_hits"]
+    return {
+        "layout": "changesets",
+        **stats,
+        "row_bytes": row_bytes,
+        "feature_bytes": num_nodes * row_bytes,
+        "cache_bytes": stats["cache_rows"] * row_bytes,
+        "predicted_miss_rows": misses,
+        "mean_changes_per_batch": stats["changes"] / stats["trace_batches"] if stats["trace_batches"] else 0.0,
+    }
 
 
 @register_policy
@@ -91,16 +105,7 @@ class Ginex(Policy):
         rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
         stats = write_changesets(inputs.builder, inputs.samples, graph.num_nodes, rows, cfg.plan.superbatch_size,
                                  cfg.pack.num_threads, inputs.progress)
-        misses = stats["trace_rows"] - stats["predicted_hits"]
-        return {
-            "layout": "changesets",
-            **stats,
-            "row_bytes": graph.row_bytes,
-            "feature_bytes": graph.num_nodes * graph.row_bytes,
-            "cache_bytes": rows * graph.row_bytes,
-            "predicted_miss_rows": misses,
-            "mean_changes_per_batch": stats["changes"] / stats["trace_batches"] if stats["trace_batches"] else 0.0,
-        }
+        return pack_stats(stats, graph.num_nodes, graph.row_bytes)
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import GinexFeatures

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from storage_kernels.sampleset import SampleSet
     from trainer.features import FeatureSource
 
-__all__ = ["Hyperbatch", "cold_blocks_per_hyperbatch", "hotset_scores"]
+__all__ = ["Hyperbatch", "cold_blocks_per_hyperbatch", "hotset_scores", "partition_rows", "write_tables"]
 
 
 def hotset_scores(degree: np.ndarray, frequency: np.ndarray) -> np.ndarray:
@@ -73,6 +73,48 @@ def cold_blocks_per_hyperbatch(samples: SampleSet, batches: np.ndarray, ptr: np.
         nodes = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
         out[i] = len(layout.blocks_of(nodes[~hot[nodes]]))
     return out
+
+
+def partition_rows(inputs: PackInputs) -> int:
+    """Feature rows per step of the aligned rewrite (``pack.memory_mb``)."""
+    return max(1, inputs.cfg.pack.memory_mb * 2**20 // inputs.graph.row_bytes)
+
+
+def write_tables(inputs: PackInputs, layout: BlockLayout) -> dict[str, Any]:
+    """Everything of the pack but ``aligned.bin`` (written by ``write_aligned`` as ``layout``): the layout's
+    parameters, the hyperbatch tables and the hotset; returns the pack's statistics."""
+    graph, samples, cfg, builder = inputs.graph, inputs.samples, inputs.cfg, inputs.builder
+    builder.write_json(LAYOUT_JSON, layout.to_json())
+    epochs = [samples.batch_ids("train", e) for e in range(samples.epochs)]
+    budget = cfg.plan.hyperbatch_bytes
+    batches, ptr, epoch_ptr, hb_blocks = group_hyperbatches(samples.nodes, epochs, samples.node_range, layout,
+                                                            budget)
+    hot_nodes = np.asarray(inputs.plan.array("cpu_nodes.npy"), dtype=np.int64)
+    save_hyperbatch_tables(builder.save_array, batches, ptr, epoch_ptr, hot_nodes)
+
+    # what one epoch reads with the planned hotset (sample epoch 0; refreshes change it while training)
+    hot = np.zeros(graph.num_nodes, dtype=bool)
+    hot[hot_nodes] = True
+    first = range(int(epoch_ptr[0]), int(epoch_ptr[1])) if len(epoch_ptr) > 1 else range(0)
+    cold = cold_blocks_per_hyperbatch(samples, batches, ptr, first, layout, hot)
+    sizes = np.diff(ptr)
+    rows = partition_rows(inputs)
+    return {
+        "layout": "hyperbatch",
+        "num_batches": samples.num_batches,
+        "packed_rows": layout.num_rows,
+        "packed_bytes": layout.file_bytes,
+        **layout_stats(layout),
+        "hyperbatch_budget_bytes": budget,
+        "hyperbatches": len(sizes),
+        "batches_per_hyperbatch": float(sizes.mean()) if len(sizes) else 0.0,
+        "max_hyperbatch_bytes": int(hb_blocks.max(initial=0)) * layout.block_bytes,
+        "over_budget_hyperbatches": int(np.count_nonzero(hb_blocks * layout.block_bytes > budget)),
+        "hotset_rows": len(hot_nodes),
+        "epoch_read_bytes": int(cold.sum()) * layout.block_bytes,
+        "partition_rows": rows,
+        "partitions": -(-graph.num_nodes // rows),
+    }
 
 
 @register_policy
@@ -112,48 +154,15 @@ class Hyperbatch(Policy):
         return TierPlan(tier, slot, np.empty(0, np.int64), hot, freq, stats)
 
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
-        graph, samples, cfg, builder, progress = inputs.graph, inputs.samples, inputs.cfg, inputs.builder, \
-            inputs.progress
-        row_bytes = graph.row_bytes
-        partition_rows = max(1, cfg.pack.memory_mb * 2**20 // row_bytes)
+        graph, cfg, progress = inputs.graph, inputs.cfg, inputs.progress
 
         def written(done: int, total: int) -> None:
             if progress:
                 progress("pack: block-aligned features", done, total)
 
-        layout = write_aligned(graph.features, builder.add_file(ALIGNED_BIN), partition_rows, cfg.pack.num_threads,
-                               written)
-        builder.write_json(LAYOUT_JSON, layout.to_json())
-
-        epochs = [samples.batch_ids("train", e) for e in range(samples.epochs)]
-        budget = cfg.plan.hyperbatch_bytes
-        batches, ptr, epoch_ptr, hb_blocks = group_hyperbatches(samples.nodes, epochs, samples.node_range, layout,
-                                                                budget)
-        hot_nodes = np.asarray(inputs.plan.array("cpu_nodes.npy"), dtype=np.int64)
-        save_hyperbatch_tables(builder.save_array, batches, ptr, epoch_ptr, hot_nodes)
-
-        # what one epoch reads with the planned hotset (sample epoch 0; refreshes change it while training)
-        hot = np.zeros(graph.num_nodes, dtype=bool)
-        hot[hot_nodes] = True
-        first = range(int(epoch_ptr[0]), int(epoch_ptr[1])) if len(epoch_ptr) > 1 else range(0)
-        cold = cold_blocks_per_hyperbatch(samples, batches, ptr, first, layout, hot)
-        sizes = np.diff(ptr)
-        return {
-            "layout": "hyperbatch",
-            "num_batches": samples.num_batches,
-            "packed_rows": layout.num_rows,
-            "packed_bytes": layout.file_bytes,
-            **layout_stats(layout),
-            "hyperbatch_budget_bytes": budget,
-            "hyperbatches": len(sizes),
-            "batches_per_hyperbatch": float(sizes.mean()) if len(sizes) else 0.0,
-            "max_hyperbatch_bytes": int(hb_blocks.max(initial=0)) * layout.block_bytes,
-            "over_budget_hyperbatches": int(np.count_nonzero(hb_blocks * layout.block_bytes > budget)),
-            "hotset_rows": len(hot_nodes),
-            "epoch_read_bytes": int(cold.sum()) * layout.block_bytes,
-            "partition_rows": partition_rows,
-            "partitions": -(-graph.num_nodes // partition_rows),
-        }
+        layout = write_aligned(graph.features, inputs.builder.add_file(ALIGNED_BIN), partition_rows(inputs),
+                               cfg.pack.num_threads, written)
+        return write_tables(inputs, layout)
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features.hyperbatch import HyperbatchSource

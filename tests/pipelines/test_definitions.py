@@ -32,13 +32,16 @@ def test_jobs_select_the_right_assets() -> None:
     assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == set(STAGE_NAMES)
     shards = defs.resolve_job_def("sample_shards_job")
     assert {k.to_user_string() for k in shards.asset_layer.executable_asset_keys} == {"sample_shards"}
+    packs = defs.resolve_job_def("pack_shards_job")
+    assert {k.to_user_string() for k in packs.asset_layer.executable_asset_keys} == {"pack_shards"}
 
 
 def test_assets_follow_the_stage_table() -> None:
     graph = defs.resolve_asset_graph()
     assert [a.key.to_user_string() for a in ALL_ASSETS] == list(STAGE_NAMES)
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {*STAGE_NAMES, "sample_shards",
-                                                                         "sample_merged"}
+                                                                         "sample_merged", "pack_shards",
+                                                                         "pack_merged"}
     for spec in STAGES:
         node = graph.get(dg.AssetKey(spec.name))
         assert {k.to_user_string() for k in node.parent_keys} == set(spec.upstream), spec.name
