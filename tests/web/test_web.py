@@ -1,7 +1,7 @@
 """The browser app end to end: every model variant in onnxruntime-web (Node, WASM backend, through the page's
 own ``web/strata.mjs``) against PyTorch, and the page itself in headless Chromium, read from the DOM.
 
-The Node and Chromium tests are marked ``web`` (deselected by default: ``pytest -m web`` or ``make test-web``)
+The Node and Chromium tests are marked ``web`` (run by default and by ``make test-web``, which runs only them)
 and skip with the reason when Node, npm (or the registry) or Chromium is missing; after the one-time
 ``npm install`` each takes a few seconds of CPU."""
 
