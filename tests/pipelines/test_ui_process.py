@@ -1,7 +1,8 @@
 """``strata ui`` stops on SIGTERM: the server runs in its own process group, and a stop request becomes SIGINT
 to the whole group (what Ctrl-C does in a terminal), even when the UI was started in the background with SIGINT
 ignored. The fast tests drive :func:`pipelines.ui_process.run_process_group` with real processes (a server
-stand-in that starts a worker, as ``dagster dev`` does); the slow one starts ``strata ui`` itself."""
+stand-in that starts a worker, as ``dagster dev`` does); the last one starts ``strata ui`` itself (about 30 s on
+a loaded 2-core machine, most of it the webserver starting: in the default suite)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_strata_ui_in_the_background_stops_on_sigterm(tmp_path: Path) -> None:
     port = _free_port()
     ui = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ui", "--root", str(tmp_path), "--port", str(port)],

@@ -1,6 +1,7 @@
 """The Dagster webserver on loopback serves Strata's code location: its GraphQL API lists the assets, launches a
 materialization of ``tiny`` and reports it successful (a real ``dagster-webserver`` process, the project's
-``workspace.yaml``, ``DAGSTER_HOME`` and the data root in a temp dir). About a minute: marked ``slow``."""
+``workspace.yaml``, ``DAGSTER_HOME`` and the data root in a temp dir). About 40 s on a loaded 2-core machine (three
+processes start: the webserver, its code server, the run worker): marked ``slow``, run with ``pytest -m slow``."""
 
 from __future__ import annotations
 
