@@ -43,7 +43,7 @@ web-runtime:
 	npm install --prefix $(NPM_CACHE) --no-audit --no-fund onnxruntime-web@$(ORT_WEB_VERSION)
 
 test-web: install web-runtime
-	$(BIN)/python -m pytest -q -m web tests/web
+	$(BIN)/python -m pytest -q -m web
 
 # The demo's browser app, deployed to $(ROOT)/web and photographed in headless Chromium.
 web-screenshot: install web-runtime
