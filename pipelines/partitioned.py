@@ -46,6 +46,12 @@ def _metadata(result: StageResult) -> dict[str, object]:
             **{k: v for k, v in artifact.stats.items() if isinstance(v, (int, float, str, bool))}}
 
 
+def _report(context: dg.AssetExecutionContext, what: str, result: StageResult, done: str) -> dg.MaterializeResult:
+    """Log ``what``'s outcome (``reused`` or ``done``) and return it as the asset's materialization."""
+    context.log.info(f"{what} {result.version}: {'reused' if result.reused else done} ({result.artifact.path})")
+    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+
+
 @dg.asset(
     name="sample_shards",
     deps=["reorder", "partition"],
@@ -60,9 +66,7 @@ def sample_shards(context: dg.AssetExecutionContext, strata: StrataResource) -> 
     runner = strata.runner(context.log)
     result = run_shard(runner.store, runner.cfg, int(context.partition_key), SAMPLE_SHARDS,
                        reorder=runner.artifact("reorder"), partition=runner.artifact("partition"))
-    context.log.info(f"shard {context.partition_key}/{SAMPLE_SHARDS} {result.version}: "
-                     f"{'reused' if result.reused else 'sampled'} ({result.artifact.path})")
-    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+    return _report(context, f"shard {context.partition_key}/{SAMPLE_SHARDS}", result, "sampled")
 
 
 @dg.asset(
@@ -84,9 +88,7 @@ def sample_merged(context: dg.AssetExecutionContext, strata: StrataResource) -> 
                          f"for partitions {', '.join(missing)}: backfill sample_shards_job first)")
     result = merge(runner.store, runner.cfg, [s for s in shards if s is not None], reorder=reorder,
                    partition=partition)
-    context.log.info(f"sample {result.version}: {'reused' if result.reused else 'merged'} from {SAMPLE_SHARDS} "
-                     f"shards ({result.artifact.path})")
-    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+    return _report(context, "sample", result, f"merged from {SAMPLE_SHARDS} shards")
 
 
 @dg.asset(
@@ -105,9 +107,7 @@ def pack_shards_asset(context: dg.AssetExecutionContext, strata: StrataResource)
     result = pack_shards.run_shard(runner.store, runner.cfg, int(context.partition_key), PACK_SHARDS,
                                    reorder=runner.artifact("reorder"), sample=runner.artifact("sample"),
                                    plan=runner.artifact("plan"))
-    context.log.info(f"pack shard {context.partition_key}/{PACK_SHARDS} {result.version}: "
-                     f"{'reused' if result.reused else 'packed'} ({result.artifact.path})")
-    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+    return _report(context, f"pack shard {context.partition_key}/{PACK_SHARDS}", result, "packed")
 
 
 @dg.asset(
@@ -123,9 +123,7 @@ def pack_merged(context: dg.AssetExecutionContext, strata: StrataResource) -> dg
     runner = strata.runner(context.log)
     result = pack_shards.merge(runner.store, runner.cfg, PACK_SHARDS, reorder=runner.artifact("reorder"),
                                sample=runner.artifact("sample"), plan=runner.artifact("plan"))
-    context.log.info(f"pack {result.version}: {'reused' if result.reused else 'merged'} from {PACK_SHARDS} shards "
-                     f"({result.artifact.path})")
-    return dg.MaterializeResult(metadata=_metadata(result), data_version=dg.DataVersion(result.version))
+    return _report(context, "pack", result, f"merged from {PACK_SHARDS} shards")
 
 
 PARTITIONED_ASSETS = [sample_shards, sample_merged, pack_shards_asset, pack_merged]

@@ -350,6 +350,11 @@ class ArtifactBuilder:
     def __repr__(self) -> str:
         return f"ArtifactBuilder({self.dataset}/{self.stage}/{self.version}, {self._state}, dir={self.dir})"
 
+    def scratch_sibling(self, label: str = "", ext: str = "") -> Path:
+        """``<builder dir>[.<label>].scratch[<ext>]`` beside the builder's dir: temporary space of this build that
+        is never published, and that :meth:`ArtifactStore.cleanup_tmp` removes once its process is gone."""
+        return self.dir.parent / f"{self.dir.name}{'.' + label if label else ''}.scratch{ext}"
+
     @property
     def target(self) -> Path:
         """Where the artifact will be published."""

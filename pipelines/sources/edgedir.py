@@ -26,7 +26,7 @@ import numpy as np
 
 from pipelines.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name
 from pipelines.sources.edgelist import PARQUET_SUFFIXES, _CsvLayout, _raw_edges, load_npy, random_split
-from pipelines.sources.linksplit import SPLITS, LinkSplit, drop_self_loops
+from pipelines.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
 from pipelines.sources.validate import check_feature_chunk
 
 __all__ = ["EDGE_SUFFIXES", "edgelist_dir_source", "find_edge_file", "read_edge_file"]
@@ -138,8 +138,7 @@ def edgelist_dir_source(
                 yield check_feature_chunk(x[start: start + chunk_rows], x.shape[1], str(features), start)
     else:
         def feature_chunks() -> Iterator[np.ndarray]:
-            for start in range(0, n, chunk_rows):
-                yield np.ones((min(chunk_rows, n - start), 1), dtype=np.float32)
+            return constant_feature_chunks(n, chunk_rows)
 
     def edge_chunks() -> Iterator[EdgeChunk]:
         return split.edge_chunks(undirected)

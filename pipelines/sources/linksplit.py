@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LINK_SPLIT_FORMAT", "NEGATIVE_KINDS", "OVERLAP_MODES", "SPLITS", "LinkSplit", "read_link_split",
-           "relabel_link_split", "write_link_split"]
+__all__ = ["LINK_SPLIT_FORMAT", "NEGATIVE_KINDS", "OVERLAP_MODES", "SPLITS", "LinkSplit", "constant_feature_chunks",
+           "read_link_split", "relabel_link_split", "write_link_split"]
 
 SPLITS = ("train", "valid", "test")
 NEGATIVE_KINDS = ("edges", "targets")
@@ -193,3 +193,10 @@ def relabel_link_split(ingest: Any, builder: Any, inverse: np.ndarray) -> dict[s
         builder.save_array(f"link_{name}.npy", kernels.relabel_ids(flat, inverse).reshape(arr.shape))
     return {"link_split": "source", "link_negatives": ingest.stats.get("link_negatives", "none"),
             **{f"link_{name}_edges": len(arr) for name, arr in edges.items()}}
+
+
+def constant_feature_chunks(num_nodes: int, chunk_rows: int) -> Iterator[np.ndarray]:
+    """A one-column feature of ones for every node, ``chunk_rows`` rows at a time: the features of a link
+    source that gives none (learned embeddings need none; sample, plan and pack still read a feature file)."""
+    for start in range(0, num_nodes, chunk_rows):
+        yield np.ones((min(chunk_rows, num_nodes - start), 1), dtype=np.float32)

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from pipelines.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name
 from pipelines.sources.edgelist import random_split
-from pipelines.sources.linksplit import SPLITS, LinkSplit, drop_self_loops
+from pipelines.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
 from pipelines.sources.ogb import (
     DEFAULT_BLOCK_BYTES,
     _edge_chunks,
@@ -243,8 +243,7 @@ def ogbl_source(
             return _feature_chunks(feat_path, dim, block_bytes)
     else:
         def feature_chunks() -> Iterator[np.ndarray]:
-            for start in range(0, n, chunk_rows):
-                yield np.ones((min(chunk_rows, n - start), 1), dtype=np.float32)
+            return constant_feature_chunks(n, chunk_rows)
 
     return GraphSource(
         name=dataset_name(directory.resolve().name),

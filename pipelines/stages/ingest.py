@@ -65,7 +65,7 @@ def _build_csr(builder: ArtifactBuilder, source: GraphSource, progress: Progress
         return num_edges, 0
 
     # Place into a scratch file beside the artifact, then de-duplicate row blocks into the real file.
-    scratch = builder.dir.parent / f"{builder.dir.name}.edges.scratch.npy"
+    scratch = builder.scratch_sibling("edges", ".npy")
     try:
         raw = ArrayWriter.allocate(scratch, np.int64, (num_edges,))
         _place(source, indptr, raw, num_edges, progress)

@@ -88,7 +88,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
         layout = _partitioning(cfg, len(indptr) - 1) if _is_out_of_core(cfg) else None
         # a scratch sibling of the builder's dir: unique to this build (two runs of one version never share it)
         # and removed by ArtifactStore.cleanup_tmp once its process is gone
-        node_file = store.tmp_dir / f"{builder.dir.name}.link-embeddings.scratch.bin" if layout is not None else None
+        node_file = builder.scratch_sibling("link-embeddings", ".bin") if layout is not None else None
 
         def partitioned(num_nodes: int) -> Any:  # the table lives in the node file from the start
             from trainer.link.outofcore import PartitionedEmbeddings

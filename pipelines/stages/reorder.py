@@ -240,7 +240,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
         perm = compute_order(arrays, rc.strategy, rc, cfg.partition, info)
         order_s = time.perf_counter() - t0
         release_pages(arrays.indices)  # orders that walk the CSR leave it resident; the rewrite streams it
-        scratch = builder.dir.parent / f"{builder.dir.name}.scratch"
+        scratch = builder.scratch_sibling()
         t1 = time.perf_counter()
         try:
             info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress,
