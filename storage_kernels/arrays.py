@@ -438,10 +438,11 @@ class ArrayWriter:
                 raise
         self.rows += a.shape[0]
 
-    def close(self) -> FileInfo:
+    def close(self, checksum: bool = True) -> FileInfo:
         """Pad, rewrite the header with the final shape, close and return the :class:`FileInfo`.
 
-        Calling it again returns the same info.
+        Calling it again returns the same info. ``checksum=False`` skips reading the file back for its
+        checksum (the info's ``checksum`` is then empty): for scratch files that are never verified.
         """
         if self._file is None:
             if self.info is None:
@@ -461,7 +462,7 @@ class ArrayWriter:
             dtype=self.dtype.str,
             shape=shape,
             bytes=align_up(end),
-            checksum=file_checksum(self.path),
+            checksum=file_checksum(self.path) if checksum else "",
             data_offset=DATA_ALIGN,
         )
         return self.info

@@ -88,10 +88,12 @@ class TrainConfig:
                                 "train batches of sample epoch e % sample.epochs.")
     eval_every: int = setting(1, "Evaluate on the validation batches every N epochs (and after the last one).")
     eval_mode: str = setting("sampled", "Validation/test accuracy from the sampled eval batches (sampled) or by "
-                             "full-neighbourhood layer-wise inference over all nodes, streamed in node chunks with "
-                             "bounded memory (layerwise; trainer/layerwise.py).")
-    layerwise_memory_mb: int = setting(256, "eval_mode=layerwise: a layer's embedding table larger than this is a "
-                                       "float32 memmap in the train stage's temporary directory.", artifact=False)
+                             "full-neighbourhood layer-wise inference over the nodes they depend on, streamed from "
+                             "disk in bounded memory (layerwise; trainer/layerwise.py).")
+    layerwise_memory_mb: int = setting(256, "eval_mode=layerwise: the memory inference works in (half for a "
+                                       "target interval's accumulators and edges; layer tables beyond an eighth "
+                                       "go to scratch files). Smaller: more intervals, each re-reading its sources.",
+                                       artifact=False)
     patience: int = setting(10, "Early stopping: stop at an evaluation when validation accuracy has not "
                                       "improved for this many epochs; the best weights are restored. 0 = never.")
     min_delta: float = setting(0.001, "Early stopping: an improvement must exceed the best validation "

@@ -1,21 +1,33 @@
-"""Full-neighbourhood layer-wise inference for evaluation (``train.eval_mode=layerwise``), in bounded memory.
+"""Full-neighbourhood layer-wise inference for evaluation (``train.eval_mode=layerwise``), streamed in bounded
+memory.
 
 Sampled evaluation answers with a sampled neighbourhood; the exact answer aggregates every neighbour at every
-layer, and an L-hop full neighbourhood is most of a large graph. Layer-wise inference computes it one layer
-at a time over all nodes instead: layer ``i`` runs over node chunks, each chunk's full one-hop block built in
-C (:func:`storage_kernels.kernels.sample_blocks` with fanout -1: the chunk first, then its new neighbours),
-its input rows gathered from layer ``i - 1``'s table -- for layer 0 streamed from the feature file with
-aligned direct reads (:class:`trainer.features.FileRows`, float16 files decoded) -- and its output written
-to layer ``i``'s table. Only two tables live at once (the one read and the one written); a table larger
-than ``memory_bytes`` is a float32 memmap in ``scratch_dir``. The last layer runs only for the nodes asked
-about. Each layer applies the model's own layer module and the activation between layers, dropout off, so
-the result equals the model's forward on the full-neighbourhood blocks (a test checks 1e-5).
+layer. Layer-wise inference computes it one layer at a time, and only for the nodes the answer depends on: the
+last layer for the nodes asked about, each earlier layer for the next one's targets and their in-neighbours
+(the frontier, grown backwards from the asked nodes).
+
+Each layer is a push computation (:mod:`trainer.layerwise_forms`): a destination's output is a finish over the
+sum of its in-neighbours' messages, and a message depends on one source row. So a layer runs over intervals of
+its destinations (as many as their accumulators and in-edges allow in the memory budget), and for each interval
+the input table is read once, in source order, in windows: each window reads only the rows the interval's
+edges need (sorted, so the reads are block-merged and move forward through the file), turns them into messages
+and adds them into the accumulators. The input of layer 0 is the feature file (aligned direct reads,
+:class:`trainer.features.FileRows`; float16 files decoded), of later layers the previous layer's output table
+(in RAM when small, else an aligned ``.npy`` scratch file read the same way). A table is written once,
+sequentially, in destination order. With the budget large enough for one interval, every input row is read
+once per layer.
+
+The memory used is ``LayerwiseGraph.memory_bytes`` (half for an interval's accumulators and edges, an eighth
+for a read window, at most an eighth for each layer table kept in RAM), plus a byte per node for the frontier
+and, for GCN, 8 bytes per node of out-degrees and, for GAT, the attention scores of a layer's sources
+(``4 * heads`` bytes each). The result equals the model's forward on the full-neighbourhood blocks up to float
+rounding (tests compare to 1e-5).
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,24 +36,30 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import read_header
-from storage_kernels.sampleset import Block
+from storage_kernels.arrays import ArrayWriter, read_header
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
 from trainer.gcn import GCNConv
-from trainer.models import GraphSAGE, TensorBlock
-from trainer.split import LayerwiseSplit
+from trainer.layerwise_forms import LayerForm, layer_form
+from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
-__all__ = ["LayerwiseGraph", "layer_step", "layerwise_accuracy", "layerwise_logits"]
+__all__ = ["LayerwiseGraph", "layerwise_accuracy", "layerwise_logits"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes an in-edge of an interval costs while it is processed: its source id, sort order, source position
+#: and destination (int64 each), and the temporaries that build them.
+EDGE_BYTES = 48
 
 
 @dataclass
 class LayerwiseGraph:
     """What layer-wise evaluation reads: the full CSR, the feature file, labels and the evaluation splits.
 
-    ``feature_dim`` is the model's input width (a float16 file's rows are decoded to it); ``chunk_nodes``
-    destinations per block; ``memory_bytes`` the largest layer table kept in RAM (larger ones are memmaps in
-    ``scratch_dir``, default the system's temporary directory).
+    ``feature_dim`` is the model's input width (a float16 file's rows are decoded to it); ``memory_bytes`` the
+    memory inference works in (see the module docstring; layer tables beyond their share go to aligned
+    ``.npy`` files in ``scratch_dir``, default the system's temporary directory); ``chunk_nodes`` the smallest
+    step: every interval holds at least this many destinations and every read window this many sources.
     """
 
     indptr: np.ndarray  # int64 (N + 1,)
@@ -60,85 +78,275 @@ class LayerwiseGraph:
         return len(self.indptr) - 1
 
 
-def layer_step(model: torch.nn.Module, i: int, h: torch.Tensor, block: TensorBlock,
-               src_degree: torch.Tensor | None = None) -> torch.Tensor:
-    """Layer ``i`` of ``model`` on its input rows ``h`` (destinations first) in evaluation form: the layer,
-    then ReLU unless it is the last (dropout is off in evaluation). Supports GraphSAGE and the
-    :class:`~trainer.split.LayerwiseSplit` models (GCN, GAT). ``src_degree`` (num_src,): the sources'
-    full-graph out-degrees with self loop, which GCN's normalisation needs when the block is a chunk's."""
-    last = i == model.num_layers - 1
-    if isinstance(model, GraphSAGE):
-        out = model.layers[i](h, h[: block.num_dst], block.edge_src, block.edge_dst)
-    elif isinstance(model.layers[i], GCNConv):
-        out = model.layers[i](h, block.edge_src, block.edge_dst, block.dst_pos(), src_degree=src_degree)
-    elif isinstance(model, LayerwiseSplit):
-        out = model.layers[i](h, block.edge_src, block.edge_dst, block.dst_pos())
-    else:
-        raise ValueError(f"'train.eval_mode' layerwise expected a model with per-layer modules (graphsage, gcn, "
-                         f"gat) (got {type(model).__name__})")
-    return out if last else F.relu(out)
+# ---------------------------------------------------------------------------------------------- the graph
+def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The in-edges of ``rows`` (node ids): their sources (node ids) and destinations (positions in ``rows``),
+    in CSR order."""
+    starts = np.asarray(graph.indptr[rows], dtype=np.int64)
+    counts = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - starts  # (len(rows),)
+    ends = np.cumsum(counts)
+    # edge k of row r sits at starts[r] + (k - (ends[r] - counts[r])) in `indices`
+    offsets = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+    offsets += np.repeat(starts - (ends - counts), counts)
+    src = np.asarray(graph.indices[offsets], dtype=np.int64)  # sorted offsets: forward reads of a memmap
+    return src, np.repeat(np.arange(len(rows), dtype=np.int64), counts)
 
 
-def _chunks(nodes: np.ndarray, size: int) -> Iterator[np.ndarray]:
-    for lo in range(0, len(nodes), size):
-        yield nodes[lo : lo + size]
+def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
+    return np.asarray(graph.indptr[rows + 1], dtype=np.int64) - np.asarray(graph.indptr[rows], dtype=np.int64)
 
 
-def _table(rows: int, cols: int, graph: LayerwiseGraph, scratch: Path) -> np.ndarray:
-    """A float32 (rows, cols) layer table: in RAM within ``memory_bytes``, else a memmap in ``scratch``."""
-    if rows * cols * 4 <= graph.memory_bytes:
-        return np.empty((rows, cols), dtype=np.float32)
-    path = tempfile.NamedTemporaryFile(dir=scratch, suffix=".f32", delete=False).name
-    return np.memmap(path, dtype=np.float32, mode="w+", shape=(rows, cols))
+def _cuts(costs: np.ndarray, budget: int, min_rows: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of ``costs``' rows whose summed cost stays within ``budget`` (a range holds at least
+    ``min_rows`` rows, or one row over budget on its own)."""
+    cum = np.cumsum(costs, dtype=np.int64)
+    out, lo = [], 0
+    while lo < len(costs):
+        base = int(cum[lo - 1]) if lo else 0
+        hi = int(np.searchsorted(cum, base + budget, side="right"))
+        hi = min(max(hi, lo + max(min_rows, 1)), len(costs))
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
+def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) -> np.ndarray:
+    """``rows`` and their in-neighbours, sorted and distinct (in slices of at most ``max_edges`` edges)."""
+    member = np.zeros(graph.num_nodes, dtype=bool)
+    member[rows] = True
+    for lo, hi in _cuts(_in_degree(graph, rows), max_edges, 1):
+        member[_in_edges(graph, rows[lo:hi])[0]] = True
+    return np.flatnonzero(member)
+
+
+def _out_degree(graph: LayerwiseGraph, step: int = 1 << 24) -> torch.Tensor:
+    """Every node's out-degree in the full graph plus its self loop (N,), counted in slices of ``indices``."""
+    count = np.ones(graph.num_nodes, dtype=np.int64)
+    for lo in range(0, len(graph.indices), step):
+        count += np.bincount(np.asarray(graph.indices[lo : lo + step]), minlength=graph.num_nodes)
+    return torch.from_numpy(count)
+
+
+# ---------------------------------------------------------------------------------------------- the tables
+class _Rows:
+    """A layer's input rows by position: the feature file (positions map to node ids), a table on disk, or a
+    table in RAM. ``read(positions)`` (sorted) -> float32 (len, dim); ``bytes_read`` counts the disk reads."""
+
+    def __init__(self, table: np.ndarray | None = None, file: FileRows | None = None,
+                 ids: np.ndarray | None = None, decode_dim: int = 0, num_threads: int = 0) -> None:
+        self.table, self.file, self.ids, self.decode_dim = table, file, ids, decode_dim
+        self.num_threads = num_threads
+        self.bytes_read = 0
+
+    def read(self, positions: np.ndarray) -> torch.Tensor:
+        if self.table is not None:
+            return torch.from_numpy(kernels.gather_rows(self.table, positions, num_threads=self.num_threads))
+        assert self.file is not None
+        rows = positions if self.ids is None else self.ids[positions]
+        words = np.empty((len(rows), self.file.feature_dim), dtype=np.float32)
+        self.bytes_read += self.file.read(rows, words, merge=True)
+        x = torch.from_numpy(words)
+        return decode_half_words(x, self.decode_dim) if self.decode_dim else x
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+class _Table:
+    """A layer's output, written once in destination order: in RAM, or an aligned ``.npy`` in ``scratch``."""
+
+    def __init__(self, rows: int, cols: int, in_ram: bool, scratch: Path, buffer_bytes: int) -> None:
+        self.buffer_bytes = buffer_bytes
+        self.array = np.empty((rows, cols), dtype=np.float32) if in_ram else None
+        self.writer = None if in_ram else ArrayWriter(
+            tempfile.NamedTemporaryFile(dir=scratch, suffix=".npy", delete=False).name, "float32", cols, rows)
+        self.rows = 0
+
+    def append(self, y: np.ndarray) -> None:
+        if self.array is not None:
+            self.array[self.rows : self.rows + len(y)] = y
+        else:
+            assert self.writer is not None
+            self.writer.append(y)
+        self.rows += len(y)
+
+    def abort(self) -> None:
+        if self.writer is not None and not self.writer.closed:
+            self.writer.abort()
+
+    def as_input(self, num_threads: int) -> _Rows:
+        if self.array is not None:
+            return _Rows(table=self.array, num_threads=num_threads)
+        assert self.writer is not None
+        self.writer.close(checksum=False)
+        return _Rows(file=FileRows(self.writer.path, num_threads=num_threads, max_buffer_bytes=self.buffer_bytes),
+                     num_threads=num_threads)
+
+
+# ---------------------------------------------------------------------------------------------- a layer
+@dataclass
+class _Budget:
+    """The shares of ``memory_bytes`` (see the module docstring)."""
+
+    interval: int
+    window: int
+    table: int
+
+    @classmethod
+    def of(cls, memory_bytes: int) -> _Budget:
+        m = max(int(memory_bytes), 0)
+        return cls(interval=m // 2, window=m // 8, table=m // 8)
+
+
+def _push(acc: torch.Tensor, messages: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+          weights: torch.Tensor | None, step: int) -> None:
+    """``acc[dst[k]] += weights[k] * messages[src[k]]`` (per head when ``weights`` is (E, heads)), in slices of
+    ``step`` edges."""
+    for lo in range(0, len(src), step):
+        msg = messages.index_select(0, src[lo : lo + step])  # (e, acc_dim)
+        if weights is not None:
+            w = weights[lo : lo + step]  # (e, H)
+            msg = (msg.reshape(len(w), w.shape[1], -1) * w.unsqueeze(-1)).reshape(len(w), -1)
+        acc.index_add_(0, dst[lo : lo + step], msg)
+
+
+def _distinct(sorted_values: np.ndarray) -> np.ndarray:
+    """The distinct values of an ascending array, in order."""
+    keep = np.ones(len(sorted_values), dtype=bool)
+    keep[1:] = sorted_values[1:] != sorted_values[:-1]
+    return sorted_values[keep]
+
+
+def _windows(count: int, size: int) -> range:
+    return range(0, count, max(size, 1))
+
+
+def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_pos: np.ndarray, window: int,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAT's first pass over the input: every source's score as a source (|S|, H) and every target's as a
+    destination (|T|, H)."""
+    score_src = torch.empty(len(sources), form.heads, device=device)
+    score_dst = torch.empty(len(target_pos), form.heads, device=device)
+    for p0 in _windows(len(sources), window):
+        p1 = min(p0 + window, len(sources))
+        as_src, as_dst = form.scores(inp.read(np.arange(p0, p1)).to(device))  # type: ignore[attr-defined]
+        score_src[p0:p1] = as_src
+        k0, k1 = np.searchsorted(target_pos, [p0, p1])
+        score_dst[k0:k1] = as_dst[torch.from_numpy(target_pos[k0:k1] - p0).to(device)]
+    return score_src, score_dst
+
+
+def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
+               graph: LayerwiseGraph, budget: _Budget, out: _Table, device: torch.device) -> int:
+    """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``) into ``out``, reading the input
+    rows of ``sources`` (sorted node ids) from ``inp``. Returns the number of intervals."""
+    target_pos = np.searchsorted(sources, targets)  # (|T|,) sorted: targets are sources too
+    in_degree = _in_degree(graph, targets)  # (|T|,)
+    row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
+    window = max(graph.chunk_nodes, budget.window // row_cost)
+    step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, 1)
+    scores = _attention_scores(form, inp, sources, target_pos, window, device) if form.heads else None
+    edge_cost = EDGE_BYTES + 12 * form.heads
+    kept_own = 0 if form.own_in_acc else form.own_dim
+    costs = 4 * (form.acc_dim + kept_own) + edge_cost * (in_degree + int(form.self_loops))
+    intervals = _cuts(costs, budget.interval, graph.chunk_nodes)
+    for a, b in intervals:
+        src, dst = _in_edges(graph, targets[a:b])
+        if form.self_loops:
+            src = np.concatenate([src, targets[a:b]])
+            dst = np.concatenate([dst, np.arange(b - a, dtype=np.int64)])
+        order = np.argsort(src, kind="stable")  # source order: the input is read forward
+        pos = np.searchsorted(sources, src[order])  # (E,) positions of the sources in the input
+        del src
+        dst_t = torch.from_numpy(dst[order]).to(device)
+        del order, dst
+        weights = None
+        if scores is not None:
+            weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
+                                   dst_t)  # (E, H)
+        degree = torch.from_numpy(in_degree[a:b]).to(device)  # (D,)
+        acc = torch.zeros(b - a, form.acc_dim, device=device)
+        own = torch.empty(b - a, kept_own, device=device)
+        mine = target_pos[a:b]  # the interval's own rows, sorted
+        for p0 in _windows(len(sources), window):
+            e0, e1 = np.searchsorted(pos, [p0, p0 + window])
+            k0, k1 = np.searchsorted(mine, [p0, p0 + window])
+            if e0 == e1 and (k0 == k1 or not form.own_dim):
+                continue
+            need = _distinct(pos[e0:e1])
+            if form.own_dim and k1 > k0:
+                need = np.union1d(need, mine[k0:k1])
+            x = inp.read(need).to(device)  # (len(need), in_dim)
+            if e1 > e0:
+                messages = form.messages(x, torch.from_numpy(sources[need]))
+                src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
+                _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
+            if k1 > k0 and form.own_dim:
+                at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
+                term = form.own(x.index_select(0, at), degree[k0:k1])
+                if form.own_in_acc:
+                    acc[k0:k1] += term
+                else:
+                    own[k0:k1] = term
+        y = form.finish(acc, own, degree)
+        out.append((y if last else F.relu(y)).float().cpu().numpy())
+    return len(intervals)
+
+
+# ---------------------------------------------------------------------------------------------- inference
 @torch.no_grad()
 def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.ndarray,
-                     device: torch.device | str = "cpu") -> np.ndarray:
-    """Full-neighbourhood logits of ``nodes`` (``(len(nodes), out_dim)`` float32), layer by layer over every
-    node (see the module docstring). ``model`` is switched to eval mode and back."""
+                     device: torch.device | str = "cpu", report: list[dict[str, int]] | None = None) -> np.ndarray:
+    """Full-neighbourhood logits of ``nodes`` (``(len(nodes), out_dim)`` float32), computed layer by layer over
+    the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
+    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals`` and
+    ``bytes_read`` (from the feature file or the scratch table; 0 for a table in RAM)."""
     device = torch.device(device)
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
-    everyone = np.arange(graph.num_nodes, dtype=np.int64)
+    if len(nodes) and (int(nodes.min()) < 0 or int(nodes.max()) >= graph.num_nodes):
+        bad = int(np.flatnonzero((nodes < 0) | (nodes >= graph.num_nodes))[0])
+        raise IndexError(f"'nodes' expected ids < {graph.num_nodes} (got {int(nodes[bad])} at {bad})")
+    num_layers = int(model.num_layers)
+    out_degree = _out_degree(graph) if any(isinstance(layer, GCNConv) for layer in model.layers) else None
+    forms = [layer_form(layer, out_degree) for layer in model.layers]
+    budget = _Budget.of(graph.memory_bytes)
+    max_edges = max(budget.interval // EDGE_BYTES, 1)
+    # targets[i]: the nodes layer i computes; its sources are targets[i - 1] (the feature file's for i = 0)
+    targets = [np.unique(nodes)]
+    for _ in range(num_layers):
+        targets.insert(0, _with_neighbours(graph, targets[0], max_edges))
+    half = read_header(graph.features_path).dtype == np.float16  # rows of 4-byte words: decode them
+    file = FileRows(graph.features_path, num_threads=graph.num_threads,
+                    max_buffer_bytes=max(budget.window, 1 << 20))
+    inp = _Rows(file=file, ids=targets[0], decode_dim=graph.feature_dim if half else 0,
+                num_threads=graph.num_threads)
     was_training = model.training
     model.eval()
-    file = FileRows(graph.features_path, num_threads=graph.num_threads)
-    half = read_header(graph.features_path).dtype == np.float16  # rows of 4-byte words: decode them
-    # every node is a destination of the full graph: its out-degree there is its count in `indices` + its loop
-    out_degree = torch.from_numpy(np.bincount(np.asarray(graph.indices), minlength=graph.num_nodes) + 1)
     with tempfile.TemporaryDirectory(dir=graph.scratch_dir, prefix="layerwise-") as scratch:
         try:
-            prev: np.ndarray | None = None  # layer i's input table (None: the feature file)
-            for i in range(model.num_layers):
-                targets = nodes if i == model.num_layers - 1 else everyone
-                out: np.ndarray | None = None
-                for lo, chunk in zip(range(0, len(targets), graph.chunk_nodes),
-                                     _chunks(targets, graph.chunk_nodes), strict=True):
-                    blk = kernels.sample_blocks(graph.indptr, graph.indices, chunk, [-1], seed=0,
-                                                num_threads=graph.num_threads)  # chunk first, then neighbours
-                    if prev is None:  # layer 0: the rows straight from the feature file
-                        words = np.empty((len(blk.nodes), file.feature_dim), dtype=np.float32)
-                        file.read(blk.nodes, words, merge=True)
-                        h = torch.from_numpy(words)
-                        if half:
-                            h = decode_half_words(h, graph.feature_dim)
-                    else:
-                        h = torch.from_numpy(kernels.gather_rows(prev, blk.nodes, num_threads=graph.num_threads))
-                    block = TensorBlock.from_block(Block(len(blk.nodes), len(chunk), blk.indptrs[0], blk.cols[0]),
-                                                   device)
-                    degree = out_degree[torch.from_numpy(blk.nodes)].to(device)  # (n_src,)
-                    y = layer_step(model, i, h.to(device), block, degree).float().cpu().numpy()  # (len(chunk), d)
-                    if out is None:
-                        out = _table(len(targets), y.shape[1], graph, Path(scratch))
-                    out[lo : lo + len(chunk)] = y
-                if out is None:  # no targets
-                    return np.empty((0, 0), dtype=np.float32)
-                prev = out
-            assert prev is not None
-            return np.array(prev)  # a copy: the last table may be a memmap in the scratch directory
+            for i, form in enumerate(forms):
+                last = i == num_layers - 1
+                sources, mine = targets[i], targets[i + 1]
+                out = _Table(len(mine), form.out_dim, last or len(mine) * form.out_dim * 4 <= budget.table,
+                             Path(scratch), max(budget.window, 1 << 20))
+                try:
+                    intervals = _run_layer(form, last, inp, sources, mine, graph, budget, out, device)
+                except BaseException:
+                    out.abort()
+                    raise
+                step = {"targets": len(mine), "sources": len(sources), "intervals": intervals,
+                        "bytes_read": inp.bytes_read}
+                log.info("layer-wise layer %d: %s", i, step)
+                if report is not None:
+                    report.append(step)
+                inp.close()
+                inp = out.as_input(graph.num_threads)
         finally:
-            file.close()
+            inp.close()
             model.train(was_training)
+    assert inp.table is not None  # the last table is kept in RAM
+    return inp.table[np.searchsorted(targets[-1], nodes)]
 
 
 def layerwise_accuracy(model: torch.nn.Module, graph: LayerwiseGraph, split: str,
@@ -154,3 +362,4 @@ def layerwise_accuracy(model: torch.nn.Module, graph: LayerwiseGraph, split: str
         return float("nan")
     pred = layerwise_logits(model, graph, nodes[keep], device).argmax(axis=1)
     return float(np.mean(pred == labels[keep]))
+

@@ -59,7 +59,8 @@ def open_features(cfg: PipelineConfig, policy: str, reorder: Artifact, pack: Art
 
 def full_graph(cfg: PipelineConfig, reorder: Artifact, labels: np.ndarray, scratch: Path) -> LayerwiseGraph | None:
     """The full graph ``train.eval_mode=layerwise`` evaluates on (the reorder artifact's CSR, feature file and
-    val/test nodes; layer tables beyond ``train.layerwise_memory_mb`` memmapped under ``scratch``), else None."""
+    val/test nodes; inference works in ``train.layerwise_memory_mb``, its scratch tables under ``scratch``), else
+    None."""
     if cfg.train.eval_mode != "layerwise":
         return None
     from trainer.layerwise import LayerwiseGraph

@@ -1,6 +1,8 @@
-"""Layer-wise full-neighbourhood inference equals the model's forward on full-neighbourhood blocks (1e-5), for
-every model, in small chunks with memmapped layer tables, from a float32 or a float16 feature file; and
-``train.eval_mode=layerwise`` evaluates with it."""
+"""Streamed layer-wise full-neighbourhood inference equals the model's forward on full-neighbourhood blocks
+(1e-5), for every model, in many small intervals and windows with layer tables on disk or in one interval with
+everything in RAM, from a float32 or a float16 feature file; it reads only the frontier of the asked nodes, and
+each input row once per layer when one interval holds the layer; and ``train.eval_mode=layerwise`` evaluates
+with it."""
 
 from __future__ import annotations
 
@@ -43,18 +45,21 @@ def graph_files(tmp_path_factory):
     return indptr, indices, features.astype(np.float32), labels, paths, root
 
 
-@pytest.mark.parametrize("model_name,layers", [("graphsage", 2), ("graphsage", 3), ("gcn", 2), ("gat", 3)])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_layerwise_equals_full_graph_forward(graph_files, model_name, layers, dtype):
+@pytest.mark.parametrize("model_name,layers,hidden", [("graphsage", 2, 8), ("graphsage", 3, 16), ("gcn", 2, 8),
+                                                      ("gcn", 3, 16), ("gat", 3, 8)])
+@pytest.mark.parametrize("dtype,memory", [("float32", 0), ("float16", 0), ("float32", 1 << 30)])
+def test_layerwise_equals_full_graph_forward(graph_files, model_name, layers, hidden, dtype, memory):
     indptr, indices, features, labels, paths, root = graph_files
     torch.manual_seed(0)
-    model = build_model(model_name, in_dim=11, hidden_dim=8, out_dim=4, num_layers=layers, dropout=0.5)
+    # hidden 16 > in 11: SAGE's hidden layers aggregate the inputs, not their projections
+    model = build_model(model_name, in_dim=11, hidden_dim=hidden, out_dim=4, num_layers=layers, dropout=0.5)
     model.train()
     x = features if dtype == "float32" else features.astype(np.float16).astype(np.float32)
     want = full_graph_logits(model, indptr, indices, x)
     model.train()
+    # memory 0: intervals and windows of 37 nodes, every table a scratch file; 1 GiB: one interval, all in RAM
     graph = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=root, chunk_nodes=37,
-                           memory_bytes=0)  # every table a memmap, many chunks
+                           memory_bytes=memory)
     got = layerwise_logits(model, graph, np.arange(300))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
     some = np.array([299, 3, 150, 7])
@@ -87,3 +92,53 @@ def test_layerwise_accuracy_and_train_eval_mode(graph_files, dataset):
         train(cfg, ds.samples, InMemoryFeatures(ds.features), ds.labels)
     with pytest.raises(ValueError, match="'TrainConfig.eval_mode' expected"):
         dataclasses.replace(cfg, eval_mode="exact")
+
+
+def test_layerwise_reads_the_frontier_once_per_layer(tmp_path):
+    # two components: nodes 0..99 and 100..299; ask about three nodes of the first
+    indptr_a, indices_a, features, labels = make_graph(100, 16, 3, seed=1)
+    indptr_b, indices_b, _, _ = make_graph(200, 16, 3, seed=2)
+    indptr = np.concatenate([indptr_a, indptr_b[1:] + indptr_a[-1]])
+    indices = np.concatenate([indices_a, indices_b + 100])
+    x = np.concatenate([features, np.random.default_rng(3).normal(size=(200, 16))]).astype(np.float32)
+    path = tmp_path / "x.npy"
+    save_array(path, x)
+    torch.manual_seed(1)
+    model = build_model("graphsage", in_dim=16, hidden_dim=8, out_dim=3, num_layers=2, dropout=0.0)
+    asked = np.array([7, 3, 7, 50])  # repeats and any order
+    want = full_graph_logits(model, indptr, indices, x)[asked]
+
+    one_hop = np.unique(np.concatenate([asked] + [indices[indptr[v]:indptr[v + 1]] for v in asked]))
+    two_hop = np.unique(np.concatenate([one_hop] + [indices[indptr[v]:indptr[v + 1]] for v in one_hop]))
+    report: list[dict[str, int]] = []
+    graph = LayerwiseGraph(indptr, indices, path, 16, np.zeros(300, np.int64), scratch_dir=tmp_path)
+    np.testing.assert_allclose(layerwise_logits(model, graph, asked, report=report), want, rtol=0, atol=1e-5)
+    assert [(r["sources"], r["targets"]) for r in report] == [(len(two_hop), len(one_hop)), (len(one_hop), 3)]
+    assert [r["intervals"] for r in report] == [1, 1]
+    assert two_hop.max() < 100  # the other component is never read
+    blocks = {int(b) for v in two_hop for b in range((4096 + v * 64) // 4096, (4096 + v * 64 + 63) // 4096 + 1)}
+    assert report[0]["bytes_read"] == 4096 * len(blocks)  # each needed block once
+    assert report[1]["bytes_read"] == 0  # the hidden table stayed in RAM
+
+    # a budget of a few rows: many intervals, the hidden table on disk, the answer unchanged
+    report.clear()
+    tight = LayerwiseGraph(indptr, indices, path, 16, np.zeros(300, np.int64), scratch_dir=tmp_path, chunk_nodes=4,
+                           memory_bytes=0)
+    np.testing.assert_allclose(layerwise_logits(model, tight, asked, report=report), want, rtol=0, atol=1e-5)
+    assert report[0]["intervals"] > 1 and report[1]["bytes_read"] > 0
+
+
+def test_layerwise_rejects_bad_input(graph_files):
+    indptr, indices, features, labels, paths, root = graph_files
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root)
+    model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.0)
+    with pytest.raises(IndexError, match="'nodes' expected ids < 300 \\(got 300 at 1\\)"):
+        layerwise_logits(model, graph, np.array([0, 300]))
+    assert layerwise_logits(model, graph, np.array([], dtype=np.int64)).shape == (0, 4)
+
+    class Other(torch.nn.Module):
+        num_layers = 1
+        layers = torch.nn.ModuleList([torch.nn.Linear(11, 4)])
+
+    with pytest.raises(ValueError, match="layerwise expected layers of graphsage, gcn or gat \\(got Linear\\)"):
+        layerwise_logits(Other(), graph, np.array([0]))
