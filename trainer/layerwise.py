@@ -245,7 +245,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     in_degree = _in_degree(graph, targets)  # (|T|,)
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // row_cost)
-    step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, 1)
+    step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
     scores = _attention_scores(form, inp, sources, target_pos, window, device) if form.heads else None
     edge_cost = EDGE_BYTES + 12 * form.heads
     kept_own = 0 if form.own_in_acc else form.own_dim
@@ -312,7 +312,8 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     forms = [layer_form(layer, out_degree) for layer in model.layers]
     budget = _Budget.of(graph.memory_bytes)
     max_edges = max(budget.interval // EDGE_BYTES, 1)
-    # targets[i]: the nodes layer i computes; its sources are targets[i - 1] (the feature file's for i = 0)
+    # [S, T_0, ..., T_{L-1}]: layer i reads the rows of targets[i] and computes those of targets[i + 1]; the
+    # last is the asked nodes, each earlier one the next with its in-neighbours, the first read from the file
     targets = [np.unique(nodes)]
     for _ in range(num_layers):
         targets.insert(0, _with_neighbours(graph, targets[0], max_edges))
