@@ -307,9 +307,13 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     if len(nodes) and (int(nodes.min()) < 0 or int(nodes.max()) >= graph.num_nodes):
         bad = int(np.flatnonzero((nodes < 0) | (nodes >= graph.num_nodes))[0])
         raise IndexError(f"'nodes' expected ids < {graph.num_nodes} (got {int(nodes[bad])} at {bad})")
-    num_layers = int(model.num_layers)
-    out_degree = _out_degree(graph) if any(isinstance(layer, GCNConv) for layer in model.layers) else None
-    forms = [layer_form(layer, out_degree) for layer in model.layers]
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        raise ValueError(f"'train.eval_mode' layerwise expected a model with per-layer modules in 'layers' "
+                         f"(graphsage, gcn, gat) (got {type(model).__name__})")
+    num_layers = len(layers)
+    out_degree = _out_degree(graph) if any(isinstance(layer, GCNConv) for layer in layers) else None
+    forms = [layer_form(layer, out_degree) for layer in layers]
     budget = _Budget.of(graph.memory_bytes)
     max_edges = max(budget.interval // EDGE_BYTES, 1)
     # [S, T_0, ..., T_{L-1}]: layer i reads the rows of targets[i] and computes those of targets[i + 1]; the

@@ -142,3 +142,5 @@ def test_layerwise_rejects_bad_input(graph_files):
 
     with pytest.raises(ValueError, match="layerwise expected layers of graphsage, gcn or gat \\(got Linear\\)"):
         layerwise_logits(Other(), graph, np.array([0]))
+    with pytest.raises(ValueError, match="layerwise expected a model with per-layer modules .* \\(got Linear\\)"):
+        layerwise_logits(torch.nn.Linear(11, 4), graph, np.array([0]))
