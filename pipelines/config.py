@@ -302,6 +302,10 @@ class PackConfig(_Section):
         "uses", "diskgnn: row order of each segment disk cache: uses (by the training positions of a row's first 8 "
         "reads in its segment: rows read together share blocks, best for the segment window) or minhash (the "
         "paper's Alg. 1, minhash_k hashes).", artifact="selected")
+    read_gap_blocks: int = setting(
+        0, "diskgnn, with the segment window: a batch also reads the unneeded 4 KiB blocks between two of its runs "
+        "of disk-cache blocks at most this many apart, so they are one read request (more bytes, fewer requests; "
+        "the bytes stay exactly predicted).", artifact="selected", ge=0)
 
 
 class ExportConfig(_Section):

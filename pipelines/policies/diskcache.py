@@ -210,16 +210,17 @@ class Cost:
 
 
 def evaluate(trace: Trace, segs: Segments, caches: SegmentCaches, row_bytes: int, num_threads: int = 0,
-             buffer_rows: int = 0) -> Cost:
+             buffer_rows: int = 0, gap_blocks: int = 0) -> Cost:
     """The exact read bytes of every training batch and the store bytes under ``caches``; with ``buffer_rows``
-    > 0, disk-cache reads through a segment window of that many rows (:mod:`pipelines.policies.window`)."""
+    > 0, disk-cache reads through a segment window of that many rows (:mod:`pipelines.policies.window`), runs at
+    most ``gap_blocks`` apart read as one."""
     entry_slot = caches.pair_slot[segs.entry_pair]  # (T,) row in the segment cache, -1 packed
     cached = np.concatenate([[0], np.cumsum(entry_slot >= 0)])  # (T + 1,)
     chunk_rows = trace.rows - (cached[trace.ptr[1:]] - cached[trace.ptr[:-1]])  # (NT,)
     window = None
     if buffer_rows > 0:  # each block read while the window does not hold the rows a batch needs from it
         window = schedule_windows(entry_slot, trace.ptr, segs.m, caches.segment_rows, row_bytes, buffer_rows,
-                                  num_threads)
+                                  num_threads, gap_blocks)
         blocks = window.blocks
     else:  # the segment caches start at aligned offsets, so blocks of the cache region are blocks of the file
         blocks = kernels.count_blocks(entry_slot, trace.ptr, row_bytes, num_threads)  # (NT,)
@@ -302,7 +303,7 @@ def _boundary(trace: Trace, segs: Segments, grid: Sequence[int], store: np.ndarr
 
 def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2,
            segment_sizes: Sequence[int] | None = None, num_threads: int = 0, buffer_rows: int = 0,
-           order: str = "minhash") -> Choice:
+           order: str = "minhash", gap_blocks: int = 0) -> Choice:
     """The ``(m, s)`` with the fewest read bytes over ``trace`` whose store bytes (disk caches + packed
     chunks) are at most ``budget_bytes`` (None: unlimited), over the grid (``segment_sizes`` or
     :func:`m_grid`; :func:`s_grid` per size), read through a segment window of ``buffer_rows`` rows (0: none).
@@ -347,7 +348,7 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     for lower, m, s, _ in fits:  # pure packing does not fit: every candidate has s > 0
         if best is not None and lower > best[0]:
             break  # every remaining candidate reads more than the best one
-        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads, buffer_rows)
+        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads, buffer_rows, gap_blocks)
         read, store = cost.total_read_bytes, cost.store_bytes
         evaluated += 1
         if best is None or (read, store, m, s) < best:

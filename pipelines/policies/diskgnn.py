@@ -52,7 +52,7 @@ class DiskGNN(Policy):
                    "(rows read together side by side, read through a Belady-scheduled RAM window) sized by the "
                    "(m, s) search under pack.disk_budget; each batch's other rows packed in one aligned chunk.")
     reads = frozenset({"disk_budget", "minhash_k", "disk_cache_order", "disk_cache_buffer_fraction",
-                       "disk_cache_buffer_bytes"})
+                       "disk_cache_buffer_bytes", "read_gap_blocks"})
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes

@@ -102,11 +102,12 @@ def write_layout(inputs: PackInputs) -> DiskLayout:
         inputs.progress("pack: searching segment disk caches", 0, 1)
     buffer_bytes = cfg.plan.disk_cache_buffer(feature_bytes)
     choice = search(trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
-                    buffer_rows=buffer_bytes // row_bytes, order=cfg.pack.disk_cache_order)
+                    buffer_rows=buffer_bytes // row_bytes, order=cfg.pack.disk_cache_order,
+                    gap_blocks=cfg.pack.read_gap_blocks)
     segs = choice.segments
     caches = cache_layout(segs, choice.cache_rows)
     window_rows = buffer_rows_for(buffer_bytes, row_bytes, caches.segment_rows)  # 0: no disk cache or no buffer
-    cost = evaluate(trace, segs, caches, row_bytes, cfg.pack.num_threads, window_rows)
+    cost = evaluate(trace, segs, caches, row_bytes, cfg.pack.num_threads, window_rows, cfg.pack.read_gap_blocks)
     if cost.window is not None:  # the segment window's schedule, read by WindowedDiskCacheTier
         write_window(builder, cost.window, trace.batches, samples.num_batches, row_bytes)
     disk_path = builder.add_file(DISK_CACHE_BIN)

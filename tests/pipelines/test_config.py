@@ -141,7 +141,7 @@ def test_speed_knobs_never_change_an_artifact_version() -> None:
     assert _params("pack") == {}
     # diskgnn's store budget and MinHash order version only its own pack artifacts
     assert _params("pack", also=("policy",)) == {"disk_budget": 3.0, "minhash_k": 2, "disk_cache_order": "uses",
-                                                 "policy": "diskgnn"}
+                                                 "read_gap_blocks": 0, "policy": "diskgnn"}
     assert "disk_budget" not in _params("pack", "policy=naive", also=("policy",))
 
 

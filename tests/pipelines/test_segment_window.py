@@ -11,6 +11,7 @@ import torch
 
 from pipelines.config import PipelineConfig
 from pipelines.policies.diskcache import uses_signatures
+from pipelines.policies.window import fill_gaps
 from pipelines.stages import pack, partition, plan, reorder, sample
 from pipelines.stages.graphio import load_graph
 from storage_kernels.packstore import PackedStore, Tier
@@ -23,11 +24,11 @@ from trainer.features import DiskCacheTier, InMemoryFeatures, PackedFeatures, Wi
 ROW_BYTES = 24 * 4
 
 
-def _cfg(buffer_rows: int, order: str = "uses") -> PipelineConfig:
+def _cfg(buffer_rows: int, order: str = "uses", gap: int = 0) -> PipelineConfig:
     sets = ["sample.fanouts=[4,3]", "sample.batch_size=64", "sample.epochs=2", "sample.eval_batch_size=100",
             "partition.num_parts=4", "plan.cpu_cache_fraction=0.1", "plan.gpu_cache_fraction=0.05",
             "pack.disk_budget=2.0", "pack.memory_mb=1", f"plan.disk_cache_buffer_bytes={buffer_rows * ROW_BYTES}",
-            f"pack.disk_cache_order={order}"]
+            f"pack.disk_cache_order={order}", f"pack.read_gap_blocks={gap}"]
     return PipelineConfig.load(overrides=sets, dataset="unit")
 
 
@@ -45,8 +46,9 @@ def built(store: ArtifactStore):
     parting = partition.run(store, cfg, reorder=ordering).artifact
     samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
     packs = {}
-    for rows in (0, 20, 10_000, "minhash"):  # "minhash": the unbuffered reader over Alg. 1's order
-        c = _cfg(0, "minhash") if rows == "minhash" else _cfg(rows)
+    # "minhash": the unbuffered reader over Alg. 1's order; "gap": 20 rows, runs 3 blocks apart read as one
+    for rows in (0, 20, 10_000, "minhash", "gap"):
+        c = {"minhash": _cfg(0, "minhash"), "gap": _cfg(20, gap=3)}.get(rows) or _cfg(rows)  # type: ignore[arg-type]
         planned = plan.run(store, c, reorder=ordering, sample=samples).artifact
         packs[rows] = pack.run(store, c, reorder=ordering, sample=samples, plan=planned).artifact
         packs[rows].stats["predicted_hit_rate"] = planned.stats["predicted_hit_rate"]
@@ -61,11 +63,11 @@ def _check_epochs(source: PackedFeatures, samples: SampleSet, reference: InMemor
             assert torch.equal(source.load(batch), reference.load(batch)), f"batch {b}"
 
 
-@pytest.mark.parametrize("key", [0, 20, 10_000, "minhash"])
+@pytest.mark.parametrize("key", [0, 20, 10_000, "minhash", "gap"])
 def test_reads_and_buffer_hits_are_the_predicted_ones(built, key: int | str) -> None:
     ordering, samples, packs = built
     packed, stats = packs[key], packs[key].stats
-    rows = 0 if key == "minhash" else key
+    rows = {"minhash": 0, "gap": 20}.get(key, key)  # type: ignore[call-overload]
     assert stats["segment_cache_rows"] > 0  # this budget needs segment disk caches
     assert stats["window_rows"] == min(rows, int(np.load(packed.path / "segment_rows.npy").max()))
     assert SegmentWindow.present(packed.path) == (rows > 0)
@@ -104,6 +106,37 @@ def test_the_window_reads_fewer_bytes_and_the_plan_is_unchanged(built) -> None:
     assert big["epoch_read_bytes_disk_cache"] < big["epoch_disk_cache_rows"] * ROW_BYTES
     cpu = {rows: np.load(p.path / "cpu_cache.npy").shape for rows, p in packs.items()}
     assert len(set(cpu.values())) == 1  # the window takes nothing from the CPU cache
+
+
+def test_joining_runs_reads_more_bytes_in_fewer_requests(built) -> None:
+    ordering, samples, packs = built
+    requests, disk_bytes = {}, {}
+    for key in (20, "gap"):
+        with PackedFeatures(packs[key].path, samples, features_path=ordering.file("features.npy")) as source:
+            for b in samples.batch_ids("train", 0):
+                source.load(samples.batch(b))
+            disk = source.tier(Tier.DISK_CACHE)
+            requests[key], disk_bytes[key] = disk.read_requests, disk.bytes_read
+    assert requests["gap"] < requests[20] and disk_bytes["gap"] > disk_bytes[20]
+    assert packs["gap"].version != packs[20].version  # the setting is part of the pack's identity
+
+
+def test_fill_gaps_matches_a_loop() -> None:
+    rng = np.random.default_rng(4)
+    lists = [np.unique(rng.integers(0, 60, rng.integers(0, 12))) for _ in range(40)]
+    ptr = np.concatenate([[0], np.cumsum([len(x) for x in lists])])
+    blocks = np.concatenate(lists).astype(np.int64)
+    for gap in (0, 1, 3, 100):
+        got_ptr, got = fill_gaps(ptr, blocks, gap)
+        want = []
+        for x in lists:
+            filled = list(x[:1])
+            for a, b in zip(x[:-1], x[1:], strict=True):
+                filled += list(range(a + 1, b)) if b - a - 1 <= gap else []
+                filled.append(b)
+            want.append(np.array(filled, np.int64))
+        assert np.array_equal(got_ptr, np.concatenate([[0], np.cumsum([len(w) for w in want])]))
+        assert np.array_equal(got, np.concatenate(want))
 
 
 def test_out_of_schedule_order_stays_correct(built) -> None:
