@@ -133,9 +133,11 @@ class _Rows:
     table in RAM. ``read(positions)`` (sorted) -> float32 (len, dim); ``bytes_read`` counts the disk reads."""
 
     def __init__(self, table: np.ndarray | None = None, file: FileRows | None = None,
-                 ids: np.ndarray | None = None, decode_dim: int = 0, num_threads: int = 0) -> None:
+                 ids: np.ndarray | None = None, decode_dim: int = 0, num_threads: int = 0,
+                 scratch: bool = False) -> None:
         self.table, self.file, self.ids, self.decode_dim = table, file, ids, decode_dim
         self.num_threads = num_threads
+        self.scratch = scratch  # the file is a scratch table: removed on close (a layer's input is read once)
         self.bytes_read = 0
 
     def read(self, positions: np.ndarray) -> torch.Tensor:
@@ -151,6 +153,8 @@ class _Rows:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+            if self.scratch:
+                self.file.path.unlink(missing_ok=True)
 
 
 class _Table:
@@ -181,7 +185,7 @@ class _Table:
         assert self.writer is not None
         self.writer.close(checksum=False)
         return _Rows(file=FileRows(self.writer.path, num_threads=num_threads, max_buffer_bytes=self.buffer_bytes),
-                     num_threads=num_threads)
+                     num_threads=num_threads, scratch=True)
 
 
 # ---------------------------------------------------------------------------------------------- a layer
