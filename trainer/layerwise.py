@@ -47,9 +47,11 @@ __all__ = ["LayerwiseGraph", "layerwise_accuracy", "layerwise_logits"]
 
 log = logging.getLogger(__name__)
 
-#: Bytes an in-edge of an interval costs while it is processed: its source id, sort order, source position
-#: and destination (int64 each), and the temporaries that build them.
-EDGE_BYTES = 48
+#: Bytes an in-edge of an interval costs at most while it is processed (:func:`_by_source`): 24 at the peak
+#: (three int64 arrays), 16 at rest (source position and destination), plus a margin.
+EDGE_BYTES = 32
+#: The same when node ids do not fit the packed sort key (2**31 nodes or more): an argsort's order as well.
+WIDE_EDGE_BYTES = 48
 
 
 @dataclass
@@ -90,6 +92,36 @@ def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.n
     offsets += np.repeat(starts - (ends - counts), counts)
     src = np.asarray(graph.indices[offsets], dtype=np.int64)  # sorted offsets: forward reads of a memmap
     return src, np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+
+
+def _packable(graph: LayerwiseGraph, rows: int) -> bool:
+    """Whether (source id, destination position) pairs fit one int64 sort key: 31 and 32 bits."""
+    return graph.num_nodes < 1 << 31 and rows < 1 << 32
+
+
+def _by_source(graph: LayerwiseGraph, rows: np.ndarray, self_loops: bool, sources: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The in-edges of ``rows`` (plus a self loop each when ``self_loops``) in source order: the sources'
+    positions in ``sources`` (sorted node ids holding every source) and the destinations' positions in ``rows``.
+    The pairs are packed into one int64 key sorted in place (:data:`EDGE_BYTES`), or ordered by an argsort when
+    they do not fit (:data:`WIDE_EDGE_BYTES`)."""
+    src, dst = _in_edges(graph, rows)
+    loops = np.arange(len(rows) if self_loops else 0, dtype=np.int64)  # destination positions of the loops
+    loop_src = rows if self_loops else rows[:0]
+    if not _packable(graph, len(rows)):
+        src = np.concatenate([src, loop_src])
+        dst = np.concatenate([dst, loops])
+        order = np.argsort(src, kind="stable")
+        return np.searchsorted(sources, src[order]), dst[order]
+    key = np.empty(len(src) + len(loops), dtype=np.int64)
+    np.left_shift(src, 32, out=key[: len(src)])
+    key[: len(src)] |= dst
+    del src, dst
+    key[len(key) - len(loops):] = (loop_src << 32) | loops
+    key.sort()  # by source, then destination
+    dst = key & 0xFFFFFFFF
+    np.right_shift(key, 32, out=key)  # the sources' ids, in place
+    return np.searchsorted(sources, key), dst
 
 
 def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
@@ -251,20 +283,14 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     window = max(graph.chunk_nodes, budget.window // row_cost)
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
     scores = _attention_scores(form, inp, sources, target_pos, window, device) if form.heads else None
-    edge_cost = EDGE_BYTES + 12 * form.heads
+    edge_cost = (EDGE_BYTES if _packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
     kept_own = 0 if form.own_in_acc else form.own_dim
     costs = 4 * (form.acc_dim + kept_own) + edge_cost * (in_degree + int(form.self_loops))
     intervals = _cuts(costs, budget.interval, graph.chunk_nodes)
     for a, b in intervals:
-        src, dst = _in_edges(graph, targets[a:b])
-        if form.self_loops:
-            src = np.concatenate([src, targets[a:b]])
-            dst = np.concatenate([dst, np.arange(b - a, dtype=np.int64)])
-        order = np.argsort(src, kind="stable")  # source order: the input is read forward
-        pos = np.searchsorted(sources, src[order])  # (E,) positions of the sources in the input
-        del src
-        dst_t = torch.from_numpy(dst[order]).to(device)
-        del order, dst
+        pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
+        dst_t = torch.from_numpy(dst).to(device)
+        del dst
         weights = None
         if scores is not None:
             weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]

@@ -144,3 +144,18 @@ def test_layerwise_rejects_bad_input(graph_files):
         layerwise_logits(Other(), graph, np.array([0]))
     with pytest.raises(ValueError, match="layerwise expected a model with per-layer modules .* \\(got Linear\\)"):
         layerwise_logits(torch.nn.Linear(11, 4), graph, np.array([0]))
+
+
+@pytest.mark.parametrize("model_name", ["graphsage", "gcn"])
+def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypatch, model_name):
+    # graphs of 2**31 nodes or more order their edges by an argsort instead of packed keys: same answer
+    import trainer.layerwise as layerwise
+
+    indptr, indices, features, labels, paths, root = graph_files
+    torch.manual_seed(2)
+    model = build_model(model_name, in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.0)
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root, chunk_nodes=37,
+                           memory_bytes=0)
+    packed = layerwise_logits(model, graph, np.arange(300))
+    monkeypatch.setattr(layerwise, "_packable", lambda graph, rows: False)
+    np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(300)), packed, rtol=0, atol=1e-5)
