@@ -47,7 +47,7 @@ from .owner import Owner, host_name
 if TYPE_CHECKING:  # pyarrow is imported where Parquet is used: keeps `import` cheap for workers
     import pyarrow as pa
 
-__all__ = ["MANIFEST_NAME", "Artifact", "ArtifactBuilder", "ArtifactStore", "compute_version"]
+__all__ = ["MANIFEST_NAME", "Artifact", "ArtifactBuilder", "ArtifactStore", "compute_version", "owned_tmp_name"]
 
 MANIFEST_NAME = "manifest.json"
 CATALOG_NAME = "catalog.duckdb"
@@ -64,6 +64,16 @@ def _owned_here(name: str, host: str) -> re.Match[str] | None:
     this host's name is matched exactly, and were never removed after a kill)."""
     return re.fullmatch(r"(?P<pid>\d+)(?:\.(?P<start>\d+))?-(?P<id>[0-9a-f]+)-(?P<host>" + re.escape(host)
                         + r")(?:(?:\.[A-Za-z0-9_-]+)*\.scratch(?:\.[A-Za-z0-9_-]+)*)?", name)
+
+
+def owned_tmp_name(label: str = "") -> str:
+    """A name for a temp entry of this process: ``<pid>.<start>-<id>-<host>`` (a builder dir's form), plus
+    ``.<label>.scratch`` when labelled (a scratch sibling's). :meth:`ArtifactStore.cleanup_tmp` removes such an
+    entry of the store's temp dir once its process is gone (the start time keeps a reused pid from keeping it)."""
+    me = Owner.me()
+    start = f".{me.start}" if me.start is not None else ""
+    base = f"{me.pid}{start}-{uuid.uuid4().hex[:16]}-{me.host}"
+    return f"{base}.{label}.scratch" if label else base
 
 
 #: Under the temp dir: checkpoints of interrupted stages, kept for a resume (``ArtifactStore.resume_dir``).
@@ -336,9 +346,7 @@ class ArtifactBuilder:
         self.format_version = None if format_version is None else int(format_version)
         self.stats: dict[str, Any] = {}
         self.timings: dict[str, Any] = {}
-        me = Owner.me()  # pid and start time: a reused pid does not keep a dead builder's dir alive
-        start = f".{me.start}" if me.start is not None else ""
-        self.dir = store.tmp_dir / f"{me.pid}{start}-{uuid.uuid4().hex[:16]}-{me.host}"
+        self.dir = store.tmp_dir / owned_tmp_name()  # pid and start time: removed once this process is gone
         self.dir.mkdir(parents=True)
         self._infos: dict[str, FileInfo] = {}
         self._writers: dict[str, ArrayWriter] = {}

@@ -27,6 +27,7 @@ rounding (tests compare to 1e-5).
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, read_header
+from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
 from trainer.gcn import GCNConv
@@ -358,7 +360,10 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                 num_threads=graph.num_threads)
     was_training = model.training
     model.eval()
-    with tempfile.TemporaryDirectory(dir=graph.scratch_dir, prefix="layerwise-") as scratch:
+    # named as this process's scratch: in a store's temp dir, cleanup_tmp removes it if the process is killed
+    scratch = Path(graph.scratch_dir or tempfile.gettempdir()) / owned_tmp_name("layerwise")
+    scratch.mkdir(parents=True)
+    try:
         try:
             for i, form in enumerate(forms):
                 last = i == num_layers - 1
@@ -380,6 +385,8 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
         finally:
             inp.close()
             model.train(was_training)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert inp.table is not None  # the last table is kept in RAM
     return inp.table[np.searchsorted(targets[-1], nodes)]
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from storage_kernels.owner import Owner
-from storage_kernels.store import ArtifactStore
+from storage_kernels.store import ArtifactStore, owned_tmp_name
 
 
 def test_scratch_siblings_of_a_dead_builder_are_removed(tmp_path: Path) -> None:
@@ -36,3 +36,17 @@ def test_scratch_siblings_of_a_dead_builder_are_removed(tmp_path: Path) -> None:
     assert live.dir.exists() and live_scratch.exists() and foreign.exists() and unrelated.exists()
     live_scratch.rmdir()
     live.abort()
+
+
+def test_an_owned_scratch_dir_is_removed_once_its_process_is_gone(tmp_path: Path) -> None:
+    # layer-wise evaluation's scratch tables: a dir named by owned_tmp_name in the store's temp dir
+    store = ArtifactStore(tmp_path, catalog=False)
+    mine = store.tmp_dir / owned_tmp_name("layerwise")
+    mine.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = mine.name.split("-", 1)[0].split(".", 1)[0]  # <pid>[.<start>]-<id>-<host>.layerwise.scratch
+    orphan = store.tmp_dir / mine.name.replace(pid, str(int(dead.stdout)), 1)
+    orphan.mkdir()
+    (orphan / "table.npy").write_bytes(b"x" * 64)
+    assert store.cleanup_tmp() == 1
+    assert mine.exists() and not orphan.exists()
