@@ -20,20 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 DEFAULT_DATASET = "synthetic:nodes=10000000,degree=10,dim=128,classes=16,seed=1,locality=0.9,window=64,labeled=0.04"
-
-
-def _read_bytes() -> int:
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
-    return 0
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -54,6 +46,7 @@ def _worker(args: argparse.Namespace) -> None:
         import numpy as np
         import torch
 
+        from pipelines.bench_worker import storage_read_bytes
         from pipelines.stages.train import full_graph
         from trainer.layerwise import layerwise_logits
         from trainer.models import build_model
@@ -68,10 +61,10 @@ def _worker(args: argparse.Namespace) -> None:
         for split in args.splits.split(","):
             nodes = graph.splits[split]
             report: list[dict[str, int]] = []
-            before, t1 = _read_bytes(), time.perf_counter()
+            before, t1 = storage_read_bytes(), time.perf_counter()
             logits = layerwise_logits(model, graph, nodes, report=report)
             out[split] = {"nodes": len(nodes), "wall_s": time.perf_counter() - t1,
-                          "os_read_bytes": _read_bytes() - before, "layers": report,
+                          "os_read_bytes": storage_read_bytes() - before, "layers": report,
                           "finite": bool(np.isfinite(logits).all())}
         out["feature_file_bytes"] = graph.features_path.stat().st_size
     out["maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -79,15 +72,13 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _child(args: argparse.Namespace, worker: str, preexec: Any = None) -> dict[str, Any]:
+    from pipelines.confine import json_child
+
     argv = [sys.executable, __file__, "--worker", worker, "--root", str(args.root), "--dataset", args.dataset,
             "--memory-mb", str(args.memory_mb), "--model", args.model, "--layers", str(args.layers),
             "--hidden-dim", str(args.hidden_dim), "--splits", args.splits,
             *[x for o in args.overrides for x in ("--set", o)]]
-    proc = subprocess.run(argv, preexec_fn=preexec, stdout=subprocess.PIPE, text=True)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"worker": worker, "returncode": proc.returncode, "failed": True}
-    return json.loads(lines[-1])
+    return {"worker": worker, **json_child(argv, preexec)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         _worker(args)
         return 0
 
-    from pipelines.confine import MemoryCgroup, cgroup_support, evict_page_cache, parse_bytes
+    from pipelines.confine import evict_page_cache, run_within
 
     prepared = _child(args, "reorder")
     if prepared.get("failed"):
@@ -118,18 +109,13 @@ def main(argv: list[str] | None = None) -> int:
                               "hidden_dim": args.hidden_dim, "layerwise_memory_mb": args.memory_mb,
                               "overrides": args.overrides}
     evict_page_cache([args.root])  # the run starts with the data on disk, not in the page cache
-    if args.budget.lower() == "none":
-        report.update(confined=False, evaluate=_child(args, "evaluate"))
-    else:
-        support = cgroup_support()
-        if not support.available:
-            print(f"no memory cgroup can be made here: {support.reason}", file=sys.stderr)
-            return 2
-        limit = parse_bytes(args.budget)
-        with MemoryCgroup(limit, support, name="strata-layerwise") as cgroup:
-            evaluated = _child(args, "evaluate", cgroup.join_argv())
-            report.update(confined=True, cgroup_version=support.version, limit_bytes=limit,
-                          peak_bytes=cgroup.peak_bytes(), oom_kills=cgroup.oom_kills(), evaluate=evaluated)
+    try:
+        confinement, evaluated = run_within(args.budget, "strata-layerwise",
+                                            lambda join: _child(args, "evaluate", join))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    report.update(confinement, evaluate=evaluated)
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

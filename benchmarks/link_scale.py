@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,13 +57,11 @@ def _worker(root: str, dataset: str, overrides: list[str], until: str) -> None:
 
 
 def _child(args: argparse.Namespace, overrides: list[str], until: str, preexec: Any = None) -> dict[str, Any]:
+    from pipelines.confine import json_child
+
     argv = [sys.executable, __file__, "--worker", until, "--root", str(args.root), "--dataset", args.dataset,
             *[x for o in overrides for x in ("--set", o)]]
-    proc = subprocess.run(argv, preexec_fn=preexec, stdout=subprocess.PIPE, text=True)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"until": until, "returncode": proc.returncode, "failed": True}
-    return json.loads(lines[-1])
+    return {"until": until, **json_child(argv, preexec)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         _worker(str(args.root), args.dataset, args.overrides, args.worker)
         return 0
 
-    from pipelines.confine import MemoryCgroup, cgroup_support, evict_page_cache, parse_bytes
+    from pipelines.confine import evict_page_cache, run_within
 
     overrides = [*BASE, f"policy={args.policy}", f"train.epochs={args.epochs}",
                  f"train.embedding_dim={args.embedding_dim}", *args.overrides]
@@ -94,19 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"dataset": args.dataset, "policy": args.policy, "overrides": overrides,
                               "prepare": prepared}
     evict_page_cache([args.root])  # the run starts with the data on disk, not in the page cache
-    if args.budget.lower() == "none":
-        report.update(confined=False, train=_child(args, overrides, "train"))
-    else:
-        support = cgroup_support()
-        if not support.available:
-            print(f"no memory cgroup can be made here: {support.reason}", file=sys.stderr)
-            return 2
-        limit = parse_bytes(args.budget)
-        with MemoryCgroup(limit, support, name="strata-link") as cgroup:
-            train = _child(args, overrides, "train", cgroup.join_argv())
-            report.update(confined=True, cgroup_version=support.version, limit_bytes=limit,
-                          peak_bytes=cgroup.peak_bytes(), oom_kills=cgroup.oom_kills(), train=train)
-    train = report["train"]
+    try:
+        confinement, train = run_within(args.budget, "strata-link",
+                                        lambda join: _child(args, overrides, "train", join))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    report.update(confinement, train=train)
     if not train.get("failed") and train.get("node_file_bytes") and report.get("limit_bytes"):
         report["table_over_budget"] = train["node_file_bytes"] / report["limit_bytes"]
     text = json.dumps(report, indent=2)

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import re
+import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CgroupSupport", "MemoryCgroup", "cgroup_support", "evict_page_cache", "parse_bytes"]
+__all__ = ["CgroupSupport", "MemoryCgroup", "cgroup_support", "evict_page_cache", "json_child", "parse_bytes",
+           "run_within"]
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -255,3 +259,32 @@ def evict_page_cache(paths: Iterable[str | Path]) -> int:
             finally:
                 os.close(fd)
     return total
+
+
+def json_child(argv: list[str], preexec: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run ``argv`` (``preexec`` in the child first, e.g. :meth:`MemoryCgroup.join_argv`); its report is the last
+    line of its stdout that starts with ``{``, or ``{"returncode": rc, "failed": True}`` when it failed or
+    printed none."""
+    proc = subprocess.run(argv, preexec_fn=preexec, stdout=subprocess.PIPE, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"returncode": proc.returncode, "failed": True}
+    return json.loads(lines[-1])
+
+
+def run_within(budget: str, name: str, run: Callable[[Callable[[], None] | None], dict[str, Any]]
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``run(preexec)`` unconfined (``budget`` "none") or inside a fresh memory cgroup of ``budget`` bytes (page
+    cache counted) that ``preexec`` joins: ``(confinement, result)``, where ``confinement`` holds
+    ``confined`` and, when confined, ``cgroup_version``, ``limit_bytes``, ``peak_bytes`` and ``oom_kills``.
+    ``RuntimeError`` naming the reason when no cgroup can be made here."""
+    if budget.lower() == "none":
+        return {"confined": False}, run(None)
+    support = cgroup_support()
+    if not support.available:
+        raise RuntimeError(f"no memory cgroup can be made here: {support.reason}")
+    limit = parse_bytes(budget)
+    with MemoryCgroup(limit, support, name=name) as cgroup:
+        result = run(cgroup.join_argv())
+        return {"confined": True, "cgroup_version": support.version, "limit_bytes": limit,
+                "peak_bytes": cgroup.peak_bytes(), "oom_kills": cgroup.oom_kills()}, result

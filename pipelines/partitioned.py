@@ -128,17 +128,19 @@ def pack_merged(context: dg.AssetExecutionContext, strata: StrataResource) -> dg
 
 PARTITIONED_ASSETS = [sample_shards, sample_merged, pack_shards_asset, pack_merged]
 _IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
-PARTITIONED_JOBS = [
-    dg.define_asset_job("sample_shards_job", selection=dg.AssetSelection.assets(sample_shards),
-                        config=_IN_PROCESS,
-                        description="One shard of the sample stage per partition (backfill all partitions to "
-                                    "sample them in parallel runs); then run sample_merge_job."),
-    dg.define_asset_job("sample_merge_job", selection=dg.AssetSelection.assets(sample_merged), config=_IN_PROCESS,
-                        description="Assemble the sampled shards into the sample artifact strata_job reuses."),
-    dg.define_asset_job("pack_shards_job", selection=dg.AssetSelection.assets(pack_shards_asset),
-                        config=_IN_PROCESS,
-                        description="One shard of the pack stage per partition (backfill all partitions to pack "
-                                    "them in parallel runs); then run pack_merge_job."),
-    dg.define_asset_job("pack_merge_job", selection=dg.AssetSelection.assets(pack_merged), config=_IN_PROCESS,
-                        description="Assemble the packed shards into the pack artifact strata_job reuses."),
-]
+
+
+def _shard_jobs(stage: str, shards: dg.AssetsDefinition, merged: dg.AssetsDefinition) -> list:
+    """``<stage>_shards_job`` (one shard per partition: backfill them all to run them in parallel) and
+    ``<stage>_merge_job`` (the shards assembled into the artifact strata_job reuses)."""
+    return [
+        dg.define_asset_job(f"{stage}_shards_job", selection=dg.AssetSelection.assets(shards), config=_IN_PROCESS,
+                            description=f"One shard of the {stage} stage per partition (backfill all partitions to "
+                                        f"run them in parallel); then run {stage}_merge_job."),
+        dg.define_asset_job(f"{stage}_merge_job", selection=dg.AssetSelection.assets(merged), config=_IN_PROCESS,
+                            description=f"Assemble the {stage} shards into the {stage} artifact strata_job reuses."),
+    ]
+
+
+PARTITIONED_JOBS = [*_shard_jobs("sample", sample_shards, sample_merged),
+                    *_shard_jobs("pack", pack_shards_asset, pack_merged)]

@@ -121,15 +121,16 @@ def align_up(nbytes: Any, to: int = DATA_ALIGN) -> Any:
     return -(-nbytes // to) * to
 
 
-def row_ranges(indptr: np.ndarray, max_entries: int) -> np.ndarray:
+def row_ranges(indptr: np.ndarray, max_entries: int, min_rows: int = 1) -> np.ndarray:
     """Bounds ``b`` (int64, from 0 to N) cutting CSR rows into ranges ``[b[i], b[i+1])`` of at most
-    ``max_entries`` entries each, except single rows heavier than that (a range holds at least one row)."""
+    ``max_entries`` entries each, except where that would hold fewer than ``min_rows`` rows (a range holds at
+    least ``min_rows`` rows, or the rest; single rows heavier than ``max_entries`` stand alone)."""
     n = len(indptr) - 1
     bounds = [0]
     while bounds[-1] < n:
         s = bounds[-1]
         e = int(np.searchsorted(indptr, int(indptr[s]) + max_entries, side="right")) - 1
-        bounds.append(min(n, max(e, s + 1)))
+        bounds.append(min(n, max(e, s + max(min_rows, 1))))
     return np.asarray(bounds, dtype=np.int64)
 
 

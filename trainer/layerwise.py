@@ -19,13 +19,15 @@ once per layer.
 
 The memory used is ``LayerwiseGraph.memory_bytes`` (half for an interval's accumulators and edges, an eighth
 for a read window, at most an eighth for each layer table kept in RAM), plus a byte per node for the frontier
-and, for GCN, 8 bytes per node of out-degrees and, for GAT, the attention scores of a layer's sources
+and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`LayerwiseGraph.out_degree`) and,
+for GAT, the attention scores of a layer's sources
 (``4 * heads`` bytes each). The result equals the model's forward on the full-neighbourhood blocks up to float
 rounding (tests compare to 1e-5).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -37,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter, read_header
+from storage_kernels.arrays import ArrayWriter, read_header, row_ranges, segment_ranges
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
@@ -81,6 +83,16 @@ class LayerwiseGraph:
     def num_nodes(self) -> int:
         return len(self.indptr) - 1
 
+    @functools.cached_property
+    def out_degree(self) -> torch.Tensor:
+        """Every node's out-degree in the full graph plus its self loop (N,) (GCN's normalisation), counted once
+        per graph in slices of ``indices``."""
+        step = 1 << 24
+        count = np.ones(self.num_nodes, dtype=np.int64)
+        for lo in range(0, len(self.indices), step):
+            count += np.bincount(np.asarray(self.indices[lo : lo + step]), minlength=self.num_nodes)
+        return torch.from_numpy(count)
+
 
 # ---------------------------------------------------------------------------------------------- the graph
 def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -88,10 +100,8 @@ def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.n
     in CSR order."""
     starts = np.asarray(graph.indptr[rows], dtype=np.int64)
     counts = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - starts  # (len(rows),)
-    ends = np.cumsum(counts)
-    # edge k of row r sits at starts[r] + (k - (ends[r] - counts[r])) in `indices`
-    offsets = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
-    offsets += np.repeat(starts - (ends - counts), counts)
+    offsets = segment_ranges(counts)  # edge k of row r sits at starts[r] + k in `indices`
+    offsets += np.repeat(starts, counts)
     src = np.asarray(graph.indices[offsets], dtype=np.int64)  # sorted offsets: forward reads of a memmap
     return src, np.repeat(np.arange(len(rows), dtype=np.int64), counts)
 
@@ -131,17 +141,10 @@ def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
 
 
 def _cuts(costs: np.ndarray, budget: int, min_rows: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of ``costs``' rows whose summed cost stays within ``budget`` (a range holds at least
-    ``min_rows`` rows, or one row over budget on its own)."""
-    cum = np.cumsum(costs, dtype=np.int64)
-    out, lo = [], 0
-    while lo < len(costs):
-        base = int(cum[lo - 1]) if lo else 0
-        hi = int(np.searchsorted(cum, base + budget, side="right"))
-        hi = min(max(hi, lo + max(min_rows, 1)), len(costs))
-        out.append((lo, hi))
-        lo = hi
-    return out
+    """Consecutive ranges of ``costs``' rows whose summed cost stays within ``budget`` (:func:`row_ranges` over
+    their running sum: a range holds at least ``min_rows`` rows, or one row over budget on its own)."""
+    bounds = row_ranges(np.concatenate([[0], np.cumsum(costs, dtype=np.int64)]), budget, min_rows)
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
 
 def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) -> np.ndarray:
@@ -151,14 +154,6 @@ def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) ->
     for lo, hi in _cuts(_in_degree(graph, rows), max_edges, 1):
         member[_in_edges(graph, rows[lo:hi])[0]] = True
     return np.flatnonzero(member)
-
-
-def _out_degree(graph: LayerwiseGraph, step: int = 1 << 24) -> torch.Tensor:
-    """Every node's out-degree in the full graph plus its self loop (N,), counted in slices of ``indices``."""
-    count = np.ones(graph.num_nodes, dtype=np.int64)
-    for lo in range(0, len(graph.indices), step):
-        count += np.bincount(np.asarray(graph.indices[lo : lo + step]), minlength=graph.num_nodes)
-    return torch.from_numpy(count)
 
 
 # ---------------------------------------------------------------------------------------------- the tables
@@ -344,7 +339,7 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
         raise ValueError(f"'train.eval_mode' layerwise expected a model with per-layer modules in 'layers' "
                          f"(graphsage, gcn, gat) (got {type(model).__name__})")
     num_layers = len(layers)
-    out_degree = _out_degree(graph) if any(isinstance(layer, GCNConv) for layer in layers) else None
+    out_degree = graph.out_degree if any(isinstance(layer, GCNConv) for layer in layers) else None
     forms = [layer_form(layer, out_degree) for layer in layers]
     budget = _Budget.of(graph.memory_bytes)
     max_edges = max(budget.interval // EDGE_BYTES, 1)

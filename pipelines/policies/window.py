@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_kernels import kernels
-from storage_kernels.arrays import align_up
+from storage_kernels.arrays import align_up, segment_ranges
 from storage_kernels.packstore import CHUNK_ALIGN
 
 __all__ = ["WindowPlan", "buffer_rows_for", "fill_gaps", "schedule_windows", "segment_block_offsets"]
@@ -87,8 +87,7 @@ def fill_gaps(ptr: np.ndarray, blocks: np.ndarray, gap_blocks: int) -> tuple[np.
     between = blocks[1:] - blocks[:-1] - 1  # (B - 1,) unneeded blocks before the next one
     fill = np.where((position[1:] == position[:-1]) & (between <= gap_blocks), between, 0)
     counts = 1 + np.append(fill, 0)  # (B,) each block and the gap filled after it
-    ends = np.cumsum(counts)
-    filled = np.repeat(blocks, counts) + np.arange(int(ends[-1])) - np.repeat(ends - counts, counts)
+    filled = np.repeat(blocks, counts) + segment_ranges(counts)
     per_position = np.bincount(position, weights=counts, minlength=len(ptr) - 1).astype(np.int64)
     return np.concatenate([[0], np.cumsum(per_position)]).astype(np.int64), filled
 

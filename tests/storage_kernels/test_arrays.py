@@ -308,3 +308,4 @@ def test_row_ranges_cut_rows_by_entries() -> None:
     assert row_ranges(indptr, 100).tolist() == [0, 6]
     assert row_ranges(indptr, 1).tolist() == [0, 1, 3, 4, 5, 6]
     assert row_ranges(np.array([0]), 5).tolist() == [0]
+    assert row_ranges(indptr, 1, min_rows=4).tolist() == [0, 4, 6]  # at least 4 rows a range, or the rest
