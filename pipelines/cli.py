@@ -30,6 +30,7 @@ from rich.text import Text
 
 from pipelines.clierrors import StrataGroup
 from pipelines.config import PipelineConfig
+from pipelines.gc import command as gc_command
 from pipelines.models_cli import models_app
 from pipelines.verify import command as verify_command
 
@@ -53,6 +54,7 @@ app.add_typer(catalog_app, name="catalog")
 config_app = typer.Typer(help="Show the configuration a run would use.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.command("verify")(verify_command)
+app.command("gc")(gc_command)
 app.add_typer(models_app, name="models")
 
 out = Console(soft_wrap=True)

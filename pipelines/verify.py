@@ -32,19 +32,12 @@ from storage_kernels.integrity import (
     quarantine,
     verify_manifest_dir,
 )
-from storage_kernels.store import MANIFEST_NAME
+from storage_kernels.store import published_dirs
 
-__all__ = ["VerifyResult", "artifact_dirs", "verify_root"]
+__all__ = ["VerifyResult", "verify_root"]
 
 _out = Console(soft_wrap=True)
 _err = Console(stderr=True, soft_wrap=True)
-
-
-def artifact_dirs(root: Path, dataset: str | None = None) -> list[Path]:
-    """Every published artifact directory under ``root`` (optionally one dataset's), hidden ones excluded."""
-    pattern = f"{dataset}/*/*/{MANIFEST_NAME}" if dataset else f"*/*/*/{MANIFEST_NAME}"
-    return [m.parent for m in sorted(Path(root).glob(pattern))
-            if not any(p.startswith(".") for p in m.parent.relative_to(root).parts)]
 
 
 @dataclass
@@ -69,7 +62,7 @@ def verify_root(root: Path, dataset: str | None = None, mode: str = "full", thre
     if mode not in MODES or mode == "off":
         raise ValueError(f"'--mode' expected full or sampled (got {mode!r})")
     start = time.perf_counter()
-    checks = [verify_manifest_dir(d, "off") for d in artifact_dirs(root, dataset)]  # parse manifests only
+    checks = [verify_manifest_dir(d, "off") for d in published_dirs(root, dataset)]  # parse manifests only
     for c in checks:
         c.mode = mode
     jobs = [(c, name) for c in checks if c.artifact is not None for name in sorted(c.artifact.files)]

@@ -314,4 +314,7 @@ def find_verified(store: ArtifactStore, dataset: str, stage: str, version: str, 
     if check.status == "BAD":
         moved = quarantine(store.root, path, check.problem(), store.catalog)
         raise ArtifactCorrupted(check, moved)
+    from .store import mark_used  # store imports this module
+
+    mark_used(path)
     return check.artifact

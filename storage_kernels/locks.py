@@ -20,13 +20,22 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["LOCKS_NAME", "dataset_lock", "file_lock", "holder_pid", "root_lock"]
+__all__ = ["LOCKS_NAME", "LockHeld", "dataset_lock", "file_lock", "holder_pid", "root_lock"]
 
 LOCKS_NAME = ".locks"
 
 _held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth) held by this process
 _guard = threading.Lock()
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class LockHeld(BlockingIOError):
+    """``wait=False`` and another process holds the lock: ``pid`` is the holder's, when it wrote one."""
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        who = f"process {pid}" if pid is not None else "another process"
+        super().__init__(errno.EWOULDBLOCK, f"lock {path} is held by {who}")
+        self.path, self.pid = path, pid
 
 
 def _lock_path(root: str | Path, name: str) -> Path:
@@ -43,11 +52,12 @@ def holder_pid(path: str | Path) -> int | None:
 
 
 @contextlib.contextmanager
-def file_lock(path: str | Path, on_wait: Callable[[int | None], None] | None = None) -> Iterator[None]:
+def file_lock(path: str | Path, on_wait: Callable[[int | None], None] | None = None, wait: bool = True
+              ) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created) for the block; re-entrant within this process.
 
     ``on_wait(pid)`` is called once when another process holds it, before blocking (``pid``: the holder's,
-    when it wrote one).
+    when it wrote one). With ``wait=False`` a held lock raises :class:`LockHeld` instead of blocking.
     """
     path = Path(path)
     key = str(path.resolve())
@@ -74,6 +84,8 @@ def file_lock(path: str | Path, on_wait: Callable[[int | None], None] | None = N
         except OSError as e:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
+            if not wait:
+                raise LockHeld(path, holder_pid(path)) from None
             if on_wait is not None:
                 on_wait(holder_pid(path))
             fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder finishes (or dies)
@@ -92,11 +104,12 @@ def file_lock(path: str | Path, on_wait: Callable[[int | None], None] | None = N
         os.close(fd)
 
 
-def dataset_lock(root: str | Path, dataset: str, on_wait: Callable[[str], None] | None = None
+def dataset_lock(root: str | Path, dataset: str, on_wait: Callable[[str], None] | None = None, wait: bool = True
                  ) -> contextlib.AbstractContextManager[None]:
     """Hold the run lock of ``dataset`` under ``root`` for the block (waits while another process holds it).
 
-    ``on_wait(message)`` is called once before waiting, with ``"waiting for run <pid> on dataset <name>"``.
+    ``on_wait(message)`` is called once before waiting, with ``"waiting for run <pid> on dataset <name>"``;
+    ``wait=False`` raises :class:`LockHeld` instead of waiting.
     """
 
     def say(pid: int | None) -> None:
@@ -104,7 +117,7 @@ def dataset_lock(root: str | Path, dataset: str, on_wait: Callable[[str], None] 
             who = f"run {pid}" if pid is not None else "another run"
             on_wait(f"waiting for {who} on dataset {dataset} (lock {_lock_path(root, 'dataset-' + dataset)})")
 
-    return file_lock(_lock_path(root, f"dataset-{dataset}"), say)
+    return file_lock(_lock_path(root, f"dataset-{dataset}"), say, wait)
 
 
 def root_lock(root: str | Path, name: str) -> contextlib.AbstractContextManager[None]:

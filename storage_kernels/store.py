@@ -20,6 +20,7 @@ comes last (the catalog is an index, rebuildable from the manifests).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import importlib.metadata
@@ -47,7 +48,8 @@ from .owner import Owner, host_name
 if TYPE_CHECKING:  # pyarrow is imported where Parquet is used: keeps `import` cheap for workers
     import pyarrow as pa
 
-__all__ = ["MANIFEST_NAME", "Artifact", "ArtifactBuilder", "ArtifactStore", "compute_version", "owned_tmp_name"]
+__all__ = ["MANIFEST_NAME", "Artifact", "ArtifactBuilder", "ArtifactStore", "compute_version", "mark_used",
+           "owned_tmp_name", "published_dirs"]
 
 MANIFEST_NAME = "manifest.json"
 CATALOG_NAME = "catalog.duckdb"
@@ -177,6 +179,22 @@ def _rmtree(path: Path) -> None:
         shutil.rmtree(path, onexc=ignore_missing)
     else:
         shutil.rmtree(path, onerror=ignore_missing)
+
+
+def published_dirs(root: str | Path, dataset: str | None = None) -> list[Path]:
+    """Every published artifact directory under ``root`` (optionally one dataset's), hidden ones (``.tmp``,
+    ``.quarantine``) excluded; found from the manifests on disk, not the catalog."""
+    root = Path(root)
+    pattern = f"{dataset}/*/*/{MANIFEST_NAME}" if dataset else f"*/*/*/{MANIFEST_NAME}"
+    return [m.parent for m in sorted(root.glob(pattern))
+            if not any(p.startswith(".") for p in m.parent.relative_to(root).parts)]
+
+
+def mark_used(path: str | Path) -> None:
+    """Record that a run used the artifact at ``path`` now: its directory's mtime, which ``strata gc`` reads as
+    the version's last use (the manifest stays untouched). Best effort: a read-only store keeps its times."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def _utc_now_iso() -> str:
@@ -620,10 +638,12 @@ class ArtifactStore:
         )
 
     def find(self, dataset: str, stage: str, version: str) -> Artifact | None:
-        """The published artifact, or None."""
+        """The published artifact, or None. Finding it marks it used (:func:`mark_used`): a run looks up
+        the versions it reuses here."""
         path = self.path(dataset, stage, version)
         if not (path / MANIFEST_NAME).is_file():
             return None
+        mark_used(path)
         return Artifact(path)
 
     def open(self, dataset: str, stage: str, version: str) -> Artifact:

@@ -1,0 +1,103 @@
+"""``strata gc``: remove the artifact versions no configuration in use needs any more.
+
+A dry run by default: a table of every version with keep/remove and the reason, and the bytes a ``--yes`` run
+would free. The rules and the safeguards (run locks, open files, upstream lineage) are
+:mod:`storage_kernels.retention`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipelines.formatting import format_bytes
+from storage_kernels.retention import Decision, collect, open_versions, parse_duration, plan, scan
+
+__all__ = ["command"]
+
+_out = Console(soft_wrap=True)
+_err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: str) -> None:
+    _err.print(f"error: {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _row(d: Decision, now: float) -> dict[str, Any]:
+    v = d.version
+    return {"dataset": v.dataset, "stage": v.stage, "version": v.version, "bytes": v.bytes,
+            "last_used": time.strftime("%Y-%m-%d %H:%M", time.localtime(v.last_used)),
+            "action": "keep" if d.keep else "remove", "reason": d.reason, "path": str(v.path)}
+
+
+def command(
+    dataset: str | None = typer.Option(None, "--dataset", "-d", help="Only this dataset (directory name)."),
+    root: str | None = typer.Option(None, "--root", help="Data root (default: $STRATA_HOME, else ./strata_data)."),
+    keep_last: int = typer.Option(1, "--keep-last", min=0,
+                                  help="Keep this many most recently used versions of each stage of each dataset."),
+    keep_within: str = typer.Option("0", "--keep-within",
+                                    help="Also keep every version used within this long, e.g. 12h or 7d."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Remove them (without it: a dry run that only reports)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Remove superseded artifact versions: every stage keeps its most recently used version(s), what those
+    were built from, and whatever a live process has open. A dry run unless --yes."""
+    from pipelines.settings import StrataPaths, resolve_root
+
+    base = resolve_root(root)
+    if not base.is_dir():
+        _fail(f"'--root' expected a directory (got {base})")
+    if dataset is not None and (not dataset or dataset.startswith(".") or "/" in dataset or "*" in dataset):
+        _fail(f"'--dataset' expected a dataset directory name (got {dataset!r})")
+    try:
+        within = parse_duration(keep_within)
+    except ValueError as e:
+        _fail(str(e))
+    now = time.time()
+    decisions = plan(scan(base, dataset), keep_last, within or None, open_versions(base), now)
+    doomed = [d for d in decisions if not d.keep]
+    reclaimable = sum(d.version.bytes for d in doomed)
+    removed, skipped, freed = [], [], 0
+    if yes and doomed:
+        catalog = StrataPaths(base).catalog()
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                      console=_err, transient=True, disable=json_out or not _err.is_terminal) as progress:
+            task = progress.add_task("gc: removing", total=reclaimable)
+            result = collect(base, decisions, catalog, lambda v: progress.advance(task, v.bytes))
+        removed = ["/".join(v.key) for v in result.removed]
+        skipped = [{"artifact": "/".join(v.key), "why": why} for v, why in result.skipped]
+        freed = result.bytes_freed
+    rows = [_row(d, now) for d in decisions]
+    if json_out:
+        doc = {"root": str(base), "dry_run": not yes, "keep_last": keep_last, "keep_within_s": within,
+               "versions": rows, "removable": len(doomed), "reclaimable_bytes": reclaimable,
+               "removed": removed, "skipped": skipped, "bytes_freed": freed}
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    if not rows:
+        _err.print(f"no artifacts under {base}", highlight=False)
+        return
+    for name in dict.fromkeys(r["dataset"] for r in rows):  # one table per dataset, in order
+        table = Table(title=f"{name}" + ("" if yes else " (dry run)"), title_justify="left")
+        for column in ("stage", "version", "size", "last used", "action", "reason"):
+            table.add_column(column, overflow="fold", no_wrap=column in ("version", "size", "last used"),
+                             justify="right" if column == "size" else "left")
+        for r in (r for r in rows if r["dataset"] == name):
+            action = "[green]keep[/]" if r["action"] == "keep" else "[bold red]remove[/]"
+            table.add_row(r["stage"], r["version"], format_bytes(r["bytes"]), r["last_used"], action, r["reason"])
+        _out.print(table)
+    if not yes:
+        _out.print(f"{len(doomed)} of {len(rows)} versions removable, {format_bytes(reclaimable)}; "
+                   "run again with --yes to remove them", highlight=False)
+        return
+    _out.print(f"removed {len(removed)} versions, freed {format_bytes(freed)}", highlight=False)
+    for s in skipped:
+        _out.print(f"left {s['artifact']}: {s['why']}", highlight=False)

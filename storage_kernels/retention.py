@@ -1,0 +1,278 @@
+"""Which artifact versions a data root still needs, and removing the rest (``strata gc``).
+
+Every configuration change publishes new versions and nothing removes the old ones: on a large graph each
+superseded ``pack`` or ``reorder`` version is gigabytes. A version is **kept** when any of these holds:
+
+- it is one of the ``keep_last`` most recently used versions of its (dataset, stage);
+- it was used within the last ``keep_within`` seconds;
+- a live process has one of its files open or mapped (``/proc/<pid>/fd``, ``maps`` and ``cwd``; the processes
+  of other users are visible to root only);
+- its manifest cannot be read (``strata verify`` says why: gc never removes what it cannot read);
+- a kept version depends on it (its manifest's ``upstream``, followed transitively).
+
+Everything else is removable. A version's last use is the later of its manifest's ``created_at`` and its
+directory's mtime, which a run sets whenever it reuses the version (:func:`storage_kernels.store.mark_used`).
+
+:func:`collect` removes one dataset at a time under that dataset's run lock, taken without waiting: a dataset
+with a run in progress is skipped whole. Under the lock it checks again that no process has the version open
+and that no run used it since the plan; then it renames the version's directory into ``<root>/.tmp/`` (one
+atomic step: a reader finds the whole version or none), drops it from the catalog and deletes the files. A
+crash in between leaves a temp entry that :meth:`ArtifactStore.cleanup_tmp` removes once this process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .locks import LockHeld, dataset_lock
+from .store import TMP_NAME, Artifact, _rmtree, owned_tmp_name, published_dirs
+
+__all__ = ["Collected", "Decision", "Version", "collect", "format_age", "open_versions", "parse_duration", "plan",
+           "scan"]
+
+Key = tuple[str, str, str]  # (dataset, stage, version)
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([smhdw]?)\s*")
+
+
+def parse_duration(text: str | float, what: str = "--keep-within") -> float:
+    """Seconds in ``text``: a number with an optional unit s, m, h, d or w (``"90m"``, ``"7d"``, ``"0"``)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"'{what}' expected a duration >= 0 (got {text!r})")
+        return float(text)
+    m = _DURATION_RE.fullmatch(str(text))
+    if m is None:
+        raise ValueError(f"'{what}' expected a duration such as 30m, 12h or 7d (got {text!r})")
+    return float(m[1]) * _UNITS[m[2] or "s"]
+
+
+def format_age(seconds: float) -> str:
+    """``seconds`` in the largest unit that keeps it >= 1 (``"45s"``, ``"3.2h"``, ``"12d"``)."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size:
+            value = seconds / size
+            return f"{value:.0f}{unit}" if value >= 10 else f"{value:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@dataclass(frozen=True)
+class Version:
+    """One published artifact version as found on disk."""
+
+    dataset: str
+    stage: str
+    version: str
+    path: Path
+    last_used: float  #: epoch seconds: the later of ``created_at`` and the directory's mtime
+    bytes: int
+    upstream: tuple[tuple[str, str], ...] = ()  #: (stage, version) of every upstream artifact
+    readable: bool = True
+
+    @property
+    def key(self) -> Key:
+        return (self.dataset, self.stage, self.version)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Keep or remove one version, and why."""
+
+    version: Version
+    keep: bool
+    reason: str
+
+
+@dataclass
+class Collected:
+    """What :func:`collect` removed, and what it left in place with the reason."""
+
+    removed: list[Version] = field(default_factory=list)
+    skipped: list[tuple[Version, str]] = field(default_factory=list)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(v.bytes for v in self.removed)
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def scan(root: str | Path, dataset: str | None = None) -> list[Version]:
+    """Every published version under ``root`` (optionally one dataset's), with its size and last use."""
+    root = Path(root)
+    found = []
+    for path in published_dirs(root, dataset):
+        ds, stage, version = path.relative_to(root).parts
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        try:
+            art = Artifact(path)
+            created = datetime.fromisoformat(art.created_at).timestamp()
+            upstream = tuple(sorted((str(s), str(v)) for s, v in art.upstream.items()))
+            readable = True
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            created, upstream, readable = 0.0, (), False
+        found.append(Version(ds, stage, version, path, max(created, mtime), _tree_bytes(path), upstream, readable))
+    return found
+
+
+def _version_key(target: str, prefix: str) -> Key | None:
+    if not target.startswith(prefix):
+        return None
+    parts = target[len(prefix):].split(os.sep)
+    if len(parts) < 3 or any(p.startswith(".") for p in parts[:3]):
+        return None
+    return (parts[0], parts[1], parts[2])
+
+
+def open_versions(root: str | Path) -> dict[Key, set[int]]:
+    """The versions under ``root`` that a live process has a file of open or mapped, or works in: key -> pids."""
+    prefix = str(Path(root).resolve()) + os.sep
+    found: dict[Key, set[int]] = defaultdict(set)
+
+    def note(target: str, pid: int) -> None:
+        key = _version_key(target.removesuffix(" (deleted)"), prefix)
+        if key is not None:
+            found[key].add(pid)
+
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        with contextlib.suppress(OSError):  # the process exited, or belongs to another user
+            note(os.readlink(f"/proc/{pid}/cwd"), pid)
+        with contextlib.suppress(OSError):
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    note(os.readlink(fd.path), pid)
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps", encoding="utf8", errors="replace") as maps:
+            for line in maps:
+                start = line.find("/")  # the path column; the columns before it hold no '/'
+                if start >= 0:
+                    note(line[start:].rstrip("\n"), pid)
+    return dict(found)
+
+
+def _pids(pids: Iterable[int]) -> str:
+    return ", ".join(str(p) for p in sorted(pids))
+
+
+def plan(versions: list[Version], keep_last: int = 1, keep_within: float | None = None,
+         in_use: dict[Key, set[int]] | None = None, now: float | None = None) -> list[Decision]:
+    """Keep or remove each of ``versions`` by the rules of this module; sorted by dataset, stage, last use."""
+    if keep_last < 0:
+        raise ValueError(f"'--keep-last' expected a count >= 0 (got {keep_last})")
+    now = time.time() if now is None else now
+    in_use = in_use or {}
+    reasons: dict[Key, str] = {}
+    groups: dict[tuple[str, str], list[Version]] = defaultdict(list)
+    for v in versions:
+        groups[(v.dataset, v.stage)].append(v)
+    for group in groups.values():
+        group.sort(key=lambda v: (v.last_used, v.version), reverse=True)
+        rank = 0
+        for v in group:
+            if not v.readable:
+                reasons[v.key] = "manifest unreadable (`strata verify` says why)"
+                continue
+            if v.key in in_use:
+                reasons[v.key] = f"open by pid {_pids(in_use[v.key])}"
+            elif rank < keep_last:
+                reasons[v.key] = "most recently used" if rank == 0 else f"among the {keep_last} most recently used"
+            elif keep_within is not None and now - v.last_used <= keep_within:
+                reasons[v.key] = f"used {format_age(now - v.last_used)} ago (within {format_age(keep_within)})"
+            rank += 1
+    by_key = {v.key: v for v in versions}
+    pending = list(reasons)
+    while pending:  # everything a kept version was built from stays
+        v = by_key[pending.pop()]
+        for stage, version in v.upstream:
+            up = (v.dataset, stage, version)
+            if up in by_key and up not in reasons:
+                reasons[up] = f"upstream of {v.stage}/{v.version}"
+                pending.append(up)
+    ordered = sorted(versions, key=lambda v: (v.dataset, v.stage, -v.last_used, v.version))
+    return [Decision(v, v.key in reasons, reasons.get(v.key, f"unused for {format_age(now - v.last_used)}"))
+            for v in ordered]
+
+
+def _forget(catalog: Any, v: Version) -> None:
+    from .catalog import CatalogLockTimeout
+
+    try:
+        catalog.forget_artifact(*v.key)
+    except (CatalogLockTimeout, OSError) as e:  # the files are gone; the index catches up on a rebuild
+        warnings.warn(f"'{catalog.db_path}' expected to drop {'/'.join(v.key)} (got {e}); run `strata catalog "
+                      "rebuild`", RuntimeWarning, stacklevel=3)
+
+
+def _remove_version(root: Path, v: Version, catalog: Any) -> bool:
+    """Rename ``v`` out of the tree, drop it from ``catalog``, delete it; False when it was already gone."""
+    tmp = root / TMP_NAME
+    tmp.mkdir(exist_ok=True)
+    doomed = tmp / owned_tmp_name("gc")
+    try:
+        os.rename(v.path, doomed)
+    except FileNotFoundError:
+        return False
+    if catalog is not None:
+        _forget(catalog, v)
+    _rmtree(doomed)
+    with contextlib.suppress(OSError):  # the stage directory, once its last version is gone
+        v.path.parent.rmdir()
+    return True
+
+
+def collect(root: str | Path, decisions: list[Decision], catalog: Any = None,
+            on_removed: Callable[[Version], None] | None = None) -> Collected:
+    """Remove every version ``decisions`` does not keep (see the module docstring for the safeguards)."""
+    root = Path(root)
+    doomed: dict[str, list[Version]] = defaultdict(list)
+    for d in decisions:
+        if not d.keep:
+            doomed[d.version.dataset].append(d.version)
+    result = Collected()
+    for dataset, versions in doomed.items():
+        try:
+            with dataset_lock(root, dataset, wait=False):
+                busy = open_versions(root)
+                for v in versions:
+                    try:
+                        used = v.path.stat().st_mtime
+                    except FileNotFoundError:
+                        result.skipped.append((v, "already gone"))
+                        continue
+                    if v.key in busy:
+                        result.skipped.append((v, f"open by pid {_pids(busy[v.key])}"))
+                    elif used > v.last_used:
+                        result.skipped.append((v, "used by a run since the plan"))
+                    elif _remove_version(root, v, catalog):
+                        result.removed.append(v)
+                        if on_removed is not None:
+                            on_removed(v)
+                    else:
+                        result.skipped.append((v, "already gone"))
+        except LockHeld as e:
+            result.skipped.extend((v, f"a run of dataset {dataset} is in progress ({e})") for v in versions)
+    return result

@@ -1,0 +1,70 @@
+"""``strata gc`` on a real pipeline root: after a configuration change it removes the superseded ``plan`` and
+``pack`` and nothing the current configuration needs (a rerun reuses every stage), the old configuration
+rebuilds only what was removed, and the dry run, ``--json`` and bad options behave."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+from pipelines.config import PipelineConfig
+from pipelines.runner import StageRunner
+from pipelines.settings import StrataPaths
+
+SPEC = "synthetic:nodes=600,degree=6,dim=8,classes=3,seed=0"
+SETS = ["sample.epochs=1", "partition.num_parts=2", "sample.batch_size=128"]
+OLD = PipelineConfig.load(overrides=[*SETS, "plan.cpu_cache_fraction=0.2"], dataset=SPEC)
+NEW = PipelineConfig.load(overrides=[*SETS, "plan.cpu_cache_fraction=0.3"], dataset=SPEC)
+cli = CliRunner()
+
+
+def _run(root: Path, cfg: PipelineConfig) -> dict[str, tuple[str, bool]]:
+    """Every stage through pack; stage -> (version, reused)."""
+    return {r.artifact.stage: (r.artifact.version, r.reused)
+            for r in StageRunner(cfg, StrataPaths.at(root).store()).run_until("pack", checks=False)}
+
+
+def test_gc_removes_the_superseded_plan_and_pack_and_keeps_what_the_current_config_uses(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    old = _run(root, OLD)
+    new = _run(root, NEW)
+    assert old["plan"][0] != new["plan"][0] and old["pack"][0] != new["pack"][0]
+    assert old["sample"][0] == new["sample"][0]
+
+    dry = cli.invoke(app, ["gc", "--root", str(root), "--json"])
+    assert dry.exit_code == 0, dry.output
+    doc = json.loads(dry.stdout)
+    removable = {(r["stage"], r["version"]) for r in doc["versions"] if r["action"] == "remove"}
+    assert removable == {("plan", old["plan"][0]), ("pack", old["pack"][0])}
+    assert doc["dry_run"] and doc["removed"] == [] and doc["reclaimable_bytes"] > 0
+    assert all(Path(r["path"]).is_dir() for r in doc["versions"])  # a dry run touches nothing
+
+    done = cli.invoke(app, ["gc", "--root", str(root), "--yes"])
+    assert done.exit_code == 0, done.output
+    assert "removed 2 versions" in done.stdout
+    dataset = OLD.dataset_name
+    left = {(a["stage"], a["version"]) for a in StrataPaths.at(root).catalog().list_artifacts(dataset)}
+    assert left == {(stage, version) for stage, (version, _) in new.items()}
+
+    assert all(reused for _, reused in _run(root, NEW).values())
+    rebuilt = {stage for stage, (_, reused) in _run(root, OLD).items() if not reused}
+    assert rebuilt == {"plan", "pack"}
+
+
+def test_gc_keep_last_keeps_both_configurations_and_bad_options_exit_2(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    _run(root, OLD)
+    _run(root, NEW)
+    kept = cli.invoke(app, ["gc", "--root", str(root), "--keep-last", "2", "--yes"])
+    assert kept.exit_code == 0, kept.output
+    assert "removed 0 versions, freed 0 B" in kept.stdout
+    assert len(StrataPaths.at(root).catalog().list_artifacts(OLD.dataset_name)) == 8
+    human = cli.invoke(app, ["gc", "--root", str(root), "--keep-last", "2"])
+    assert human.exit_code == 0 and "0 of 8 versions removable" in human.stdout
+    bad = cli.invoke(app, ["gc", "--root", str(root), "--keep-within", "soon"])
+    assert bad.exit_code == 2 and "'--keep-within' expected a duration" in bad.output
+    missing = cli.invoke(app, ["gc", "--root", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "'--root' expected a directory" in missing.output
