@@ -353,7 +353,7 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
     model, optimizer, p = state.model, state.optimizer, state.progress
     assert p is not None
     num_batches = len(loader) if num_batches is None else num_batches
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     mark = [source.bytes_read, source.read_requests, dict(source.rows_by_tier), t0]
 
     def sync() -> None:  # fold the source's counters and the wall time since the last sync into the progress
@@ -391,6 +391,11 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
     train_acc = p.correct.item() / max(p.seen.item(), 1)  # already synced above: no extra wait
     timers = dict(loader.timers)
     timers["compute_busy_s"] = max(pass_s - timers.get("wait_s", 0.0), 0.0)  # the consumer stage's work
+    # CPU time of the whole process over the pass (every thread: torch's pool too), and what is left of it
+    # after the loader's stages: on a machine with few cores, cpu_s / pass_s near the core count means the
+    # stages compete for cores, and overlapping them cannot shorten the epoch
+    timers["cpu_s"] = time.process_time() - cpu0
+    timers["compute_cpu_s"] = max(timers["cpu_s"] - timers["load_cpu_s"] - timers["assemble_cpu_s"], 0.0)
     return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=p.elapsed_s, bytes_read=p.bytes_read,
                       read_requests=p.read_requests, rows=dict(p.rows), timers=timers)
 

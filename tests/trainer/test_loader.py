@@ -101,6 +101,8 @@ def test_stages_run_on_their_own_threads_within_the_read_ahead_bound(dataset, re
     # the slow assemble stage lets reads run ahead exactly as far as the source allows
     assert source.max_outstanding == min(reads_ahead, len(ids))
     assert loader.timers["load_busy_s"] > 0 and loader.timers["assemble_busy_s"] >= 0.02 * len(ids)
+    # the assemble stage mostly sleeps: busy, but not on a core
+    assert 0 < loader.timers["assemble_cpu_s"] < 0.5 * loader.timers["assemble_busy_s"]
 
 
 def test_packed_chunks_survive_reads_ahead_of_assembly(dataset, packed_dir) -> None:

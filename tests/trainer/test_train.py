@@ -144,3 +144,7 @@ def test_stage_busy_times_and_the_overlap_figure(dataset) -> None:
     slowest = max(result.timers[k] for k in STAGE_BUSY_TIMERS)
     assert result.timers["overlap"] == pytest.approx(result.timers["train_s"] / slowest)
     assert result.timers["overlap"] >= 1.0 - 1e-9  # an epoch cannot be shorter than its slowest stage
+    # CPU time: every thread of the process over the passes, split into the loader's stages and the rest
+    assert result.timers["cpu_s"] > 0 and result.timers["load_cpu_s"] > 0 and result.timers["assemble_cpu_s"] > 0
+    assert result.timers["compute_cpu_s"] == pytest.approx(
+        result.timers["cpu_s"] - result.timers["load_cpu_s"] - result.timers["assemble_cpu_s"], abs=1e-6)
