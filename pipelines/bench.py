@@ -31,7 +31,8 @@ reads are page faults, so its ``bytes_read`` is the process's storage reads, ``/
 ``test_acc`` / ``val_acc``, ``peak_rss_mb``, ``peak_cgroup_mb`` (page cache included), ``disk_bytes`` (its
 ``plan`` + ``pack`` artifacts) and ``disk_blowup`` (over the feature file), ``preprocess_s`` (its ``plan`` and
 ``pack`` build times), ``hit_rate_predicted`` (the plan's) and ``hit_rate_measured`` (rows served by the
-caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read.
+caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read. ``calibration.NAME`` keeps what
+each policy's cache-less probe measured (peak charge and highest sampled anonymous memory, MiB).
 """
 
 from __future__ import annotations
@@ -300,15 +301,18 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
 
     # 2. each policy's working set without its caches, measured (the budget comes on top of it)
     overheads: dict[str, int] = {}
+    probes: dict[str, dict[str, Any]] = {}  # what each calibration run measured
     if support is not None and memory_budget is not None:
         for i, name in enumerate(names):
             if memory_overhead is not None:
                 overheads[name] = memory_overhead
             elif POLICIES.get(name).out_of_core:
-                overheads[name] = _calibrate(workers, cfg, name, _prepare_limit(memory_budget, None))
+                probes[name] = {}
+                overheads[name] = _calibrate(workers, cfg, name, _prepare_limit(memory_budget, None), probes[name])
             if progress:
                 progress("bench: calibration", i + 1, len(names))
         report["memory_overhead"] = overheads
+        report["calibration"] = probes
 
     # 3. training, alternating policies across repeats
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
@@ -367,14 +371,16 @@ def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
     return cfg.model_copy(update={"plan": plan, "sample": sample, "reorder": reorder, "pack": pack})
 
 
-def _calibrate(workers: _Workers, cfg: PipelineConfig, name: str, prepare_limit: int) -> int:
+def _calibrate(workers: _Workers, cfg: PipelineConfig, name: str, prepare_limit: int,
+               measured: dict[str, Any] | None = None) -> int:
     """``name``'s working set in bytes: the peak charge of a short unconfined run (a few training and
     evaluation batches) with its caches set to nothing. A memory map (``mmap``) has no cache to switch off
     (its page cache would be measured as working set): it gets the cache-less ``naive`` policy's, which
     includes ``naive``'s read buffer -- page cache ``mmap`` may use on top of the budget, so its figures are
     optimistic. (Sampling the anonymous memory instead misses the short peaks of a batch: every policy was
     then killed at its limit.) The probe's own artifacts are built in a worker confined to ``prepare_limit``,
-    like every policy's preprocessing, never in the bench's process."""
+    like every policy's preprocessing, never in the bench's process. ``measured`` receives the probe's peak
+    charge and its highest sampled anonymous memory (MiB)."""
     probe = "naive" if POLICIES.get(name).page_cache else name
     ccfg = cfg.model_copy(update={
         "policy": probe, "train": dataclasses.replace(cfg.train, epochs=1),
@@ -388,6 +394,8 @@ def _calibrate(workers: _Workers, cfg: PipelineConfig, name: str, prepare_limit:
                         max_train_batches=_CALIBRATION_BATCHES, max_eval_batches=_CALIBRATION_BATCHES)
     if calib.get("error"):
         raise BenchError(f"calibration of {name} failed: {calib['error']}")
+    if measured is not None:
+        measured.update(probe=probe, peak_cgroup_mb=calib.get("peak_cgroup_mb"), peak_anon_mb=calib.get("peak_anon_mb"))
     return -(-int(calib["peak_cgroup_mb"] * _MB) // _MB) * _MB + _JITTER  # whole MiB, plus run-to-run jitter
 
 

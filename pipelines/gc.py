@@ -18,7 +18,15 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 
 from pipelines.formatting import format_bytes
-from storage_kernels.retention import Decision, collect, open_versions, parse_duration, plan, scan
+from storage_kernels.retention import (
+    Decision,
+    collect,
+    open_versions,
+    parse_duration,
+    plan,
+    scan,
+    stale_catalog_rows,
+)
 
 __all__ = ["command"]
 
@@ -66,8 +74,13 @@ def command(
     doomed = [d for d in decisions if not d.keep]
     reclaimable = sum(d.version.bytes for d in doomed)
     removed, skipped, freed = [], [], 0
+    paths = StrataPaths(base)
+    catalog = paths.catalog() if paths.catalog_path.is_file() else None  # gc never creates a catalog
+    stale = stale_catalog_rows(base, catalog, dataset) if catalog is not None else []
+    if yes:
+        for key in stale:  # index rows of directories that are gone: nothing to lock, nothing to delete
+            catalog.forget_artifact(*key)  # type: ignore[union-attr]
     if yes and doomed:
-        catalog = StrataPaths(base).catalog()
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                       console=_err, transient=True, disable=json_out or not _err.is_terminal) as progress:
             task = progress.add_task("gc: removing", total=reclaimable)
@@ -79,11 +92,13 @@ def command(
     if json_out:
         doc = {"root": str(base), "dry_run": not yes, "keep_last": keep_last, "keep_within_s": within,
                "versions": rows, "removable": len(doomed), "reclaimable_bytes": reclaimable,
-               "removed": removed, "skipped": skipped, "bytes_freed": freed}
+               "removed": removed, "skipped": skipped, "bytes_freed": freed,
+               "stale_catalog_rows": ["/".join(k) for k in stale]}
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     if not rows:
-        _err.print(f"no artifacts under {base}", highlight=False)
+        _err.print(f"no artifacts under {base}" + (f"; {'dropped' if yes else 'found'} {len(stale)} catalog rows "
+                                                   "of missing directories" if stale else ""), highlight=False)
         return
     for name in dict.fromkeys(r["dataset"] for r in rows):  # one table per dataset, in order
         table = Table(title=f"{name}" + ("" if yes else " (dry run)"), title_justify="left")
@@ -95,9 +110,11 @@ def command(
             table.add_row(r["stage"], r["version"], format_bytes(r["bytes"]), r["last_used"], action, r["reason"])
         _out.print(table)
     if not yes:
-        _out.print(f"{len(doomed)} of {len(rows)} versions removable, {format_bytes(reclaimable)}; "
+        stale_note = f"; {len(stale)} catalog rows point at missing directories" if stale else ""
+        _out.print(f"{len(doomed)} of {len(rows)} versions removable, {format_bytes(reclaimable)}{stale_note}; "
                    "run again with --yes to remove them", highlight=False)
         return
-    _out.print(f"removed {len(removed)} versions, freed {format_bytes(freed)}", highlight=False)
+    stale_note = f"; dropped {len(stale)} catalog rows of missing directories" if stale else ""
+    _out.print(f"removed {len(removed)} versions, freed {format_bytes(freed)}{stale_note}", highlight=False)
     for s in skipped:
         _out.print(f"left {s['artifact']}: {s['why']}", highlight=False)

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from .locks import LockHeld, dataset_lock
-from .store import TMP_NAME, Artifact, _rmtree, owned_tmp_name, published_dirs
+from .store import MANIFEST_NAME, TMP_NAME, Artifact, _rmtree, owned_tmp_name, published_dirs
 
 __all__ = ["Collected", "Decision", "Version", "collect", "format_age", "open_versions", "parse_duration", "plan",
-           "scan"]
+           "scan", "stale_catalog_rows"]
 
 Key = tuple[str, str, str]  # (dataset, stage, version)
 
@@ -215,6 +215,14 @@ def plan(versions: list[Version], keep_last: int = 1, keep_within: float | None 
     ordered = sorted(versions, key=lambda v: (v.dataset, v.stage, -v.last_used, v.version))
     return [Decision(v, v.key in reasons, reasons.get(v.key, f"unused for {format_age(now - v.last_used)}"))
             for v in ordered]
+
+
+def stale_catalog_rows(root: str | Path, catalog: Any, dataset: str | None = None) -> list[Key]:
+    """Catalog entries whose artifact directory under ``root`` is gone (removed by hand, or the catalog of
+    another root): the catalog is an index of the manifests on disk, so these rows describe nothing."""
+    root = Path(root)
+    return [(a["dataset"], a["stage"], a["version"]) for a in catalog.list_artifacts(dataset)
+            if not (root / a["dataset"] / a["stage"] / a["version"] / MANIFEST_NAME).is_file()]
 
 
 def _forget(catalog: Any, v: Version) -> None:

@@ -5,6 +5,7 @@ rebuilds only what was removed, and the dry run, ``--json`` and bad options beha
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -68,3 +69,15 @@ def test_gc_keep_last_keeps_both_configurations_and_bad_options_exit_2(tmp_path:
     assert bad.exit_code == 2 and "'--keep-within' expected a duration" in bad.output
     missing = cli.invoke(app, ["gc", "--root", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "'--root' expected a directory" in missing.output
+
+
+def test_gc_drops_catalog_rows_of_directories_removed_by_hand(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    new = _run(root, NEW)
+    pack = StrataPaths.at(root).store().path(NEW.dataset_name, "pack", new["pack"][0])
+    shutil.rmtree(pack)
+    dry = json.loads(cli.invoke(app, ["gc", "--root", str(root), "--json"]).stdout)
+    assert dry["stale_catalog_rows"] == [f"{NEW.dataset_name}/pack/{new['pack'][0]}"]
+    done = cli.invoke(app, ["gc", "--root", str(root), "--yes"])
+    assert done.exit_code == 0 and "dropped 1 catalog rows of missing directories" in done.stdout
+    assert "pack" not in {a["stage"] for a in StrataPaths.at(root).catalog().list_artifacts(NEW.dataset_name)}

@@ -6,6 +6,7 @@ catalog row and no temp entry, and the rest of the store intact."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -13,7 +14,15 @@ import numpy as np
 import pytest
 
 from storage_kernels.locks import LockHeld, dataset_lock
-from storage_kernels.retention import collect, format_age, open_versions, parse_duration, plan, scan
+from storage_kernels.retention import (
+    collect,
+    format_age,
+    open_versions,
+    parse_duration,
+    plan,
+    scan,
+    stale_catalog_rows,
+)
 from storage_kernels.store import TMP_NAME, Artifact, ArtifactStore
 from tests.storage_kernels.test_locks import _holder
 
@@ -182,3 +191,13 @@ def test_ages_read_in_their_largest_unit() -> None:
     assert [format_age(s) for s in (5, 150, 7200, 36000, 5 * 86400, 30 * 86400)] == \
         ["5s", "2.5m", "2.0h", "10h", "5.0d", "30d"]
 
+
+
+def test_catalog_rows_of_directories_removed_by_hand_are_found(store: ArtifactStore) -> None:
+    kept = _publish(store, "plan", 1)
+    gone = _publish(store, "plan", 2)
+    shutil.rmtree(gone.path)
+    assert store.catalog is not None
+    assert stale_catalog_rows(store.root, store.catalog) == [(DS, "plan", gone.version)]
+    assert stale_catalog_rows(store.root, store.catalog, dataset="other") == []
+    assert kept.path.is_dir()
