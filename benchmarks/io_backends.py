@@ -11,7 +11,9 @@ evicted from the page cache (fsync + posix_fadvise DONTNEED) before every run:
     io_uring (``queue_depth=qd``, ``merge=False`` so that both backends issue the same requests) vs the
     ``pread`` pool (``num_threads=qd``: one blocking read per thread in flight), plus io_uring with merging.
 
-Every case runs ``--repeats`` times, the cases alternating within a repeat; the table shows the median.
+Every case runs ``--repeats`` times, the cases alternating within a repeat; the table shows the median time and
+the median CPU time of the process (all threads, user + system; per read for (c)): on a machine with few cores a
+backend that spends less CPU per read leaves more of it to training.
 Results go to stdout and to ``--json``.
 
     python benchmarks/io_backends.py                     # ~1-2 minutes on a 400 MB/s virtual disk
@@ -63,12 +65,12 @@ def evict(path: Path) -> None:
         os.close(fd)
 
 
-def timed(path: Path, run: Callable[[], int]) -> tuple[float, int]:
-    """(seconds, bytes) of one cold run."""
+def timed(path: Path, run: Callable[[], int]) -> tuple[float, float, int]:
+    """(seconds, CPU seconds of the whole process -- every thread, user + system --, bytes) of one cold run."""
     evict(path)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     nbytes = run()
-    return time.perf_counter() - start, nbytes
+    return time.perf_counter() - start, time.process_time() - cpu, nbytes
 
 
 def main() -> None:
@@ -163,23 +165,31 @@ def main() -> None:
                                                                                                       True)))
 
     samples: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    cpu: dict[int, list[float]] = {i: [] for i in range(len(cases))}
     nbytes: dict[int, int] = {}
     for _ in range(args.repeats):  # alternate: every case once per repeat
         for i, (_, _, _, run) in enumerate(cases):
-            seconds, nbytes[i] = timed(args.path, run)
+            seconds, cpu_s, nbytes[i] = timed(args.path, run)
             samples[i].append(seconds)
+            cpu[i].append(cpu_s)
     kernels.close_fd(fd)
 
     rows = []
-    print(f"\n{'':2} {'workload':<46} {'backend':<20} {'median s':>9} {'MB/s':>9} {'IOPS':>9}")
+    # CPU: the process's user + system time while the case ran (interrupt time the kernel does not charge to
+    # a task is not in it); per read for the random pages, where the read count is the same for every backend
+    print(f"\n{'':2} {'workload':<46} {'backend':<20} {'median s':>9} {'MB/s':>9} {'IOPS':>9} {'CPU s':>7} "
+          f"{'CPU us/read':>11}")
     for i, (part, label, backend, _) in enumerate(cases):
-        med = statistics.median(samples[i])
+        med, med_cpu = statistics.median(samples[i]), statistics.median(cpu[i])
         mbps = nbytes[i] / med / 1e6
         iops = len(pages) / med if part == "c" else None
+        per_read = med_cpu / len(pages) * 1e6 if part == "c" else None
         rows.append({"part": part, "workload": label, "backend": backend, "median_s": med, "runs_s": samples[i],
+                     "cpu_s": med_cpu, "cpu_runs_s": cpu[i], "cpu_us_per_read": per_read,
                      "bytes": nbytes[i], "MB_per_s": mbps, "iops": iops})
         iops_s = f"{iops:9.0f}" if iops is not None else f"{'':9}"
-        print(f"{part:2} {label:<46} {backend:<20} {med:9.3f} {mbps:9.1f} {iops_s}")
+        per_read_s = f"{per_read:11.2f}" if per_read is not None else f"{'':11}"
+        print(f"{part:2} {label:<46} {backend:<20} {med:9.3f} {mbps:9.1f} {iops_s} {med_cpu:7.3f} {per_read_s}")
     result = {
         "file": str(args.path), "size_bytes": size, "repeats": args.repeats, "direct": direct,
         "kernel": platform.release(), "cpus": os.cpu_count(), "random_reads": len(pages),
