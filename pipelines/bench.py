@@ -31,8 +31,9 @@ reads are page faults, so its ``bytes_read`` is the process's storage reads, ``/
 ``test_acc`` / ``val_acc``, ``peak_rss_mb``, ``peak_cgroup_mb`` (page cache included), ``disk_bytes`` (its
 ``plan`` + ``pack`` artifacts) and ``disk_blowup`` (over the feature file), ``preprocess_s`` (its ``plan`` and
 ``pack`` build times), ``hit_rate_predicted`` (the plan's) and ``hit_rate_measured`` (rows served by the
-caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read. ``calibration.NAME`` keeps what
-each policy's cache-less probe measured (peak charge and highest sampled anonymous memory, MiB).
+caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read.
+``calibration.NAME`` keeps what each policy's cache-less probe measured (peak charge and highest sampled
+anonymous memory, MiB).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import dagster as dg
 
 from pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from pipelines.config import PipelineConfig
+from pipelines.gc_job import GC_CRON, GC_JOB, artifact_gc_job, weekly_gc
 from pipelines.partitioned import PARTITIONED_ASSETS, PARTITIONED_JOBS
 from pipelines.resources import RESOURCE_KEY, build_resources
 from pipelines.retrain import RETRAIN_JOB, retrain_run_config, source_sensor
@@ -33,7 +34,7 @@ from pipelines.ui_datasets import (
     materialized_datasets,
 )
 
-__all__ = ["RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "dataset_job", "defs", "make_definitions"]
+__all__ = ["GC_CRON", "GC_JOB", "RETRAIN_CRON", "RETRAIN_JOB", "STRATA_JOB", "dataset_job", "defs", "make_definitions"]
 
 STRATA_JOB = "strata_job"
 #: Weekly, Monday 03:00 (the schedule starts STOPPED; switch it on in the UI).
@@ -105,14 +106,14 @@ def make_definitions(resources: Mapping[str, object], datasets: Sequence[Materia
     """Strata's definitions bound to ``resources`` (from :func:`pipelines.resources.build_resources`), with a
     job per dataset of ``datasets`` (:func:`pipelines.ui_datasets.materialized_datasets`)."""
     retrain_job, weekly_retrain = _retrain(getattr(resources.get(RESOURCE_KEY), "root", None))
-    jobs = [strata_job, retrain_job, *PARTITIONED_JOBS]
+    jobs = [strata_job, retrain_job, artifact_gc_job, *PARTITIONED_JOBS]
     for dataset in datasets:
         jobs.append(dataset_job(dataset, [j.name for j in jobs]))
     return dg.Definitions(
         assets=[*ALL_ASSETS, *PARTITIONED_ASSETS],
         asset_checks=ALL_CHECKS,
         jobs=jobs,
-        schedules=[weekly_retrain],
+        schedules=[weekly_retrain, weekly_gc],
         sensors=[source_sensor],
         resources=dict(resources),
         executor=dg.multi_or_in_process_executor,

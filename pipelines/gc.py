@@ -18,15 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 
 from pipelines.formatting import format_bytes
-from storage_kernels.retention import (
-    Decision,
-    collect,
-    open_versions,
-    parse_duration,
-    plan,
-    scan,
-    stale_catalog_rows,
-)
+from storage_kernels.retention import Decision, gc_apply, gc_plan, parse_duration
 
 __all__ = ["command"]
 
@@ -58,7 +50,7 @@ def command(
 ) -> None:
     """Remove superseded artifact versions: every stage keeps its most recently used version(s), what those
     were built from, and whatever a live process has open. A dry run unless --yes."""
-    from pipelines.settings import StrataPaths, resolve_root
+    from pipelines.settings import resolve_root
 
     base = resolve_root(root)
     if not base.is_dir():
@@ -70,21 +62,15 @@ def command(
     except ValueError as e:
         _fail(str(e))
     now = time.time()
-    decisions = plan(scan(base, dataset), keep_last, within or None, open_versions(base), now)
-    doomed = [d for d in decisions if not d.keep]
-    reclaimable = sum(d.version.bytes for d in doomed)
+    gc = gc_plan(base, dataset, keep_last, within, now)
+    decisions, stale, reclaimable = gc.decisions, gc.stale, gc.reclaimable_bytes
+    doomed = gc.removable
     removed, skipped, freed = [], [], 0
-    paths = StrataPaths(base)
-    catalog = paths.catalog() if paths.catalog_path.is_file() else None  # gc never creates a catalog
-    stale = stale_catalog_rows(base, catalog, dataset) if catalog is not None else []
     if yes:
-        for key in stale:  # index rows of directories that are gone: nothing to lock, nothing to delete
-            catalog.forget_artifact(*key)  # type: ignore[union-attr]
-    if yes and doomed:
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                       console=_err, transient=True, disable=json_out or not _err.is_terminal) as progress:
             task = progress.add_task("gc: removing", total=reclaimable)
-            result = collect(base, decisions, catalog, lambda v: progress.advance(task, v.bytes))
+            result = gc_apply(gc, lambda v: progress.advance(task, v.bytes))
         removed = ["/".join(v.key) for v in result.removed]
         skipped = [{"artifact": "/".join(v.key), "why": why} for v, why in result.skipped]
         freed = result.bytes_freed

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from .locks import LockHeld, dataset_lock
-from .store import MANIFEST_NAME, TMP_NAME, Artifact, _rmtree, owned_tmp_name, published_dirs
+from .store import CATALOG_NAME, MANIFEST_NAME, TMP_NAME, Artifact, _rmtree, owned_tmp_name, published_dirs
 
-__all__ = ["Collected", "Decision", "Version", "collect", "format_age", "open_versions", "parse_duration", "plan",
-           "scan", "stale_catalog_rows"]
+__all__ = ["Collected", "Decision", "GcPlan", "Version", "collect", "format_age", "gc_apply", "gc_plan",
+           "open_versions", "parse_duration", "plan", "scan", "stale_catalog_rows"]
 
 Key = tuple[str, str, str]  # (dataset, stage, version)
 
@@ -284,3 +284,47 @@ def collect(root: str | Path, decisions: list[Decision], catalog: Any = None,
         except LockHeld as e:
             result.skipped.extend((v, f"a run of dataset {dataset} is in progress ({e})") for v in versions)
     return result
+
+
+@dataclass
+class GcPlan:
+    """What ``strata gc`` would do under ``root``: every version's decision and the stale catalog rows."""
+
+    root: Path
+    decisions: list[Decision]
+    stale: list[Key]
+
+    @property
+    def removable(self) -> list[Version]:
+        return [d.version for d in self.decisions if not d.keep]
+
+    @property
+    def reclaimable_bytes(self) -> int:
+        return sum(v.bytes for v in self.removable)
+
+
+def _catalog(root: Path) -> Any:
+    """The root's catalog, or None when it has none (gc never creates one)."""
+    from .catalog import Catalog
+
+    path = root / CATALOG_NAME
+    return Catalog(path) if path.is_file() else None
+
+
+def gc_plan(root: str | Path, dataset: str | None = None, keep_last: int = 1, keep_within: float | None = None,
+            now: float | None = None) -> GcPlan:
+    """Scan ``root`` (one dataset's versions, or all), find the open ones, decide (:func:`plan`), and list the
+    catalog rows of directories that are gone. Reads only."""
+    root = Path(root)
+    decisions = plan(scan(root, dataset), keep_last, keep_within or None, open_versions(root), now)
+    catalog = _catalog(root)
+    return GcPlan(root, decisions, stale_catalog_rows(root, catalog, dataset) if catalog is not None else [])
+
+
+def gc_apply(gc: GcPlan, on_removed: Callable[[Version], None] | None = None) -> Collected:
+    """Carry ``gc`` out: drop its stale catalog rows, remove its removable versions (:func:`collect`)."""
+    catalog = _catalog(gc.root)
+    if catalog is not None:
+        for key in gc.stale:  # index rows of directories that are gone: nothing to lock, nothing to delete
+            catalog.forget_artifact(*key)
+    return collect(gc.root, gc.decisions, catalog, on_removed)

@@ -695,7 +695,8 @@ class ArtifactStore:
             return 0
         for entry in os.scandir(base):
             parts = entry.name.rsplit("-", 2)
-            if len(parts) == 3 and all(_NAME_RE.fullmatch(p) for p in parts) and self.find(*parts) is not None:
+            if len(parts) == 3 and all(_NAME_RE.fullmatch(p) for p in parts) \
+                    and (self.path(*parts) / MANIFEST_NAME).is_file():  # published (not find: that marks it used)
                 _rmtree(Path(entry.path))
                 removed += 1
         return removed

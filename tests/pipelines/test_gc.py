@@ -81,3 +81,36 @@ def test_gc_drops_catalog_rows_of_directories_removed_by_hand(tmp_path: Path) ->
     done = cli.invoke(app, ["gc", "--root", str(root), "--yes"])
     assert done.exit_code == 0 and "dropped 1 catalog rows of missing directories" in done.stdout
     assert "pack" not in {a["stage"] for a in StrataPaths.at(root).catalog().list_artifacts(NEW.dataset_name)}
+
+
+def test_the_dagster_gc_job_removes_the_same_versions_and_reports_them(tmp_path: Path) -> None:
+    import dagster as dg
+
+    from pipelines.definitions import GC_CRON, GC_JOB, defs, make_definitions
+    from pipelines.resources import build_resources
+
+    root = tmp_path / "root"
+    old = _run(root, OLD)
+    new = _run(root, NEW)
+    job = make_definitions(build_resources(root=str(root))).resolve_job_def(GC_JOB)
+    ops = {"ops": {"remove_superseded_versions": {"config": {"keep_within": "0", "dry_run": True}}}}
+    dry = job.execute_in_process(run_config=ops)
+    assert dry.success and dry.output_for_node("remove_superseded_versions")["removable"] == 2
+    # (not store.find: a lookup marks the version used, as a run's does)
+    assert (StrataPaths.at(root).store().path(OLD.dataset_name, "pack", old["pack"][0]) / "manifest.json").is_file()
+
+    kept_by_default = job.execute_in_process()  # keep_within 7d: everything here was used minutes ago
+    assert kept_by_default.output_for_node("remove_superseded_versions")["removed"] == 0
+
+    ops["ops"]["remove_superseded_versions"]["config"]["dry_run"] = False
+    done = job.execute_in_process(run_config=ops)
+    summary = done.output_for_node("remove_superseded_versions")
+    assert summary["removed"] == 2 and summary["bytes_freed"] > 0 and summary["skipped"] == 0
+    left = {(a["stage"], a["version"]) for a in StrataPaths.at(root).catalog().list_artifacts(OLD.dataset_name)}
+    assert left == {(stage, version) for stage, (version, _) in new.items()}
+    (event,) = [e for e in done.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    assert event.event_specific_data.metadata["removed"].value == 2
+
+    schedule = defs.resolve_schedule_def("weekly_gc")
+    assert schedule.job_name == GC_JOB and schedule.cron_schedule == GC_CRON
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
