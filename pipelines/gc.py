@@ -26,11 +26,6 @@ _out = Console(soft_wrap=True)
 _err = Console(stderr=True, soft_wrap=True)
 
 
-def _fail(message: str) -> None:
-    _err.print(f"error: {message}", highlight=False)
-    raise typer.Exit(2)
-
-
 def _row(d: Decision, now: float) -> dict[str, Any]:
     v = d.version
     return {"dataset": v.dataset, "stage": v.stage, "version": v.version, "bytes": v.bytes,
@@ -50,17 +45,10 @@ def command(
 ) -> None:
     """Remove superseded artifact versions: every stage keeps its most recently used version(s), what those
     were built from, and whatever a live process has open. A dry run unless --yes."""
-    from pipelines.settings import resolve_root
+    from pipelines.settings import existing_root
 
-    base = resolve_root(root)
-    if not base.is_dir():
-        _fail(f"'--root' expected a directory (got {base})")
-    if dataset is not None and (not dataset or dataset.startswith(".") or "/" in dataset or "*" in dataset):
-        _fail(f"'--dataset' expected a dataset directory name (got {dataset!r})")
-    try:
-        within = parse_duration(keep_within)
-    except ValueError as e:
-        _fail(str(e))
+    base = existing_root(root, dataset)  # ValueError: one line and exit 2 (pipelines.clierrors)
+    within = parse_duration(keep_within)
     now = time.time()
     gc = gc_plan(base, dataset, keep_last, within, now)
     decisions, stale, reclaimable = gc.decisions, gc.stale, gc.reclaimable_bytes

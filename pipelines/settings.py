@@ -9,7 +9,7 @@ from pathlib import Path
 from storage_kernels.catalog import Catalog
 from storage_kernels.store import ArtifactStore
 
-__all__ = ["StrataPaths", "resolve_root"]
+__all__ = ["StrataPaths", "existing_root", "resolve_root"]
 
 DEFAULT_ROOT = "strata_data"
 
@@ -18,6 +18,18 @@ def resolve_root(root: str | Path | None = None) -> Path:
     """``--root`` if given, else ``$STRATA_HOME``, else ``./strata_data``; returned absolute."""
     chosen = root or os.environ.get("STRATA_HOME") or DEFAULT_ROOT
     return Path(chosen).expanduser().resolve()
+
+
+def existing_root(root: str | Path | None = None, dataset: str | None = None) -> Path:
+    """:func:`resolve_root`, which must be a directory, for commands that only read or tidy a root (``verify``,
+    ``gc``); ``dataset``, when given, must name a dataset directory (no path, pattern or hidden name).
+    ``ValueError`` naming the option otherwise (the CLI prints it and exits 2)."""
+    base = resolve_root(root)
+    if not base.is_dir():
+        raise ValueError(f"'--root' expected a directory (got {base})")
+    if dataset is not None and (not dataset or dataset.startswith(".") or "/" in dataset or "*" in dataset):
+        raise ValueError(f"'--dataset' expected a dataset directory name (got {dataset!r})")
+    return base
 
 
 @dataclass(frozen=True)

@@ -114,15 +114,9 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Re-checksum every artifact against its manifest: a table of OK/BAD/UNVERIFIABLE; exit 1 if any is bad."""
-    from pipelines.settings import resolve_root
+    from pipelines.settings import existing_root
 
-    base = resolve_root(root)
-    if not base.is_dir():
-        _err.print(f"error: '--root' expected a directory (got {base})", highlight=False)
-        raise typer.Exit(2)
-    if dataset is not None and (not dataset or dataset.startswith(".") or "/" in dataset or "*" in dataset):
-        _err.print(f"error: '--dataset' expected a dataset directory name (got {dataset!r})", highlight=False)
-        raise typer.Exit(2)
+    base = existing_root(root, dataset)
     if mode not in ("full", "sampled"):
         _err.print(f"error: '--mode' expected full or sampled (got {mode!r})", highlight=False)
         raise typer.Exit(2)
