@@ -391,9 +391,9 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
     train_acc = p.correct.item() / max(p.seen.item(), 1)  # already synced above: no extra wait
     timers = dict(loader.timers)
     timers["compute_busy_s"] = max(pass_s - timers.get("wait_s", 0.0), 0.0)  # the consumer stage's work
-    # CPU time of the whole process over the pass (every thread: torch's pool too), and what is left of it
-    # after the loader's stages: on a machine with few cores, cpu_s / pass_s near the core count means the
-    # stages compete for cores, and overlapping them cannot shorten the epoch
+    # CPU time of the whole process over the pass (every thread: torch's pool too, including its OpenMP workers
+    # spinning between parallel regions), and what is left of it after the loader's stages: on a machine with
+    # few cores the stages compete for them, and overlapping the stages cannot shorten the epoch
     timers["cpu_s"] = time.process_time() - cpu0
     timers["compute_cpu_s"] = max(timers["cpu_s"] - timers["load_cpu_s"] - timers["assemble_cpu_s"], 0.0)
     return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=p.elapsed_s, bytes_read=p.bytes_read,
