@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from storage_kernels.retention import (
     stale_catalog_rows,
 )
 from storage_kernels.store import TMP_NAME, Artifact, ArtifactStore
-from tests.storage_kernels.test_locks import _holder
+from tests.storage_kernels.test_locks import REPO, _holder
 
 DS = "tiny"
 
@@ -201,3 +204,25 @@ def test_catalog_rows_of_directories_removed_by_hand_are_found(store: ArtifactSt
     assert stale_catalog_rows(store.root, store.catalog) == [(DS, "plan", gone.version)]
     assert stale_catalog_rows(store.root, store.catalog, dataset="other") == []
     assert kept.path.is_dir()
+
+
+KILLED_MID_REMOVAL = """
+import os, signal, sys, time
+from storage_kernels import retention
+retention._rmtree = lambda path: os.kill(os.getpid(), signal.SIGKILL)  # die after the rename, before deleting
+retention.gc_apply(retention.gc_plan(sys.argv[1], now=time.time() + 2000))
+"""
+
+
+def test_a_gc_killed_mid_removal_leaves_a_temp_entry_the_next_cleanup_removes(store: ArtifactStore) -> None:
+    old = _publish(store, "plan", 1, used_at=time.time() + 1000)
+    kept = _publish(store, "plan", 2, used_at=time.time() + 1001)
+    proc = subprocess.run([sys.executable, "-c", KILLED_MID_REMOVAL, str(store.root)], cwd=REPO)
+    assert proc.returncode == -signal.SIGKILL
+    assert not old.path.exists() and kept.path.is_dir()  # one rename: the version is gone from the tree whole
+    assert store.catalog is not None
+    assert {a["version"] for a in store.catalog.list_artifacts(DS)} == {kept.version}
+    leftovers = list((store.root / TMP_NAME).iterdir())
+    assert len(leftovers) == 1 and (leftovers[0] / "rows.npy").is_file()
+    assert store.cleanup_tmp() == 1 and not any((store.root / TMP_NAME).iterdir())
+    assert kept.verify() > 0
