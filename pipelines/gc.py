@@ -26,7 +26,7 @@ _out = Console(soft_wrap=True)
 _err = Console(stderr=True, soft_wrap=True)
 
 
-def _row(d: Decision, now: float) -> dict[str, Any]:
+def _row(d: Decision) -> dict[str, Any]:
     v = d.version
     return {"dataset": v.dataset, "stage": v.stage, "version": v.version, "bytes": v.bytes,
             "last_used": time.strftime("%Y-%m-%d %H:%M", time.localtime(v.last_used)),
@@ -62,7 +62,7 @@ def command(
         removed = ["/".join(v.key) for v in result.removed]
         skipped = [{"artifact": "/".join(v.key), "why": why} for v, why in result.skipped]
         freed = result.bytes_freed
-    rows = [_row(d, now) for d in decisions]
+    rows = [_row(d) for d in decisions]
     if json_out:
         doc = {"root": str(base), "dry_run": not yes, "keep_last": keep_last, "keep_within_s": within,
                "versions": rows, "removable": len(doomed), "reclaimable_bytes": reclaimable,

@@ -108,6 +108,7 @@ class Collected:
 
 
 def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (for a version whose manifest cannot say)."""
     total = 0
     for dirpath, _dirs, files in os.walk(path):
         for name in files:
@@ -130,10 +131,11 @@ def scan(root: str | Path, dataset: str | None = None) -> list[Version]:
             art = Artifact(path)
             created = datetime.fromisoformat(art.created_at).timestamp()
             upstream = tuple(sorted((str(s), str(v)) for s, v in art.upstream.items()))
+            nbytes = sum(f.bytes for f in art.files.values())  # the manifest's sizes, as the catalog's
             readable = True
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            created, upstream, readable = 0.0, (), False
-        found.append(Version(ds, stage, version, path, max(created, mtime), _tree_bytes(path), upstream, readable))
+            created, upstream, nbytes, readable = 0.0, (), _tree_bytes(path), False
+        found.append(Version(ds, stage, version, path, max(created, mtime), nbytes, upstream, readable))
     return found
 
 

@@ -4,23 +4,15 @@ cgroup needs root); the confined path is the bench's (``pipelines.confine``, tes
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.pipelines.script_fixtures import run_benchmark_script
 
 
 def test_reports_the_streamed_evaluation(tmp_path: Path) -> None:
-    out = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "layerwise_scale.py"), "--root", str(tmp_path / "root"),
-         "--dataset", "synthetic:nodes=3000,degree=6,dim=16,classes=3,seed=0,locality=0.9,window=8",
-         "--budget", "none", "--memory-mb", "0", "--hidden-dim", "8", "--splits", "test", "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(out.read_text())
+    report = run_benchmark_script("layerwise_scale.py", [
+        "--dataset", "synthetic:nodes=3000,degree=6,dim=16,classes=3,seed=0,locality=0.9,window=8",
+        "--budget", "none", "--memory-mb", "0", "--hidden-dim", "8", "--splits", "test"], tmp_path)
     test = report["evaluate"]["test"]
     assert report["confined"] is False and test["finite"] is True
     layer0, layer1 = test["layers"]
