@@ -4,7 +4,8 @@ The stages up to ``reorder`` run first in an unconfined child (their artifacts a
 files are then evicted from the page cache and a second child joins a fresh memory cgroup
 (:class:`pipelines.confine.MemoryCgroup`, v1 or v2, page cache counted) before it imports anything heavy. It
 builds the model (untrained, seeded: time and traffic do not depend on the weights; the equality with the
-model's forward is the tests' job) and runs :func:`trainer.layerwise.layerwise_logits` on each split's nodes.
+model's forward is the tests' job) and runs :func:`trainer.layerwise.layerwise_logits` on each split's nodes
+(``--splits val,test``: a pass each; ``val+test``: one pass over their union, as training's last evaluation).
 The report (JSON on stdout and in ``--out``) holds per split the wall time, the per-layer report (targets,
 sources, intervals, bytes read by the inference's own reads), the process's bytes read from disk
 (``/proc/self/io``), and the cgroup's limit, peak charge and OOM kills::
@@ -58,12 +59,12 @@ def _worker(args: argparse.Namespace) -> None:
         torch.manual_seed(0)
         model = build_model(args.model, in_dim=graph.feature_dim, hidden_dim=args.hidden_dim,
                             out_dim=int(labels.max()) + 1, num_layers=args.layers, dropout=0.5)
-        for split in args.splits.split(","):
-            nodes = graph.splits[split]
+        for group in args.splits.split(","):  # "val+test": one pass over the union, as train() evaluates them
+            nodes = np.unique(np.concatenate([graph.splits[split] for split in group.split("+")]))
             report: list[dict[str, int]] = []
             before, t1 = storage_read_bytes(), time.perf_counter()
             logits = layerwise_logits(model, graph, nodes, report=report)
-            out[split] = {"nodes": len(nodes), "wall_s": time.perf_counter() - t1,
+            out[group] = {"nodes": len(nodes), "wall_s": time.perf_counter() - t1,
                           "os_read_bytes": storage_read_bytes() - before, "layers": report,
                           "finite": bool(np.isfinite(logits).all())}
         out["feature_file_bytes"] = graph.features_path.stat().st_size
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="graphsage")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden-dim", type=int, default=128)
-    parser.add_argument("--splits", default="val,test")
+    parser.add_argument("--splits", default="val,test",
+                        help="comma-separated passes, each a split or splits joined by '+' (one pass over their union)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE, repeatable")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)

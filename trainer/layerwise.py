@@ -31,6 +31,7 @@ import functools
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from trainer.gcn import GCNConv
 from trainer.layerwise_forms import LayerForm, layer_form
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
-__all__ = ["LayerwiseGraph", "layerwise_accuracy", "layerwise_logits"]
+__all__ = ["LayerwiseGraph", "layerwise_accuracies", "layerwise_accuracy", "layerwise_logits"]
 
 log = logging.getLogger(__name__)
 
@@ -386,17 +387,27 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     return inp.table[np.searchsorted(targets[-1], nodes)]
 
 
+def layerwise_accuracies(model: torch.nn.Module, graph: LayerwiseGraph, splits: Sequence[str],
+                         device: torch.device | str = "cpu") -> dict[str, float]:
+    """Accuracy of the full-neighbourhood predictions on each of ``splits``' labelled nodes (nan for a split
+    with none), from one pass over the union of their nodes: the splits' frontiers overlap (on a large graph
+    each is most of it at the first layer), so the feature file is read once, not once per split."""
+    asked: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for split in splits:
+        if split not in graph.splits:
+            raise ValueError(f"'splits' expected {split!r} among {sorted(graph.splits)} (got none)")
+        nodes = np.asarray(graph.splits[split], dtype=np.int64)
+        labels = np.asarray(graph.labels)[nodes]
+        keep = labels >= 0
+        asked[split] = nodes[keep], labels[keep]
+    union = np.unique(np.concatenate([nodes for nodes, _ in asked.values()] + [np.empty(0, np.int64)]))
+    pred = layerwise_logits(model, graph, union, device).argmax(axis=1) if len(union) else union
+    return {split: float(np.mean(pred[np.searchsorted(union, nodes)] == labels)) if len(nodes) else float("nan")
+            for split, (nodes, labels) in asked.items()}
+
+
 def layerwise_accuracy(model: torch.nn.Module, graph: LayerwiseGraph, split: str,
                        device: torch.device | str = "cpu") -> float:
     """Accuracy of the full-neighbourhood predictions on ``graph.splits[split]``'s labelled nodes (nan when
     none is labelled)."""
-    if split not in graph.splits:
-        raise ValueError(f"'splits' expected {split!r} among {sorted(graph.splits)} (got none)")
-    nodes = np.asarray(graph.splits[split], dtype=np.int64)
-    labels = np.asarray(graph.labels)[nodes]
-    keep = labels >= 0
-    if not keep.any():
-        return float("nan")
-    pred = layerwise_logits(model, graph, nodes[keep], device).argmax(axis=1)
-    return float(np.mean(pred == labels[keep]))
-
+    return layerwise_accuracies(model, graph, [split], device)[split]

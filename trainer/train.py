@@ -39,7 +39,7 @@ from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.distributed import DistributedRun
 from trainer.features import FeatureSource
-from trainer.layerwise import LayerwiseGraph, layerwise_accuracy
+from trainer.layerwise import LayerwiseGraph, layerwise_accuracies
 from trainer.loader import BatchLoader, LoadedBatch, Samples
 from trainer.models import GraphModel, build_model, model_options
 from trainer.precision import autocast
@@ -510,14 +510,20 @@ def train(
         tracker.log_params({**cfg.to_dict(), "num_layers": samples.num_layers, "num_classes": num_classes})
 
     # ------------------------------------------------------------------ evaluation helper
-    def evaluate_split(split: str) -> float:
+    def evaluate_splits(*splits: str) -> dict[str, float]:
         with autocast(device, cfg.autocast):
             if cfg.eval_mode == "layerwise":
                 assert layerwise is not None  # checked at the start
-                return layerwise_accuracy(model, layerwise, split, device)
-            ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
-            loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
-            return ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
+                return layerwise_accuracies(model, layerwise, splits, device)  # one pass for all of them
+            accs = {}
+            for split in splits:
+                ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
+                loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
+                accs[split] = ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
+            return accs
+
+    # layer-wise, the last epoch's val and test share one pass; its test accuracy counts if its weights are best
+    final_test: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ epoch loop
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0}
@@ -553,7 +559,11 @@ def train(
             val_acc = float("nan")
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                 t0 = time.perf_counter()
-                val_acc = evaluate_split("val")
+                shared = cfg.eval_mode == "layerwise" and epoch == cfg.epochs - 1
+                accs = evaluate_splits("val", "test") if shared else evaluate_splits("val")
+                val_acc = accs["val"]
+                if shared:
+                    final_test = (epoch, accs["test"])
                 if val_acc > state.best["val_acc"] + cfg.min_delta:
                     state.record_best(val_acc, float("nan"), epoch)  # test: once, for the final best weights
                 if cfg.patience and not math.isnan(val_acc) and epoch - state.best["epoch"] >= cfg.patience:
@@ -581,9 +591,11 @@ def train(
 
         # -------------------------------------------------------------- termination: best weights, test split
         state.restore_best()
-        if state.best["epoch"] >= 0:
+        if final_test is not None and final_test[0] == state.best["epoch"]:
+            state.best["test_acc"] = final_test[1]  # the restored weights are the ones it was computed with
+        elif state.best["epoch"] >= 0:
             t0 = time.perf_counter()
-            state.best["test_acc"] = evaluate_split("test")
+            state.best["test_acc"] = evaluate_splits("test")["test"]
             timers["eval_s"] += time.perf_counter() - t0
     if ddp:
         ddp.close()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import trainer.layerwise
 from storage_kernels import kernels
 from storage_kernels.arrays import save_array
 from storage_kernels.halfwords import encode_rows
@@ -19,7 +20,7 @@ from storage_kernels.sampleset import Block
 from tests.trainer.synth import make_graph
 from trainer.config import TrainConfig
 from trainer.features import InMemoryFeatures
-from trainer.layerwise import LayerwiseGraph, layerwise_accuracy, layerwise_logits
+from trainer.layerwise import LayerwiseGraph, layerwise_accuracies, layerwise_accuracy, layerwise_logits
 from trainer.models import TensorBlock, build_model
 from trainer.train import train
 
@@ -92,6 +93,47 @@ def test_layerwise_accuracy_and_train_eval_mode(graph_files, dataset):
         train(cfg, ds.samples, InMemoryFeatures(ds.features), ds.labels)
     with pytest.raises(ValueError, match="'TrainConfig.eval_mode' expected"):
         dataclasses.replace(cfg, eval_mode="exact")
+
+
+def test_layerwise_splits_share_one_pass(graph_files, dataset, monkeypatch):
+    indptr, indices, features, labels, paths, root = graph_files
+    model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.0)
+    unlabelled = labels.copy()
+    unlabelled[250:] = -1
+    splits = {"val": np.arange(0, 200, 3), "test": np.arange(100, 300, 2), "none": np.arange(260, 280)}
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, unlabelled, splits, root)
+    passes: list[int] = []
+
+    def counted(model, graph, nodes, device="cpu", report=None):
+        passes.append(len(nodes))
+        return layerwise_logits(model, graph, nodes, device, report)
+
+    monkeypatch.setattr(trainer.layerwise, "layerwise_logits", counted)
+    accs = layerwise_accuracies(model, graph, ["val", "test", "none"])
+    labelled = np.union1d(splits["val"], splits["test"][splits["test"] < 250])
+    assert passes == [len(labelled)]  # one pass over the union of the labelled nodes
+    pred = full_graph_logits(model, indptr, indices, features).argmax(1)
+    for split in ("val", "test"):
+        nodes = splits[split][unlabelled[splits[split]] >= 0]
+        assert accs[split] == pytest.approx(np.mean(pred[nodes] == labels[nodes]))
+        assert accs[split] == layerwise_accuracy(model, graph, split)
+    assert np.isnan(accs["none"]) and np.isnan(layerwise_accuracy(model, graph, "none"))
+    with pytest.raises(ValueError, match="'splits' expected 'train'"):
+        layerwise_accuracies(model, graph, ["val", "train"])
+
+    # train(): the last epoch's val and test in one pass when its weights are the best, else test on its own
+    ds = dataset
+    full = LayerwiseGraph(ds.indptr, ds.indices, ds.features_path, ds.features.shape[1], ds.labels, ds.splits,
+                          root)
+    for min_delta, best_epoch, want_passes in ((0.0, 0, 1), (0.99, 0, 3)):
+        passes.clear()
+        epochs = 1 if min_delta == 0.0 else 2  # min_delta 0.99: in practice only the first evaluation is the best
+        cfg = TrainConfig(hidden_dim=16, epochs=epochs, seed=7, eval_mode="layerwise", min_delta=min_delta)
+        result = train(cfg, ds.samples, InMemoryFeatures(ds.features), ds.labels, layerwise=full)
+        assert result.best_epoch == best_epoch and len(passes) == want_passes
+        net = build_model(**result.model_args)
+        net.load_state_dict(result.best_state_dict)
+        assert result.test_acc == layerwise_accuracy(net, full, "test")
 
 
 def test_layerwise_reads_the_frontier_once_per_layer(tmp_path):
