@@ -18,6 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 
 from pipelines.formatting import format_bytes
+from pipelines.model_registry import champion_artifacts
 from storage_kernels.retention import Decision, gc_apply, gc_plan, parse_duration
 
 __all__ = ["command"]
@@ -44,13 +45,14 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Remove superseded artifact versions: every stage keeps its most recently used version(s), what those
-    were built from, and whatever a live process has open. A dry run unless --yes."""
+    were built from, the registered champions' train versions, and whatever a live process has open. A dry run
+    unless --yes."""
     from pipelines.settings import existing_root
 
     base = existing_root(root, dataset)  # ValueError: one line and exit 2 (pipelines.clierrors)
     within = parse_duration(keep_within)
     now = time.time()
-    gc = gc_plan(base, dataset, keep_last, within, now)
+    gc = gc_plan(base, dataset, keep_last, within, now, pinned=champion_artifacts(base))
     decisions, stale, reclaimable = gc.decisions, gc.stale, gc.reclaimable_bytes
     doomed = gc.removable
     removed, skipped, freed = [], [], 0

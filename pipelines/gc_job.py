@@ -28,14 +28,17 @@ class GcConfig(dg.Config):
 
 
 @dg.op(description="Remove superseded artifact versions under the data root, as `strata gc --yes` does: each "
-                   "stage keeps its most recently used version(s) and what they were built from; datasets with a "
-                   "run in progress and files a process has open are left alone.")
+                   "stage keeps its most recently used version(s) and what they were built from, and the registered "
+                   "champions' train versions stay; datasets with a run in progress and files a process has open "
+                   "are left alone.")
 def remove_superseded_versions(context: dg.OpExecutionContext, config: GcConfig,
                                strata: StrataResource) -> dict[str, int]:
+    from pipelines.model_registry import champion_artifacts
     from storage_kernels.retention import gc_apply, gc_plan, parse_duration
 
-    gc = gc_plan(strata.paths().root, keep_last=config.keep_last,
-                 keep_within=parse_duration(config.keep_within, "keep_within"))
+    root = strata.paths().root
+    gc = gc_plan(root, keep_last=config.keep_last, keep_within=parse_duration(config.keep_within, "keep_within"),
+                 pinned=champion_artifacts(root))
     summary = {"versions": len(gc.decisions), "removable": len(gc.removable),
                "reclaimable_bytes": gc.reclaimable_bytes, "stale_catalog_rows": len(gc.stale),
                "removed": 0, "bytes_freed": 0, "skipped": 0}

@@ -16,10 +16,27 @@ from typing import Any
 
 from storage_kernels.store import Artifact
 
-__all__ = ["MODEL_ARTIFACT", "log_and_register", "model_uri"]
+__all__ = ["MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_uri"]
 
 #: Name of the logged model inside a run (and of its artifact directory).
 MODEL_ARTIFACT = "model"
+
+
+def champion_artifacts(root: str | Path) -> dict[str, str]:
+    """The store versions the champions of ``root``'s MLflow registry were trained as (a version's tag
+    ``strata.artifact_version``), each with why it is kept: what ``strata gc`` pins. Empty when the root has
+    no registry; a registry that cannot be read raises (gc must not guess what production uses)."""
+    from pipelines.settings import StrataPaths
+
+    paths = StrataPaths(Path(root))
+    if not (paths.mlflow_dir / "mlflow.db").is_file():
+        return {}
+    from trainer.model_versions import list_versions, registry_client
+    from trainer.tracking import ARTIFACT_VERSION_TAG, CHAMPION
+
+    return {v.tags[ARTIFACT_VERSION_TAG]: f"trained the champion ({v.name} version {v.version})"
+            for v in list_versions(registry_client(paths.mlflow_tracking_uri))
+            if CHAMPION in v.aliases and v.tags.get(ARTIFACT_VERSION_TAG)}
 
 
 def model_uri(name: str, version: int | str) -> str:

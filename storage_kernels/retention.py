@@ -8,6 +8,8 @@ superseded ``pack`` or ``reorder`` version is gigabytes. A version is **kept** w
 - a live process has one of its files open or mapped (``/proc/<pid>/fd``, ``maps`` and ``cwd``; the processes
   of other users are visible to root only);
 - its manifest cannot be read (``strata verify`` says why: gc never removes what it cannot read);
+- it is pinned: the caller names it (``strata gc`` pins the versions the MLflow registry's champions were
+  trained as, so the model in production stays traceable and a warm start reads its weights from the store);
 - a kept version depends on it (its manifest's ``upstream``, followed transitively).
 
 Everything else is removable. A version's last use is the later of its manifest's ``created_at`` and its
@@ -28,7 +30,7 @@ import re
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -181,12 +183,14 @@ def _pids(pids: Iterable[int]) -> str:
 
 
 def plan(versions: list[Version], keep_last: int = 1, keep_within: float | None = None,
-         in_use: dict[Key, set[int]] | None = None, now: float | None = None) -> list[Decision]:
-    """Keep or remove each of ``versions`` by the rules of this module; sorted by dataset, stage, last use."""
+         in_use: dict[Key, set[int]] | None = None, now: float | None = None,
+         pinned: Mapping[str, str] | None = None) -> list[Decision]:
+    """Keep or remove each of ``versions`` by the rules of this module; sorted by dataset, stage, last use.
+    ``pinned`` maps version ids to keep to the reason (version ids are content hashes: unique in a root)."""
     if keep_last < 0:
         raise ValueError(f"'--keep-last' expected a count >= 0 (got {keep_last})")
     now = time.time() if now is None else now
-    in_use = in_use or {}
+    in_use, pinned = in_use or {}, pinned or {}
     reasons: dict[Key, str] = {}
     groups: dict[tuple[str, str], list[Version]] = defaultdict(list)
     for v in versions:
@@ -200,6 +204,8 @@ def plan(versions: list[Version], keep_last: int = 1, keep_within: float | None 
                 continue
             if v.key in in_use:
                 reasons[v.key] = f"open by pid {_pids(in_use[v.key])}"
+            elif v.version in pinned:
+                reasons[v.key] = pinned[v.version]
             elif rank < keep_last:
                 reasons[v.key] = "most recently used" if rank == 0 else f"among the {keep_last} most recently used"
             elif keep_within is not None and now - v.last_used <= keep_within:
@@ -314,11 +320,11 @@ def _catalog(root: Path) -> Any:
 
 
 def gc_plan(root: str | Path, dataset: str | None = None, keep_last: int = 1, keep_within: float | None = None,
-            now: float | None = None) -> GcPlan:
-    """Scan ``root`` (one dataset's versions, or all), find the open ones, decide (:func:`plan`), and list the
-    catalog rows of directories that are gone. Reads only."""
+            now: float | None = None, pinned: Mapping[str, str] | None = None) -> GcPlan:
+    """Scan ``root`` (one dataset's versions, or all), find the open ones, decide (:func:`plan`, keeping
+    ``pinned``), and list the catalog rows of directories that are gone. Reads only."""
     root = Path(root)
-    decisions = plan(scan(root, dataset), keep_last, keep_within or None, open_versions(root), now)
+    decisions = plan(scan(root, dataset), keep_last, keep_within or None, open_versions(root), now, pinned)
     catalog = _catalog(root)
     return GcPlan(root, decisions, stale_catalog_rows(root, catalog, dataset) if catalog is not None else [])
 

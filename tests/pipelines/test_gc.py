@@ -1,6 +1,7 @@
 """``strata gc`` on a real pipeline root: after a configuration change it removes the superseded ``plan`` and
 ``pack`` and nothing the current configuration needs (a rerun reuses every stage), the old configuration
-rebuilds only what was removed, and the dry run, ``--json`` and bad options behave."""
+rebuilds only what was removed, the registered champion's train version stays with its lineage, and the dry
+run, ``--json`` and bad options behave."""
 
 from __future__ import annotations
 
@@ -114,3 +115,28 @@ def test_the_dagster_gc_job_removes_the_same_versions_and_reports_them(tmp_path:
     schedule = defs.resolve_schedule_def("weekly_gc")
     assert schedule.job_name == GC_JOB and schedule.cron_schedule == GC_CRON
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def test_gc_keeps_the_train_version_of_the_registered_champion(tmp_path: Path) -> None:
+    from trainer.model_versions import promote, registry_client
+
+    root = tmp_path / "root"
+    trained = {}
+    for hidden in (16, 8):  # two registered versions; the second is the most recent
+        cfg = PipelineConfig.load(dataset="tiny", overrides=["sample.epochs=1", "train.epochs=2",
+                                                             f"train.hidden_dim={hidden}"])
+        runs = StageRunner(cfg, StrataPaths.at(root).store()).run_until("export", checks=False)
+        trained[hidden] = {r.artifact.stage: r.artifact.version for r in runs}
+
+    def decisions() -> dict[tuple[str, str], tuple[str, str]]:
+        doc = json.loads(cli.invoke(app, ["gc", "--root", str(root), "--json"]).stdout)
+        return {(r["stage"], r["version"]): (r["action"], r["reason"]) for r in doc["versions"]}
+
+    client = registry_client(StrataPaths.at(root).mlflow_tracking_uri)
+    promote(client, "strata-tiny", 2, force=True)
+    assert decisions()[("train", trained[16]["train"])][0] == "remove"  # superseded, not the champion
+    promote(client, "strata-tiny", 1, force=True)
+    got = decisions()
+    assert got[("train", trained[16]["train"])] == ("keep", "trained the champion (strata-tiny version 1)")
+    assert got[("train", trained[8]["train"])] == ("keep", "most recently used")
+    assert got[("export", trained[16]["export"])][0] == "remove"  # the registry holds its own copy of the model

@@ -83,6 +83,19 @@ def test_keep_last_and_keep_within_widen_the_kept_set(store: ArtifactStore) -> N
         plan(scan(store.root), keep_last=-1)
 
 
+def test_a_pinned_version_stays_with_its_upstream(store: ArtifactStore) -> None:
+    t = time.time() + 1000
+    graph = _publish(store, "ingest", 1, used_at=t)
+    old = _publish(store, "train", 1, {"ingest": graph.version}, used_at=t)
+    _publish(store, "ingest", 2, used_at=t + 100)
+    _publish(store, "train", 2, used_at=t + 100)
+    unpinned = _decisions(store, now=t + 200)
+    assert not unpinned[f"train/{old.version}"][0] and not unpinned[f"ingest/{graph.version}"][0]
+    pinned = _decisions(store, now=t + 200, pinned={old.version: "trained the champion (m version 1)"})
+    assert pinned[f"train/{old.version}"] == (True, "trained the champion (m version 1)")
+    assert pinned[f"ingest/{graph.version}"] == (True, f"upstream of train/{old.version}")
+
+
 def test_open_and_mapped_files_keep_their_version(store: ArtifactStore) -> None:
     t = time.time() + 1000
     mapped = _publish(store, "sample", 1, used_at=t)
