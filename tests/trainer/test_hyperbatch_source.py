@@ -186,6 +186,23 @@ def test_batches_read_ahead_of_their_assembly_across_a_refresh_get_exact_rows(da
             first + second)
 
 
+def test_a_refresh_that_shrinks_the_hotset_still_serves_its_rows(data: Dataset, tmp_path: Path) -> None:
+    # fewer nodes with a positive score (degree x accesses) than the budget holds -- few training nodes on a
+    # small graph (Cora failed here), here half the nodes without in-edges: the refresh keeps fewer rows than
+    # before, and kept rows stay in slots past the new row count
+    planned = np.arange(0, 1400, dtype=np.int64)
+    pack = write_pack(tmp_path / "pack", data, planned, budget_bytes=100 * 4096)
+    degree = np.diff(data.indptr)
+    degree[1::2] = 0
+    with HyperbatchSource(pack, data.samples, data.features_path, degree, len(planned), refresh_epochs=1) as source:
+        train_epoch(source, data, 0)
+        train_epoch(source, data, 1)  # refreshed at its first batch
+        kept = source.hotset.nodes
+        assert source.hotset.refreshes == 1 and 0 < len(kept) < len(planned)
+        assert source.hotset.slot[kept].max() >= len(kept)  # the case: a kept row in a high slot
+        assert source.rows_by_tier["cpu"] > 0
+
+
 @requires_cuda
 def test_batches_on_a_cuda_device_equal_the_rows(data: Dataset, pack_dir: Path) -> None:
     with open_source(pack_dir, data, device="cuda", refresh_epochs=1) as source:

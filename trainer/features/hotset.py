@@ -133,7 +133,9 @@ class HotsetTier(FeatureTier):
         self.direct_io, self.fallback_reason = source.direct, source.fallback_reason
 
     def num_slots(self, addr: BatchAddresses) -> int:
-        return len(self.hotset.nodes)
+        # the rows' capacity, not the hot node count: a refresh that keeps fewer nodes leaves kept rows in
+        # their slots, which may lie past the new count
+        return len(self.hotset.rows)
 
     def refresh(self) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`Hotset.refresh` from the tier's file, counted."""
