@@ -9,7 +9,7 @@ from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, blocks_of_rows
 from storage_kernels.packstore import BatchAddresses, PackedStore
 from storage_kernels.windowstore import SegmentWindow
-from trainer.features.base import FeatureTier, TierRead, block_positions, read_blocks
+from trainer.features.base import FeatureTier, TierRead, block_positions, positions_if_read, read_blocks
 from trainer.features.diskcache import DiskCacheTier
 
 __all__ = ["WindowedDiskCacheTier"]
@@ -71,23 +71,22 @@ class WindowedDiskCacheTier(DiskCacheTier):
         where = self._row_slot[slots]  # (k,) buffer slot or -1
         held = where >= 0
         blocks = self.window.reads(addr.batch)  # (m,) absolute blocks, sorted
-        missing = blocks_of_rows(slots[~held], row_bytes, addr.cache_offset, DATA_ALIGN)
-        if not np.all(np.isin(missing, blocks, assume_unique=True)):  # out of the schedule's order: read them too
-            blocks = np.union1d(blocks, missing)
+        hits = int(held.sum())
+        unheld = slots[~held] if hits else slots
+        unheld_off = addr.cache_offset + unheld * row_bytes
+        at = positions_if_read(blocks, unheld_off, row_bytes)
+        if at is None:  # out of the schedule's order: some rows' blocks are not scheduled, read them too
+            blocks = np.union1d(blocks, blocks_of_rows(unheld, row_bytes, addr.cache_offset, DATA_ALIGN))
+            at = block_positions(blocks, unheld_off)
         self._buffer, nbytes, runs = read_blocks(self._file, blocks, self._buffer, self.num_threads)
         self.bytes_read += nbytes
         self.read_requests += runs
 
-        def staged(rows: np.ndarray, out: np.ndarray, out_pos: np.ndarray) -> None:  # out[out_pos] = rows read
-            at = block_positions(blocks, addr.cache_offset + rows * row_bytes)
-            kernels.gather_rows_at_into(self._buffer, at, out, out_pos, self.num_threads)
-
-        hits = int(held.sum())
-        if hits:  # buffered rows and rows read, each straight to its node-order row of the staging block
+        # buffered rows and rows read, each straight to its node-order row of the staging block
+        if hits:
             kernels.gather_rows_into(self._rows, where[held], part.staging, part.pos[held], self.num_threads)
-            staged(slots[~held], part.staging, part.pos[~held])
-        else:
-            staged(slots, part.staging, part.pos)
+        kernels.gather_rows_at_into(self._buffer, at, part.staging, part.pos[~held] if hits else part.pos,
+                                    self.num_threads)
         self.window_hits += hits
         out_rows, in_rows, in_slots = self.window.changes(addr.batch)
         gone = self._row_slot[out_rows]
@@ -98,7 +97,8 @@ class WindowedDiskCacheTier(DiskCacheTier):
             self._row_slot[previous[previous >= 0]] = -1
             self._slot_row[in_slots] = in_rows
             self._row_slot[in_rows] = in_slots
-            staged(in_rows, self._rows, in_slots)
+            at = block_positions(blocks, addr.cache_offset + in_rows * row_bytes)
+            kernels.gather_rows_at_into(self._buffer, at, self._rows, in_slots, self.num_threads)
 
     def stats(self) -> dict[str, float]:
         return {**super().stats(), "window_hits": float(self.window_hits)}
