@@ -36,6 +36,7 @@ from storage_kernels.packstore import (
     SEGMENT_OFFSET,
     SEGMENT_ROWS,
     Tier,
+    store_budget_bytes,
 )
 from storage_kernels.store import Artifact, ArtifactStore
 
@@ -593,14 +594,16 @@ def check_disk_caches(segment_offset: np.ndarray, segment_rows: np.ndarray, batc
 
 
 def check_disk_budget(store_bytes: int, feature_bytes: int, budget: float | None) -> Finding:
-    """The store (cache blocks, disk caches, packed chunks) within ``budget`` times the feature bytes."""
+    """The store (cache blocks, disk caches, packed chunks) within ``budget`` times the feature bytes, counted in
+    whole blocks (:func:`storage_kernels.packstore.store_budget_bytes`, as the pack stage budgets it)."""
     f = Finding()
     blowup = store_bytes / feature_bytes if feature_bytes else 0.0
+    limit = store_budget_bytes(budget, feature_bytes)
     f.facts.update({"store_bytes": store_bytes, "feature_bytes": feature_bytes, "disk_blowup": round(blowup, 4),
                     "disk_budget": budget})
-    if budget is not None and store_bytes > budget * feature_bytes:
-        f.fail(f"'pack' expected a store of at most {budget} x {feature_bytes} feature bytes "
-               f"(got {store_bytes} bytes, {blowup:.4f}x)")
+    if limit is not None and store_bytes > limit:
+        f.fail(f"'pack' expected a store of at most {budget} x {feature_bytes} feature bytes in whole blocks "
+               f"({int(limit)} bytes) (got {store_bytes} bytes, {blowup:.4f}x)")
     return f
 
 

@@ -294,8 +294,8 @@ class PackConfig(_Section):
     num_threads: int = setting(0, "Packing threads (0 = all cores).", artifact=False, ge=0)
     disk_budget: float | None = setting(
         3.0, "diskgnn: disk budget of the store (cache blocks + segment disk caches + packed chunks) as a multiple "
-        "of the feature file's bytes; the (m, s) search reads the fewest bytes within it (null: unlimited, the "
-        "fewest reads, as pure packing).", artifact="selected", gt=0)
+        "of the feature file's bytes, counted in whole 4 KiB blocks (the store's unit); the (m, s) search reads the "
+        "fewest bytes within it (null: unlimited, the fewest reads, as pure packing).", artifact="selected", gt=0)
     minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.",
                              artifact="selected", ge=1)
     disk_cache_order: Literal["uses", "minhash"] = setting(

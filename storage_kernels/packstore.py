@@ -58,6 +58,7 @@ __all__ = [
     "batch_addresses",
     "cache_blocks",
     "chunk_bytes",
+    "store_budget_bytes",
 ]
 
 #: Alignment of every chunk offset in ``packed.bin`` (and of each chunk's read length): the O_DIRECT unit.
@@ -99,6 +100,14 @@ class Tier(IntEnum):
     def readable(cls) -> tuple[Tier, ...]:
         """The tiers an address can hold (everything but ``NONE``; codes contiguous from 0)."""
         return (cls.GPU, cls.CPU, cls.PACKED, cls.FILE, cls.DISK_CACHE)
+
+
+def store_budget_bytes(multiple: float | None, feature_bytes: int) -> float | None:
+    """The bytes a store (cache blocks, disk caches, packed chunks) may take under ``pack.disk_budget`` =
+    ``multiple`` (None: unlimited): that multiple of the feature file counted in whole :data:`CHUNK_ALIGN`
+    blocks, the store's unit. So every layout search has a store that fits 1x (one segment caching each row
+    once), however small the file."""
+    return None if multiple is None else multiple * int(align_up(int(feature_bytes), CHUNK_ALIGN))
 
 
 def chunk_bytes(rows: np.ndarray | int, row_bytes: int) -> np.ndarray:

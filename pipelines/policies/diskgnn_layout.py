@@ -32,6 +32,7 @@ from storage_kernels.packstore import (
     SEGMENT_OFFSET,
     SEGMENT_ROWS,
     batch_addresses,
+    store_budget_bytes,
 )
 from storage_kernels.windowstore import write_window
 
@@ -94,7 +95,8 @@ def write_layout(inputs: PackInputs) -> DiskLayout:
     # The (m, s) search under the disk budget, then the segment disk caches.
     trace = training_trace(samples, tier)
     budget = cfg.pack.disk_budget
-    budget_bytes = None if budget is None else int(budget * feature_bytes) - cache_bytes
+    store_budget = store_budget_bytes(budget, feature_bytes)  # in whole blocks: a tiny file is no exception
+    budget_bytes = None if store_budget is None else int(store_budget) - cache_bytes
     if budget_bytes is not None and budget_bytes < 0:
         raise ValueError(f"'pack.disk_budget' expected at least the GPU/CPU cache blocks' "
                          f"{cache_bytes / feature_bytes:.4f} x the feature bytes (got {budget})")

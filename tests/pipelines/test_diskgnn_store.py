@@ -18,7 +18,7 @@ from pipelines.checks import (
 from pipelines.config import PipelineConfig
 from pipelines.stages import pack, partition, plan, reorder, sample
 from pipelines.stages.graphio import load_graph
-from storage_kernels.packstore import Tier
+from storage_kernels.packstore import Tier, store_budget_bytes
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import ArtifactStore
 from tests.pipelines.stage_fixtures import make_graph_artifact
@@ -37,8 +37,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> ArtifactStore:
     return ArtifactStore(tmp_path_factory.mktemp("diskgnn-store"))
 
 
-def _pipeline(store: ArtifactStore, cfg: PipelineConfig):
-    graph = make_graph_artifact(store, n=800)
+def _pipeline(store: ArtifactStore, cfg: PipelineConfig, dataset: str = "unit", n: int = 800, dim: int = 16):
+    graph = make_graph_artifact(store, dataset, n=n, dim=dim)
     ordering = reorder.run(store, cfg, ingest=graph).artifact
     parting = partition.run(store, cfg, reorder=ordering).artifact
     samples = sample.run(store, cfg, reorder=ordering, partition=parting).artifact
@@ -53,7 +53,7 @@ def test_features_and_bytes_read_are_the_predicted_ones(store: ArtifactStore, bu
     features = load_graph(ordering).features
     feature_bytes = features.nbytes
     if budget != "null":  # the store respects the budget, counted from the files
-        assert stats["store_bytes"] <= float(budget) * feature_bytes
+        assert stats["store_bytes"] <= store_budget_bytes(float(budget), feature_bytes)
         assert stats["disk_blowup"] == pytest.approx(stats["store_bytes"] / feature_bytes)
         assert stats["segment_cache_rows"] > 0  # this budget needs segment disk caches
     for check in (ADDRESSES_IN_BOUNDS, CHUNKS_ALIGNED, DISK_BUDGET_RESPECTED):
@@ -81,6 +81,20 @@ def test_features_and_bytes_read_are_the_predicted_ones(store: ArtifactStore, bu
             assert torch.equal(source.load(batch), reference.load(batch)), f"batch {b}"
 
 
+def test_the_default_budget_fits_a_feature_file_smaller_than_a_block(store: ArtifactStore) -> None:
+    # 300 rows of one float: 1200 bytes, while every chunk and disk cache is whole 4 KiB blocks (this failed
+    # with "expected a budget the store can meet" before the budget counted the file in blocks)
+    cfg = PipelineConfig.load(overrides=["sample.epochs=2", "sample.batch_size=64"], dataset="tiny-rows")
+    ordering, samples_art, packed = _pipeline(store, cfg, "tiny-rows", n=300, dim=1)
+    assert packed.stats["store_bytes"] <= store_budget_bytes(cfg.pack.disk_budget, 1200)
+    assert DISK_BUDGET_RESPECTED.run(packed, store).passed
+    samples, features = SampleSet(samples_art.path), np.asarray(load_graph(ordering).features)
+    with PackedFeatures(packed.path, samples, features_path=ordering.file("features.npy")) as source:
+        for b in samples.batch_ids("train", 0):
+            batch = samples.batch(b)
+            assert np.array_equal(source.load(batch).numpy(), features[batch.nodes])
+
+
 def test_disk_cache_checks_catch_bad_layouts() -> None:
     assert check_disk_caches(np.array([0, 4096]), np.array([8, 3]), np.array([0, 1, -1]), 512, 8192).passed
     overlap = check_disk_caches(np.array([0, 0]), np.array([8, 3]), np.array([0]), 512, 8192)
@@ -89,8 +103,9 @@ def test_disk_cache_checks_catch_bad_layouts() -> None:
         np.array([0, 100]), np.array([1, 1]), np.array([0]), 512, 8192).problems[0]
     assert "'batch_segment[1]' expected -1 or a segment in [0, 2) (got 2)" in check_disk_caches(
         np.array([0, 4096]), np.array([1, 1]), np.array([0, 2]), 512, 8192).problems[0]
-    assert check_disk_budget(300, 100, 3.0).passed and check_disk_budget(10**9, 100, None).passed
-    assert "expected a store of at most 3.0 x 100" in check_disk_budget(301, 100, 3.0).problems[0]
+    assert check_disk_budget(3 * 4096, 4096, 3.0).passed and check_disk_budget(10**9, 100, None).passed
+    assert "expected a store of at most 3.0 x 4096" in check_disk_budget(3 * 4096 + 1, 4096, 3.0).problems[0]
+    assert check_disk_budget(4216, 1200, 3.0).passed  # the file in whole blocks: 3 x 4096 bytes
     # batch 0 (train): node 0 packed row 0, node 1 in its segment cache row 1 (2 rows); tier 4 beyond them fails
     args = (np.array([0, 1]), np.array([2, 2], np.int8), np.array([0]), np.array([2]), np.array([1]), 0, 0)
     tier, slot = np.array([2, 4], np.int8), np.array([0, 1])
