@@ -8,6 +8,7 @@ import pytest
 from pipelines.config import PipelineConfig
 from pipelines.stages import pack, partition, plan, reorder, sample
 from pipelines.stages.graphio import load_graph
+from storage_kernels.packstore import store_budget_bytes
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import ArtifactStore
 from tests.pipelines.stage_fixtures import make_graph_artifact
@@ -174,7 +175,7 @@ def test_pack_addresses_reconstruct_every_batch_exactly(store, budget):
     else:  # the budget forces segment disk caches
         assert np.count_nonzero(np.asarray(addr_tier) == 4) > 0 and packed.stats["segment_cache_rows"] > 0
         store_bytes = sum(packed.array(n).nbytes for n in ("gpu_cache.npy", "cpu_cache.npy")) + len(raw) + len(disk)
-        assert store_bytes == packed.stats["store_bytes"] <= budget * feature_bytes
+        assert store_bytes == packed.stats["store_bytes"] <= store_budget_bytes(budget, feature_bytes)
 
 
 def test_partition_batching_covers_each_epoch_and_groups_by_partition(store):
