@@ -52,11 +52,15 @@ __all__ = ["LayerwiseGraph", "layerwise_accuracies", "layerwise_accuracy", "laye
 
 log = logging.getLogger(__name__)
 
-#: Bytes an in-edge of an interval costs at most while it is processed (:func:`_by_source`): 24 at the peak
-#: (three int64 arrays), 16 at rest (source position and destination), plus a margin.
-EDGE_BYTES = 32
-#: The same when node ids do not fit the packed sort key (2**31 nodes or more): an argsort's order as well.
+#: Bytes an in-edge of an interval costs at most while it is processed (:func:`_by_source`): 16 at the peak
+#: (the int64 sort key, then the int32 destination and source position beside it), 8 at rest, plus a margin.
+EDGE_BYTES = 20
+#: The same when node ids do not fit the packed sort key (2**31 nodes or more): int64 arrays and an argsort.
 WIDE_EDGE_BYTES = 48
+#: GAT's edge softmax indexes by int64 destinations: a copy of them while an interval's weights are computed.
+SOFTMAX_INDEX_BYTES = 8
+#: In-edges handled at once while a sort key is built or searched (bounds the int64 temporaries).
+_EDGE_PIECE = 1 << 20
 
 
 @dataclass
@@ -108,33 +112,43 @@ def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _packable(graph: LayerwiseGraph, rows: int) -> bool:
-    """Whether (source id, destination position) pairs fit one int64 sort key: 31 and 32 bits."""
-    return graph.num_nodes < 1 << 31 and rows < 1 << 32
+    """Whether (source id, destination position) pairs fit one int64 sort key and int32 positions: 31 bits
+    each."""
+    return graph.num_nodes < 1 << 31 and rows < 1 << 31
 
 
 def _by_source(graph: LayerwiseGraph, rows: np.ndarray, self_loops: bool, sources: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """The in-edges of ``rows`` (plus a self loop each when ``self_loops``) in source order: the sources'
     positions in ``sources`` (sorted node ids holding every source) and the destinations' positions in ``rows``.
-    The pairs are packed into one int64 key sorted in place (:data:`EDGE_BYTES`), or ordered by an argsort when
-    they do not fit (:data:`WIDE_EDGE_BYTES`)."""
-    src, dst = _in_edges(graph, rows)
+    The pairs are packed into one int64 key, built a piece of rows at a time and sorted in place, and come back
+    as int32 positions (:data:`EDGE_BYTES`); ordered by an argsort into int64 ones when they do not fit
+    (:data:`WIDE_EDGE_BYTES`)."""
     loops = np.arange(len(rows) if self_loops else 0, dtype=np.int64)  # destination positions of the loops
     loop_src = rows if self_loops else rows[:0]
     if not _packable(graph, len(rows)):
+        src, dst = _in_edges(graph, rows)
         src = np.concatenate([src, loop_src])
         dst = np.concatenate([dst, loops])
         order = np.argsort(src, kind="stable")
         return np.searchsorted(sources, src[order]), dst[order]
-    key = np.empty(len(src) + len(loops), dtype=np.int64)
-    np.left_shift(src, 32, out=key[: len(src)])
-    key[: len(src)] |= dst
-    del src, dst
-    key[len(key) - len(loops):] = (loop_src << 32) | loops
+    in_degree = _in_degree(graph, rows)
+    key = np.empty(int(in_degree.sum()) + len(loops), dtype=np.int64)
+    at = 0
+    for lo, hi in _cuts(in_degree, _EDGE_PIECE, 1):  # rows with at most a piece of in-edges (or one hub)
+        src, dst = _in_edges(graph, rows[lo:hi])
+        np.left_shift(src, 32, out=key[at : at + len(src)])
+        key[at : at + len(src)] |= dst + lo
+        at += len(src)
+    key[at:] = (loop_src << 32) | loops
     key.sort()  # by source, then destination
-    dst = key & 0xFFFFFFFF
+    dst = np.empty(len(key), dtype=np.int32)
+    np.bitwise_and(key, 0xFFFFFFFF, out=dst, casting="unsafe")
     np.right_shift(key, 32, out=key)  # the sources' ids, in place
-    return np.searchsorted(sources, key), dst
+    pos = np.empty(len(key), dtype=np.int32)
+    for lo in range(0, len(key), _EDGE_PIECE):
+        pos[lo : lo + _EDGE_PIECE] = np.searchsorted(sources, key[lo : lo + _EDGE_PIECE])
+    return pos, dst
 
 
 def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
@@ -282,6 +296,8 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
     scores = _attention_scores(form, inp, sources, target_pos, window, device) if form.heads else None
     edge_cost = (EDGE_BYTES if _packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
+    if form.heads:
+        edge_cost += SOFTMAX_INDEX_BYTES
     kept_own = 0 if form.own_in_acc else form.own_dim
     costs = 4 * (form.acc_dim + kept_own) + edge_cost * (in_degree + int(form.self_loops))
     intervals = _cuts(costs, budget.interval, graph.chunk_nodes)
@@ -292,7 +308,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
         weights = None
         if scores is not None:
             weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
-                                   dst_t)  # (E, H)
+                                   dst_t.long())  # (E, H); the softmax's scatter takes int64 indexes
         degree = torch.from_numpy(in_degree[a:b]).to(device)  # (D,)
         acc = torch.zeros(b - a, form.acc_dim, device=device)
         own = torch.empty(b - a, kept_own, device=device)
