@@ -314,7 +314,8 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
         own = torch.empty(b - a, kept_own, device=device)
         mine = target_pos[a:b]  # the interval's own rows, sorted
         for p0 in _windows(len(sources), window):
-            e0, e1 = np.searchsorted(pos, [p0, p0 + window])
+            # bounds of pos's own dtype: a list of Python ints would cast the whole of pos at every window
+            e0, e1 = np.searchsorted(pos, np.array([p0, min(p0 + window, len(sources))], dtype=pos.dtype))
             k0, k1 = np.searchsorted(mine, [p0, p0 + window])
             if e0 == e1 and (k0 == k1 or not form.own_dim):
                 continue
