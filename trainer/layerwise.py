@@ -18,7 +18,8 @@ sequentially, in destination order. With the budget large enough for one interva
 once per layer.
 
 The memory used is ``LayerwiseGraph.memory_bytes`` (half for an interval's accumulators and edges, an eighth
-for a read window, at most an eighth for each layer table kept in RAM), plus a byte per node for the frontier
+for two read windows -- the next window's rows are read on a thread while the current one's are computed with --
+at most an eighth for each layer table kept in RAM), plus a byte per node for the frontier
 and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`LayerwiseGraph.out_degree`) and,
 for GAT, the attention scores of a layer's sources
 (``4 * heads`` bytes each). The result equals the model's forward on the full-neighbourhood blocks up to float
@@ -31,7 +32,8 @@ import functools
 import logging
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -285,14 +287,29 @@ def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_p
     return score_src, score_dst
 
 
+def _read_ahead(plans: Iterator[tuple[int, int, int, int, np.ndarray]], read: Callable[[np.ndarray], torch.Tensor],
+                reader: ThreadPoolExecutor) -> Iterator[tuple[tuple[int, int, int, int, np.ndarray], torch.Tensor]]:
+    """Each window plan with its input rows (``read(plan[-1])``), the next window's rows being read on
+    ``reader`` while the caller computes with these: at most two windows' rows in hand."""
+    pending = None
+    for plan in plans:
+        future = reader.submit(read, plan[-1])
+        if pending is not None:
+            yield pending[0], pending[1].result()
+        pending = (plan, future)
+    if pending is not None:
+        yield pending[0], pending[1].result()
+
+
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
                graph: LayerwiseGraph, budget: _Budget, out: _Table, device: torch.device) -> int:
     """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``) into ``out``, reading the input
-    rows of ``sources`` (sorted node ids) from ``inp``. Returns the number of intervals."""
+    rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. Returns the number of
+    intervals."""
     target_pos = np.searchsorted(sources, targets)  # (|T|,) sorted: targets are sources too
     in_degree = _in_degree(graph, targets)  # (|T|,)
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
-    window = max(graph.chunk_nodes, budget.window // row_cost)
+    window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
     scores = _attention_scores(form, inp, sources, target_pos, window, device) if form.heads else None
     edge_cost = (EDGE_BYTES if _packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
@@ -301,18 +318,10 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     kept_own = 0 if form.own_in_acc else form.own_dim
     costs = 4 * (form.acc_dim + kept_own) + edge_cost * (in_degree + int(form.self_loops))
     intervals = _cuts(costs, budget.interval, graph.chunk_nodes)
-    for a, b in intervals:
-        pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
-        dst_t = torch.from_numpy(dst).to(device)
-        del dst
-        weights = None
-        if scores is not None:
-            weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
-                                   dst_t.long())  # (E, H); the softmax's scatter takes int64 indexes
-        degree = torch.from_numpy(in_degree[a:b]).to(device)  # (D,)
-        acc = torch.zeros(b - a, form.acc_dim, device=device)
-        own = torch.empty(b - a, kept_own, device=device)
-        mine = target_pos[a:b]  # the interval's own rows, sorted
+
+    def plans(pos: np.ndarray, mine: np.ndarray) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
+        """Each read window's edges ``[e0, e1)`` (``pos``: their sources' positions), own rows ``[k0, k1)``
+        (``mine``: the interval's targets' positions) and the input rows it needs."""
         for p0 in _windows(len(sources), window):
             # bounds of pos's own dtype: a list of Python ints would cast the whole of pos at every window
             e0, e1 = np.searchsorted(pos, np.array([p0, min(p0 + window, len(sources))], dtype=pos.dtype))
@@ -322,20 +331,36 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             need = _distinct(pos[e0:e1])
             if form.own_dim and k1 > k0:
                 need = np.union1d(need, mine[k0:k1])
-            x = inp.read(need).to(device)  # (len(need), in_dim)
-            if e1 > e0:
-                messages = form.messages(x, torch.from_numpy(sources[need]))
-                src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
-                _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
-            if k1 > k0 and form.own_dim:
-                at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
-                term = form.own(x.index_select(0, at), degree[k0:k1])
-                if form.own_in_acc:
-                    acc[k0:k1] += term
-                else:
-                    own[k0:k1] = term
-        y = form.finish(acc, own, degree)
-        out.append((y if last else F.relu(y)).float().cpu().numpy())
+            yield int(e0), int(e1), int(k0), int(k1), need
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-layerwise-read") as reader:
+        for a, b in intervals:
+            pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
+            dst_t = torch.from_numpy(dst).to(device)
+            del dst
+            weights = None
+            if scores is not None:
+                weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
+                                       dst_t.long())  # (E, H); the softmax's scatter takes int64 indexes
+            degree = torch.from_numpy(in_degree[a:b]).to(device)  # (D,)
+            acc = torch.zeros(b - a, form.acc_dim, device=device)
+            own = torch.empty(b - a, kept_own, device=device)
+            mine = target_pos[a:b]  # the interval's own rows, sorted
+            for (e0, e1, k0, k1, need), rows in _read_ahead(plans(pos, mine), inp.read, reader):
+                x = rows.to(device)  # (len(need), in_dim)
+                if e1 > e0:
+                    messages = form.messages(x, torch.from_numpy(sources[need]))
+                    src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
+                    _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
+                if k1 > k0 and form.own_dim:
+                    at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
+                    term = form.own(x.index_select(0, at), degree[k0:k1])
+                    if form.own_in_acc:
+                        acc[k0:k1] += term
+                    else:
+                        own[k0:k1] = term
+            y = form.finish(acc, own, degree)
+            out.append((y if last else F.relu(y)).float().cpu().numpy())
     return len(intervals)
 
 
