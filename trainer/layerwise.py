@@ -32,10 +32,11 @@ import functools
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -272,25 +273,14 @@ def _windows(count: int, size: int) -> range:
     return range(0, count, max(size, 1))
 
 
-def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_pos: np.ndarray, window: int,
-                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAT's first pass over the input: every source's score as a source (|S|, H) and every target's as a
-    destination (|T|, H)."""
-    score_src = torch.empty(len(sources), form.heads, device=device)
-    score_dst = torch.empty(len(target_pos), form.heads, device=device)
-    for p0 in _windows(len(sources), window):
-        p1 = min(p0 + window, len(sources))
-        as_src, as_dst = form.scores(inp.read(np.arange(p0, p1)).to(device))  # type: ignore[attr-defined]
-        score_src[p0:p1] = as_src
-        k0, k1 = np.searchsorted(target_pos, [p0, p1])
-        score_dst[k0:k1] = as_dst[torch.from_numpy(target_pos[k0:k1] - p0).to(device)]
-    return score_src, score_dst
+Plan = TypeVar("Plan", bound=tuple)
 
 
-def _read_ahead(plans: Iterator[tuple[int, int, int, int, np.ndarray]], read: Callable[[np.ndarray], torch.Tensor],
-                reader: ThreadPoolExecutor) -> Iterator[tuple[tuple[int, int, int, int, np.ndarray], torch.Tensor]]:
-    """Each window plan with its input rows (``read(plan[-1])``), the next window's rows being read on
-    ``reader`` while the caller computes with these: at most two windows' rows in hand."""
+def _read_ahead(plans: Iterable[Plan], read: Callable[[np.ndarray], torch.Tensor], reader: ThreadPoolExecutor
+                ) -> Iterator[tuple[Plan, torch.Tensor]]:
+    """Each window plan with its input rows (``read(plan[-1])``, the plan's last item the positions to read),
+    the next window's rows being read on ``reader`` while the caller computes with these: at most two windows'
+    rows in hand."""
     pending = None
     for plan in plans:
         future = reader.submit(read, plan[-1])
@@ -299,6 +289,22 @@ def _read_ahead(plans: Iterator[tuple[int, int, int, int, np.ndarray]], read: Ca
         pending = (plan, future)
     if pending is not None:
         yield pending[0], pending[1].result()
+
+
+def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_pos: np.ndarray, window: int,
+                      device: torch.device, reader: ThreadPoolExecutor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAT's first pass over the input (a window read ahead): every source's score as a source (|S|, H) and
+    every target's as a destination (|T|, H)."""
+    score_src = torch.empty(len(sources), form.heads, device=device)
+    score_dst = torch.empty(len(target_pos), form.heads, device=device)
+    plans = ((p0, min(p0 + window, len(sources)), np.arange(p0, min(p0 + window, len(sources))))
+             for p0 in _windows(len(sources), window))
+    for (p0, p1, _), rows in _read_ahead(plans, inp.read, reader):
+        as_src, as_dst = form.scores(rows.to(device))  # type: ignore[attr-defined]
+        score_src[p0:p1] = as_src
+        k0, k1 = np.searchsorted(target_pos, [p0, p1])
+        score_dst[k0:k1] = as_dst[torch.from_numpy(target_pos[k0:k1] - p0).to(device)]
+    return score_src, score_dst
 
 
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
@@ -311,7 +317,6 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
-    scores = _attention_scores(form, inp, sources, target_pos, window, device) if form.heads else None
     edge_cost = (EDGE_BYTES if _packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
     if form.heads:
         edge_cost += SOFTMAX_INDEX_BYTES
@@ -334,6 +339,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             yield int(e0), int(e1), int(k0), int(k1), need
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-layerwise-read") as reader:
+        scores = _attention_scores(form, inp, sources, target_pos, window, device, reader) if form.heads else None
         for a, b in intervals:
             pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
             dst_t = torch.from_numpy(dst).to(device)
