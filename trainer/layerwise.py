@@ -262,13 +262,6 @@ def _push(acc: torch.Tensor, messages: torch.Tensor, src: torch.Tensor, dst: tor
         acc.index_add_(0, dst[lo : lo + step], msg)
 
 
-def _distinct(sorted_values: np.ndarray) -> np.ndarray:
-    """The distinct values of an ascending array, in order."""
-    keep = np.ones(len(sorted_values), dtype=bool)
-    keep[1:] = sorted_values[1:] != sorted_values[:-1]
-    return sorted_values[keep]
-
-
 def _windows(count: int, size: int) -> range:
     return range(0, count, max(size, 1))
 
@@ -327,16 +320,19 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     def plans(pos: np.ndarray, mine: np.ndarray) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
         """Each read window's edges ``[e0, e1)`` (``pos``: their sources' positions), own rows ``[k0, k1)``
         (``mine``: the interval's targets' positions) and the input rows it needs."""
+        wanted = np.zeros(window, dtype=bool)  # the window's rows some edge or own term needs
         for p0 in _windows(len(sources), window):
+            p1 = min(p0 + window, len(sources))
             # bounds of pos's own dtype: a list of Python ints would cast the whole of pos at every window
-            e0, e1 = np.searchsorted(pos, np.array([p0, min(p0 + window, len(sources))], dtype=pos.dtype))
-            k0, k1 = np.searchsorted(mine, [p0, p0 + window])
+            e0, e1 = np.searchsorted(pos, np.array([p0, p1], dtype=pos.dtype))
+            k0, k1 = np.searchsorted(mine, [p0, p1])
             if e0 == e1 and (k0 == k1 or not form.own_dim):
                 continue
-            need = _distinct(pos[e0:e1])
-            if form.own_dim and k1 > k0:
-                need = np.union1d(need, mine[k0:k1])
-            yield int(e0), int(e1), int(k0), int(k1), need
+            wanted[:] = False  # a mark per row, not a sort: the window is small, its edges many
+            wanted[pos[e0:e1] - p0] = True
+            if form.own_dim:
+                wanted[mine[k0:k1] - p0] = True
+            yield int(e0), int(e1), int(k0), int(k1), np.flatnonzero(wanted[: p1 - p0]) + p0
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-layerwise-read") as reader:
         scores = _attention_scores(form, inp, sources, target_pos, window, device, reader) if form.heads else None
