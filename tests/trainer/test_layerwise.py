@@ -188,6 +188,31 @@ def test_layerwise_rejects_bad_input(graph_files):
         layerwise_logits(torch.nn.Linear(11, 4), graph, np.array([0]))
 
 
+def test_a_read_failing_on_the_reader_thread_surfaces_and_leaves_nothing_behind(graph_files, monkeypatch):
+    import threading
+
+    import trainer.layerwise as layerwise
+
+    indptr, indices, features, labels, paths, root = graph_files
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root, chunk_nodes=37,
+                           memory_bytes=0)  # many windows: the failing read is one read ahead
+    model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.0)
+    real, calls = layerwise._Rows.read, []
+
+    def failing(self, positions):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 3:
+            raise OSError("the disk went away")
+        return real(self, positions)
+
+    monkeypatch.setattr(layerwise._Rows, "read", failing)
+    with pytest.raises(OSError, match="the disk went away"):
+        layerwise_logits(model, graph, np.arange(300))
+    assert all(name.startswith("strata-layerwise-read") for name in calls)  # read on the reader thread
+    assert not [t for t in threading.enumerate() if t.name.startswith("strata-layerwise-read")]
+    assert not list(root.glob("*layerwise*"))  # scratch tables removed
+
+
 @pytest.mark.parametrize("model_name", ["graphsage", "gcn", "gat"])
 def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypatch, model_name):
     # graphs of 2**31 nodes or more order their edges by an argsort instead of packed keys, and keys built a
@@ -209,4 +234,5 @@ def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypa
     pos32, dst32 = layerwise._by_source(graph, np.arange(10, 40), True, np.arange(300))
     assert pos32.dtype == dst32.dtype == np.int32  # half the bytes an edge at rest
     assert np.array_equal(pos32, pos)  # in source order, the same pairs (ties ordered differently)
-    assert sorted(zip(pos32.tolist(), dst32.tolist())) == sorted(zip(pos.tolist(), dst.tolist()))
+    pairs = sorted(zip(pos.tolist(), dst.tolist(), strict=True))
+    assert sorted(zip(pos32.tolist(), dst32.tolist(), strict=True)) == pairs
