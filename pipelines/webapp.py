@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.stages.graphio import feature_values
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import MANIFEST_NAME, Artifact, ArtifactBuilder
 
@@ -95,7 +96,7 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     from trainer.subgraph_file import restrict_batch, write_subgraph
 
     samples = SampleSet(sample.path)
-    features, labels = reorder.array("features.npy"), np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+    features, labels = feature_values(reorder), np.asarray(reorder.array("labels.npy"), dtype=np.int64)
     val_ids = _eval_batches(samples)
     if not val_ids:
         raise ValueError(f"'{sample.path}' expected validation batches for the web export (got none)")

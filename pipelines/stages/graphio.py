@@ -9,7 +9,7 @@ import numpy as np
 from storage_kernels.halfwords import as_words
 from storage_kernels.store import Artifact
 
-__all__ = ["GraphArrays", "load_graph"]
+__all__ = ["GraphArrays", "feature_values", "load_graph"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +61,12 @@ def load_graph(artifact: Artifact) -> GraphArrays:
         val_idx=artifact.array("val_idx.npy"),
         test_idx=artifact.array("test_idx.npy"),
     )
+
+
+def feature_values(artifact: Artifact) -> np.ndarray:
+    """The feature matrix of an ``ingest`` or ``reorder`` artifact at its real width ``(N, feature_dim)``,
+    memory-mapped: float32 as stored, or float16 without the pad column a file of an odd width carries (its
+    rows are whole 4-byte words). For code that reads values, not the rows the tiers move."""
+    features = artifact.array("features.npy")
+    dim = int(artifact.stats.get("feature_dim", features.shape[1]))
+    return features[:, :dim] if features.shape[1] > dim else features

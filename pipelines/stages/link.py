@@ -31,6 +31,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.stages.graphio import feature_values
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["LINK_ONNX_TOLERANCE", "PREFETCH_RESERVE", "export", "is_link", "link_model_name", "load_scorer",
@@ -82,7 +83,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
 
         indptr = np.asarray(reorder.array("indptr.npy"), dtype=np.int64)
         indices = np.asarray(reorder.array("indices.npy"), dtype=np.int64)
-        features = reorder.array("features.npy") if tcfg.link_encoder == "gnn" else None
+        features = feature_values(reorder) if tcfg.link_encoder == "gnn" else None
         if features is not None and features.dtype != np.float32:
             features = np.asarray(features, dtype=np.float32)
         layout = _partitioning(cfg, len(indptr) - 1) if _is_out_of_core(cfg) else None
