@@ -38,15 +38,17 @@ anonymous memory, MiB).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,7 @@ from pipelines.stages.common import Progress
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.sampleset import SampleSet
+from storage_kernels.store import TMP_NAME, owned_tmp_name
 
 __all__ = ["BenchError", "measure_sequential_read", "resolve_policies", "run_bench", "write_plot", "write_report"]
 
@@ -146,6 +149,19 @@ def _steady(values: Sequence[float], last_has_eval: bool) -> float:
     return float(statistics.median(vals)) if vals else 0.0
 
 
+@contextlib.contextmanager
+def _owned_tmp(root: Path) -> Iterator[Path]:
+    """A directory of this process in the data root's temp dir for one worker's job and result files: removed
+    on exit and, if this process is killed first, by the next ``ArtifactStore.cleanup_tmp`` (a directory of the
+    system's temp dir would stay for good)."""
+    path = root / TMP_NAME / owned_tmp_name("bench")
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _Workers:
     """Runs bench workers, confined when a budget is set and a cgroup can be made."""
 
@@ -159,8 +175,8 @@ class _Workers:
         confined = POLICIES.get(policy).out_of_core  # the in-memory reference runs unconfined
         job = {"root": str(self.root), "config": cfg.model_dump(mode="json"), "policy": policy, "phase": phase,
                **extra}
-        with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
-            job_path, out_path, stage_path = Path(tmp, "job.json"), Path(tmp, "out.json"), Path(tmp, "stage")
+        with _owned_tmp(self.root) as tmp:
+            job_path, out_path, stage_path = tmp / "job.json", tmp / "out.json", tmp / "stage"
             job["stage_file"] = str(stage_path)
             job_path.write_text(json.dumps(job))
             evict_page_cache(self.evict)  # every run starts with the data on disk, not in the page cache

@@ -43,6 +43,22 @@ def test_report_has_the_documented_shape(report):
             assert key in entry, key
 
 
+def test_worker_files_live_in_the_roots_temp_dir_and_go_with_the_run(root, report):
+    # each worker's job and result files sit in an owned entry of <root>/.tmp (a killed bench's leftovers
+    # are then removed by the next cleanup_tmp), and nothing of them is left after the run
+    from pipelines.bench import _owned_tmp
+    from storage_kernels.store import TMP_NAME, ArtifactStore
+
+    tmp = root / TMP_NAME
+    leftovers = [e.name for e in tmp.iterdir() if ".bench." in e.name] if tmp.is_dir() else []
+    assert not leftovers  # the module's bench ran its workers and removed their directories
+    with _owned_tmp(root) as work:
+        assert work.parent == tmp and work.name.endswith(".bench.scratch") and work.is_dir()
+        ArtifactStore(root).cleanup_tmp()
+        assert work.is_dir()  # its owner, this process, lives
+    assert not work.exists()
+
+
 def test_policies_read_what_they_should(report):
     p = report["policies"]
     assert p["in_memory"]["bytes_read"] == 0 and p["in_memory"]["read_requests"] == 0
