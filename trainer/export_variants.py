@@ -11,7 +11,10 @@ intermediate tensors.
 ``int8`` (:func:`to_int8`): ``onnxruntime.quantization.quantize_static`` in QDQ format: ``MatMul`` / ``Gemm``
 weights int8 per output channel, their activations uint8 with min/max ranges calibrated on sampled training
 subgraphs (``QuantizeLinear`` / ``DequantizeLinear`` pairs, which onnxruntime-web runs; the scatter
-aggregation stays float32).
+aggregation stays float32). The weights use 7 of their 8 bits (``reduce_range``): onnxruntime's uint8 x int8
+kernel on x86 CPUs without VNNI (AVX2, AVX-512F) sums pairs of products in int16, which saturates with full
+8-bit weights; there the int8 model agreed with fp32 on 83-94% of predictions instead of >= 97%, and the
+native runtime no longer computed what onnxruntime-web computes. The model has to run the same everywhere.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def to_int8(src: str | Path, dst: str | Path, calibration: Iterable[Mapping[str,
         staged = Path(tmp) / "model.onnx"
         quantize_static(str(src), str(staged), _Reader(), quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
-                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8, reduce_range=True,
                         extra_options={"CalibTensorRangeSymmetric": False})
         staged.replace(dst)
     return dst
