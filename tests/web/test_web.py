@@ -62,7 +62,9 @@ def test_every_variant_matches_pytorch_in_onnxruntime_web(web_export: WebExport,
         # onnxruntime-web (WASM) computes what onnxruntime (native CPU) computes
         native = session(folder / variant_file(name)).run(["logits"], sub.feed)[0]
         assert np.abs(got[name] - native).max() <= 1e-4
-    assert (got["int8"].argmax(1) == want.argmax(1)).mean() >= 0.99
+    # int8's weights have 7 bits (reduce_range): a near-tie may flip (seen: one of 77 seeds, top-2 margin 0.009
+    # against a median of 0.92), so the bar is that of tests/trainer/test_export_variants.py
+    assert (got["int8"].argmax(1) == want.argmax(1)).mean() >= 0.97
     # fp16 (weights and activations rounded to half, aggregation fp32): within 1e-2, same classes here
     assert np.abs(got["fp16"] - want).max() <= 1e-2 and (got["fp16"].argmax(1) == want.argmax(1)).mean() >= 0.99
 
