@@ -1,8 +1,9 @@
 """Build the C extension ``storage_kernels._native`` (everything else lives in pyproject.toml).
 
 The C sources sit in one folder per kernel family under ``storage_kernels/_native/`` (``io/``, ``graph/``,
-``reorder/``, ``partition/``, ``cache/``) with ``module.c``, ``common.c`` and the headers at the top; every ``.c`` below
-it is compiled, and the top folder is the include path (``#include "common.h"`` from any family folder).
+``reorder/``, ``partition/``, ``cache/``, ``nn/``) with ``module.c``, ``common.c`` and the headers at the top;
+every ``.c`` below it is compiled, and the top folder is the include path (``#include "common.h"`` from any
+family folder).
 """
 
 from pathlib import Path

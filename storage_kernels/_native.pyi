@@ -108,3 +108,21 @@ def cache_update(
 def window_schedule(
     batch_ptr: _Int64, rows: _Int64, num_rows: int, row_bytes: int, buffer_rows: int
 ) -> tuple[_Int64, _Int64, _Int64, _Int64, _Int64, _Int64, _Int64, _Int64]: ...
+
+# ---- nn/: training-time model operations on the CPU (aggregate.c, dropout.c) ----
+def csr_sum(
+    indptr: _Int64, cols: _Int64, src: npt.NDArray[np.float32], out: npt.NDArray[np.float32], mean: bool = False,
+    num_threads: int = 0,
+) -> None: ...
+def csr_sum_backward(
+    indptr: _Int64, cols: _Int64, grad_out: npt.NDArray[np.float32], grad_src: npt.NDArray[np.float32],
+    mean: bool = False, num_threads: int = 0,
+) -> None: ...
+def dropout(
+    x: npt.NDArray[np.float32], out: npt.NDArray[np.float32], mask: npt.NDArray[np.uint8], p: float, seed: int,
+    num_threads: int = 0,
+) -> None: ...
+def dropout_backward(
+    grad: npt.NDArray[np.float32], mask: npt.NDArray[np.uint8], p: float, out: npt.NDArray[np.float32],
+    num_threads: int = 0,
+) -> None: ...

@@ -40,6 +40,10 @@ __all__ = [
     "csr_aggregate",
     "csr_count",
     "csr_place",
+    "csr_sum",
+    "csr_sum_backward",
+    "dropout",
+    "dropout_backward",
     "fennel_pass",
     "filtered_ranks",
     "gather_rows",
@@ -936,3 +940,65 @@ def cache_update(cache: np.ndarray, address_table: np.ndarray, batch_rows: np.nd
     _native.cache_update(cache=cache, address_table=address_table, batch_rows=batch_rows,
                          in_ids=_index_array("in_ids", in_ids), out_ids=_index_array("out_ids", out_ids),
                          in_positions=_index_array("in_positions", in_positions), num_threads=num_threads)
+
+
+# ---- training-time model operations (nn/) -------------------------------------------------------------------
+# The CPU forms of a GNN layer's aggregation and of dropout (trainer/native_ops.py wraps them for autograd).
+
+
+def csr_sum(indptr, cols, src: np.ndarray, out: np.ndarray | None = None, mean: bool = False,
+            num_threads: int = 0) -> np.ndarray:
+    """``out[d] = sum_{k in [indptr[d], indptr[d+1])} src[cols[k]]`` (divided by ``max(degree, 1)`` when
+    ``mean``) for a float32 ``src`` (S, F) and ``out`` (D, F), D = ``len(indptr) - 1``.
+
+    Edges are added in CSR order starting from 0 (the float operations of ``scatter_reduce(sum)`` over zeros,
+    then a division); rows are split over threads, so the result does not depend on ``num_threads``.
+    ``out`` is allocated when None. ValueError for shapes or a bad ``indptr``, IndexError naming the first
+    ``cols[k] >= S``, before anything is written.
+    """
+    if out is None:
+        out = np.empty((max(len(indptr) - 1, 0), src.shape[1]), dtype=np.float32)
+    _native.csr_sum(indptr=_int64_array("indptr", indptr), cols=_index_array("cols", cols), src=src, out=out,
+                    mean=bool(mean), num_threads=num_threads)
+    return out
+
+
+def csr_sum_backward(indptr, cols, grad_out: np.ndarray, grad_src: np.ndarray, mean: bool = False,
+                     num_threads: int = 0) -> np.ndarray:
+    """The gradient of :func:`csr_sum` with respect to ``src``, accumulated: ``grad_src[cols[k]] += grad_out[d]``
+    (divided by ``max(degree, 1)`` when ``mean``) for every edge ``k`` of row ``d``, in CSR order.
+
+    ``grad_out`` (D, F) and ``grad_src`` (S, F, writable) are float32; feature columns are split over threads
+    (each walks every edge), so the result does not depend on ``num_threads``. Checks as :func:`csr_sum`.
+    Returns ``grad_src``.
+    """
+    _native.csr_sum_backward(indptr=_int64_array("indptr", indptr), cols=_index_array("cols", cols),
+                             grad_out=grad_out, grad_src=grad_src, mean=bool(mean), num_threads=num_threads)
+    return grad_src
+
+
+def dropout(x: np.ndarray, p: float, seed: int, out: np.ndarray | None = None, mask: np.ndarray | None = None,
+            num_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout of the float32 array ``x``: returns ``(out, mask)``, ``mask`` uint8 (1 = kept) and ``out`` =
+    ``x / (1 - p)`` where kept, 0 elsewhere (``out`` may be ``x``).
+
+    Element ``i`` (flat order) is kept when ``mix64(mix64(seed + G0) + (i + 1) * G0) >= p * 2**64``
+    (``_native/nn/dropout.c``): a pure function of ``seed`` and ``i``, whatever ``num_threads``.
+    ``seed`` is an unsigned 64-bit integer; ``p`` in [0, 1] (1 drops everything).
+    """
+    if out is None:
+        out = np.empty_like(x, dtype=np.float32)
+    if mask is None:
+        mask = np.empty(x.shape, dtype=np.uint8)
+    _native.dropout(x=x, out=out, mask=mask, p=float(p), seed=int(seed), num_threads=num_threads)
+    return out, mask
+
+
+def dropout_backward(grad: np.ndarray, mask: np.ndarray, p: float, out: np.ndarray | None = None,
+                     num_threads: int = 0) -> np.ndarray:
+    """The gradient of :func:`dropout` given its ``mask``: ``out = grad * mask / (1 - p)`` (float32; ``out``
+    may be ``grad``). Returns ``out``."""
+    if out is None:
+        out = np.empty_like(grad, dtype=np.float32)
+    _native.dropout_backward(grad=grad, mask=mask, p=float(p), out=out, num_threads=num_threads)
+    return out

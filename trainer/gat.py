@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, edge_softmax, scatter_sum
+from trainer.native_ops import dropout
 from trainer.split import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
 
 __all__ = ["GAT", "GATConv"]
@@ -55,7 +56,7 @@ class GATConv(nn.Module):
         scores = F.leaky_relu(score_src.index_select(0, src) + score_dst.index_select(0, dst),
                               NEGATIVE_SLOPE)  # (E + D, H)
         alpha = edge_softmax(scores, dst, score_dst)  # (E + D, H)
-        alpha = F.dropout(alpha, p=self.attn_dropout, training=self.training)
+        alpha = dropout(alpha, self.attn_dropout, self.training)
         msg = (z.index_select(0, src) * alpha.unsqueeze(-1)).reshape(-1, heads * head_dim)  # (E + D, H*C)
         out = scatter_sum(z_dst.reshape(-1, heads * head_dim), dst, msg).reshape(-1, heads, head_dim)  # (D, H, C)
         out = out.reshape(-1, heads * head_dim) if self.concat else out.mean(dim=1)

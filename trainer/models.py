@@ -39,6 +39,7 @@ from torch import nn
 from storage_kernels.registry import Registry
 from trainer.gat import GAT
 from trainer.gcn import GCN
+from trainer.native_ops import csr_mean, dropout, native_applies
 
 __all__ = [
     "MODELS",
@@ -78,12 +79,15 @@ class TensorBlock:
     """One layer's bipartite graph as an edge list: edge ``k`` carries ``h[edge_src[k]]`` to ``edge_dst[k]``.
 
     ``edge_src`` indexes the layer input (rows ``< num_src``), ``edge_dst`` the destination nodes
-    (``< num_dst``), which are the first ``num_dst`` rows of the layer input.
+    (``< num_dst``), which are the first ``num_dst`` rows of the layer input. ``indptr``, when known (a block
+    from the sample set), is the same edges' CSR over the destinations (``edge_dst`` ascending): int64 on the
+    CPU, for the C aggregation of training on the CPU (:mod:`trainer.native_ops`).
     """
 
     edge_src: torch.Tensor  # int64 (E,)
     edge_dst: torch.Tensor  # int64 (E,)
     num_dst: int
+    indptr: torch.Tensor | None = None  # int64 (num_dst + 1,), CPU
 
     @classmethod
     def from_block(cls, block: BlockLike, device: torch.device | str | None = None) -> TensorBlock:
@@ -99,17 +103,19 @@ class TensorBlock:
         edge_dst = torch.repeat_interleave(degree, output_size=cols.shape[0])  # (E,)
         # sample-set arrays are read-only memmap slices; torch wants writable memory
         edge_src = torch.from_numpy(cols if cols.flags.writeable else cols.copy())  # (E,)
+        csr = torch.from_numpy(indptr if indptr.flags.writeable else indptr.copy())  # (num_dst + 1,), stays on CPU
         if device is not None and torch.device(device).type != "cpu":
             edge_src = edge_src.to(device, non_blocking=True)
             edge_dst = edge_dst.to(device, non_blocking=True)
-        return cls(edge_src=edge_src, edge_dst=edge_dst, num_dst=int(block.num_dst))
+        return cls(edge_src=edge_src, edge_dst=edge_dst, num_dst=int(block.num_dst), indptr=csr)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBlock:
-        """The same block on ``device``."""
+        """The same block on ``device`` (``indptr`` stays on the CPU)."""
         return TensorBlock(
             self.edge_src.to(device, non_blocking=non_blocking),
             self.edge_dst.to(device, non_blocking=non_blocking),
             self.num_dst,
+            self.indptr,
         )
 
     def dst_pos(self) -> torch.Tensor:
@@ -176,9 +182,16 @@ class SAGEConv(nn.Module):
         self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
 
     def forward(
-        self, h_src: torch.Tensor, h_dst: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+        self, h_src: torch.Tensor, h_dst: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+        indptr: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return self.lin_self(h_dst) + self.lin_neigh(mean_aggregate(h_src, h_dst, edge_src, edge_dst))
+        """``indptr`` (the edges' CSR over the destinations, :class:`TensorBlock`) lets a float32 CPU layer
+        aggregate in C (:func:`trainer.native_ops.csr_mean`: the same numbers, no (E, F) message tensor)."""
+        if indptr is not None and native_applies(h_src):
+            neigh = csr_mean(h_src, indptr, edge_src)  # (num_dst, in_dim)
+        else:
+            neigh = mean_aggregate(h_src, h_dst, edge_src, edge_dst)
+        return self.lin_self(h_dst) + self.lin_neigh(neigh)
 
 
 class GraphSAGE(nn.Module):
@@ -213,7 +226,7 @@ class GraphSAGE(nn.Module):
             raise ValueError(f"'x' expected shape (num_nodes, {self.in_dim}) (got {tuple(x.shape)})")
         h = x
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
-            h = layer(h, h[: block.num_dst], block.edge_src, block.edge_dst)  # (num_dst_i, dims[i+1])
+            h = layer(h, h[: block.num_dst], block.edge_src, block.edge_dst, block.indptr)  # (num_dst_i, dims[i+1])
             h = self._between_layers(h, i)
         return h
 
@@ -224,15 +237,15 @@ class GraphSAGE(nn.Module):
         between the two: ``trainer.history``)."""
         h = x
         for i, (layer, block) in enumerate(zip(self.layers[:-1], blocks, strict=True)):
-            h = layer(h, h[: block.num_dst], block.edge_src, block.edge_dst)  # (num_dst_i, hidden)
+            h = layer(h, h[: block.num_dst], block.edge_src, block.edge_dst, block.indptr)  # (num_dst_i, hidden)
             h = F.relu(h) if i == self.num_layers - 2 else self._between_layers(h, i)
         return h
 
     def forward_last(self, h: torch.Tensor, block: TensorBlock) -> torch.Tensor:
         """The last layer on its input ``h`` (from :meth:`forward_lower`) -> logits (num_seeds, out_dim)."""
         if self.num_layers > 1:
-            h = F.dropout(h, p=self.dropout, training=self.training)
-        return self.layers[-1](h, h[: block.num_dst], block.edge_src, block.edge_dst)
+            h = dropout(h, self.dropout, self.training)
+        return self.layers[-1](h, h[: block.num_dst], block.edge_src, block.edge_dst, block.indptr)
 
     def forward_dst_pos(
         self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -248,7 +261,7 @@ class GraphSAGE(nn.Module):
     def _between_layers(self, h: torch.Tensor, i: int) -> torch.Tensor:
         if i == self.num_layers - 1:
             return h
-        return F.dropout(F.relu(h), p=self.dropout, training=self.training)
+        return dropout(F.relu(h), self.dropout, self.training)
 
 
 # ------------------------------------------------------------------------------------------------ registry

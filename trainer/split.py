@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from trainer.native_ops import dropout
+
 if TYPE_CHECKING:  # trainer.models imports the models that use this mixin
     from trainer.models import TensorBlock
 
@@ -47,7 +49,7 @@ class LayerwiseSplit:
         for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
             h = layer(h, edge_src, edge_dst, dst_pos)  # (num_dst_i, hidden_dim or out_dim)
             if i < self.num_layers - 1:
-                h = F.dropout(F.relu(h), p=self.dropout, training=self.training)
+                h = dropout(F.relu(h), self.dropout, self.training)
         return h
 
     def forward_lower(self, x: torch.Tensor, blocks: Sequence[TensorBlock]) -> torch.Tensor:
@@ -56,11 +58,11 @@ class LayerwiseSplit:
         for i, (layer, b) in enumerate(zip(self.layers[:-1], blocks, strict=True)):
             h = F.relu(layer(h, b.edge_src, b.edge_dst, b.dst_pos()))  # (num_dst_i, hidden)
             if i < self.num_layers - 2:
-                h = F.dropout(h, p=self.dropout, training=self.training)
+                h = dropout(h, self.dropout, self.training)
         return h
 
     def forward_last(self, h: torch.Tensor, block: TensorBlock) -> torch.Tensor:
         """The last layer on its input ``h`` -> logits (num_seeds, out_dim)."""
         if self.num_layers > 1:
-            h = F.dropout(h, p=self.dropout, training=self.training)
+            h = dropout(h, self.dropout, self.training)
         return self.layers[-1](h, block.edge_src, block.edge_dst, block.dst_pos())

@@ -94,4 +94,13 @@ PyObject *sk_window_schedule(PyObject *self, PyObject *args, PyObject *kwargs);
 /* cache/update.c: in-place cache update from a batch's rows through the address table */
 PyObject *sk_cache_update(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* ---- nn/: training-time model operations on the CPU (trainer/native_ops.py) ---------------------------- */
+
+/* nn/aggregate.c: sum / mean of source rows over a block's CSR, and its backward (no edge x feature tensor) */
+PyObject *sk_csr_sum(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_csr_sum_backward(PyObject *self, PyObject *args, PyObject *kwargs);
+/* nn/dropout.c: dropout with a counter-based mask (parallel, deterministic for a seed) */
+PyObject *sk_dropout(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_dropout_backward(PyObject *self, PyObject *args, PyObject *kwargs);
+
 #endif /* STRATA_NATIVE_KERNELS_H */

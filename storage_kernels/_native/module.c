@@ -113,6 +113,18 @@ static PyMethodDef methods[] = {
     SK_METHOD(window_schedule, "batch_ptr, rows, num_rows, row_bytes, buffer_rows",
               "The segment window's per-batch block reads and buffer changes (Belady over the rows of one segment\n"
               "disk cache). Returns (read_ptr, read_blocks, in_ptr, in_rows, in_slots, out_ptr, out_rows, hits)."),
+
+    /* ---- nn/: training-time model operations on the CPU ---- */
+    SK_METHOD(csr_sum, "indptr, cols, src, out, mean=False, num_threads=0",
+              "out[d] = sum of src[cols[k]] over the edges k of row d of the CSR (divided by max(degree, 1) when\n"
+              "mean), edges added in CSR order."),
+    SK_METHOD(csr_sum_backward, "indptr, cols, grad_out, grad_src, mean=False, num_threads=0",
+              "grad_src[cols[k]] += grad_out[d] (divided by max(degree, 1) when mean) for every edge k of row d."),
+    SK_METHOD(dropout, "x, out, mask, p, seed, num_threads=0",
+              "mask[i] = mix64(mix64(seed + G0) + (i + 1) * G0) >= p * 2^64; out[i] = x[i] / (1 - p) where kept,\n"
+              "else 0 (flat float32 arrays; out may be x)."),
+    SK_METHOD(dropout_backward, "grad, mask, p, out, num_threads=0",
+              "out[i] = grad[i] * mask[i] / (1 - p) (flat float32 grad and out, uint8 mask; out may be grad)."),
     {NULL, NULL, 0, NULL},
 };
 
@@ -120,7 +132,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "storage_kernels._native",
     "Native kernels of Strata: storage I/O (direct reads, gathers, packing), CSR construction and sampling,\n"
-    "reordering and partitioning, feature-cache changesets.\n\n"
+    "reordering and partitioning, feature-cache changesets, CPU training operations.\n\n"
     "Import the wrappers in storage_kernels.kernels rather than this module.",
     -1,
     methods,

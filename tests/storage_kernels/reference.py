@@ -551,3 +551,41 @@ def count_blocks_ref(slots: np.ndarray, set_ptr: np.ndarray, row_bytes: int, blo
                 blocks.update(range(r * row_bytes // block, ((r + 1) * row_bytes - 1) // block + 1))
         out[s] = len(blocks)
     return out
+
+
+# ---- nn/: training-time model operations ----------------------------------------------------------------
+
+
+def csr_sum_ref(indptr: np.ndarray, cols: np.ndarray, src: np.ndarray, mean: bool) -> np.ndarray:
+    """Row d: float32 sum of src[cols[k]] over its edges in CSR order from 0 (divided by max(degree, 1))."""
+    out = np.zeros((len(indptr) - 1, src.shape[1]), dtype=np.float32)
+    for d in range(len(indptr) - 1):
+        for k in range(indptr[d], indptr[d + 1]):
+            out[d] += src[cols[k]]
+        if mean:
+            out[d] /= np.float32(max(indptr[d + 1] - indptr[d], 1))
+    return out
+
+
+def csr_sum_backward_ref(indptr: np.ndarray, cols: np.ndarray, grad_out: np.ndarray, num_src: int,
+                         mean: bool) -> np.ndarray:
+    """grad_src[cols[k]] += grad_out[d] (/ max(degree, 1)) for every edge in CSR order, from zeros."""
+    grad_src = np.zeros((num_src, grad_out.shape[1]), dtype=np.float32)
+    for d in range(len(indptr) - 1):
+        g = grad_out[d] / np.float32(max(indptr[d + 1] - indptr[d], 1)) if mean else grad_out[d]
+        for k in range(indptr[d], indptr[d + 1]):
+            grad_src[cols[k]] += g
+    return grad_src
+
+
+def dropout_ref(x: np.ndarray, p: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Element i kept when the low (i even) or high (i odd) 32 bits of draw(mix64(seed + G0), i // 2) are
+    >= floor(p * 2^32); out = x * (kept * scale), torch's input * mask * scale."""
+    key = mix64(seed + G0)
+    threshold = int(p * 2.0**32)
+    flat = x.reshape(-1)
+    bits = [draw(key, i // 2) >> (32 * (i % 2)) & 0xFFFFFFFF for i in range(flat.size)]
+    mask = np.array([b >= threshold for b in bits], dtype=np.uint8)
+    scale = np.float32(1.0 / (1.0 - p)) if p < 1 else np.float32(0)
+    out = (flat * (mask.astype(np.float32) * scale)).astype(np.float32)
+    return out.reshape(x.shape), mask.reshape(x.shape)
