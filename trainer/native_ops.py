@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from storage_kernels import kernels
 
-__all__ = ["csr_mean", "dropout", "native_applies", "torch_forms"]
+__all__ = ["csr_mean", "csr_sum", "dropout", "native_applies", "torch_forms"]
 
 _HALF = (torch.bfloat16, torch.float16)
 _SEED_BOUND = (1 << 63) - 1  # torch.randint's exclusive upper bound must fit an int64
@@ -60,35 +60,41 @@ def _threads() -> int:
     return max(torch.get_num_threads(), 1)  # the compute stage's share of the cores, as torch's own ops use
 
 
-class _CSRMean(torch.autograd.Function):
-    """``out[d] = mean over the edges k of row d of h_src[cols[k]]``; backward scatters the divided gradient."""
+class _CSRAggregate(torch.autograd.Function):
+    """``out[d] = sum (or mean) over the edges k of row d of h_src[cols[k]]``; backward scatters the gradient."""
 
     @staticmethod
-    def forward(ctx, h_src: torch.Tensor, indptr: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx, h_src: torch.Tensor, indptr: torch.Tensor, cols: torch.Tensor,  # noqa: ANN001
+                mean: bool) -> torch.Tensor:
         src = h_src.detach().contiguous()
         out = torch.empty((indptr.shape[0] - 1, src.shape[1]), dtype=torch.float32)
-        kernels.csr_sum(indptr.numpy(), cols.numpy(), src.numpy(), out.numpy(), mean=True, num_threads=_threads())
+        kernels.csr_sum(indptr.numpy(), cols.numpy(), src.numpy(), out.numpy(), mean=mean, num_threads=_threads())
         ctx.save_for_backward(indptr, cols)
-        ctx.num_src = src.shape[0]
+        ctx.num_src, ctx.mean = src.shape[0], mean
         return out
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # noqa: ANN001
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # noqa: ANN001
         if not ctx.needs_input_grad[0]:
-            return None, None, None
+            return None, None, None, None
         indptr, cols = ctx.saved_tensors
         grad = grad_out.contiguous()
         grad_src = torch.zeros((ctx.num_src, grad.shape[1]), dtype=torch.float32)
-        kernels.csr_sum_backward(indptr.numpy(), cols.numpy(), grad.numpy(), grad_src.numpy(), mean=True,
+        kernels.csr_sum_backward(indptr.numpy(), cols.numpy(), grad.numpy(), grad_src.numpy(), mean=ctx.mean,
                                  num_threads=_threads())
-        return grad_src, None, None
+        return grad_src, None, None, None
 
 
 def csr_mean(h_src: torch.Tensor, indptr: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """Mean of ``h_src`` (S, F) float32 over the in-edges of each destination of the CSR ``indptr`` (D + 1)
     / ``cols`` (E, positions < S), int64 CPU tensors: (D, F), 0 for a destination without edges. Call only
     where :func:`native_applies`."""
-    return _CSRMean.apply(h_src, indptr, cols)
+    return _CSRAggregate.apply(h_src, indptr, cols, True)
+
+
+def csr_sum(h_src: torch.Tensor, indptr: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """:func:`csr_mean` without the division: the sum over each destination's in-edges (0 without any)."""
+    return _CSRAggregate.apply(h_src, indptr, cols, False)
 
 
 class _Dropout(torch.autograd.Function):

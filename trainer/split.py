@@ -39,7 +39,12 @@ class LayerwiseSplit:
             raise ValueError(f"'blocks' expected {self.num_layers} (one per layer) (got {len(blocks)})")
         if x.dim() != 2 or x.shape[1] != self.in_dim:
             raise ValueError(f"'x' expected shape (num_nodes, {self.in_dim}) (got {tuple(x.shape)})")
-        return self.forward_dst_pos(x, [(b.edge_src, b.edge_dst, b.dst_pos()) for b in blocks])
+        h = x
+        for i, (layer, b) in enumerate(zip(self.layers, blocks, strict=True)):
+            h = _apply(layer, h, b.edge_src, b.edge_dst, b.dst_pos(), b.indptr)
+            if i < self.num_layers - 1:
+                h = dropout(F.relu(h), self.dropout, self.training)
+        return h
 
     def forward_dst_pos(
         self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -56,7 +61,7 @@ class LayerwiseSplit:
         """Layers ``0..L-2`` -> the last layer's input (before its dropout); ``x`` for one layer."""
         h = x
         for i, (layer, b) in enumerate(zip(self.layers[:-1], blocks, strict=True)):
-            h = F.relu(layer(h, b.edge_src, b.edge_dst, b.dst_pos()))  # (num_dst_i, hidden)
+            h = F.relu(_apply(layer, h, b.edge_src, b.edge_dst, b.dst_pos(), b.indptr))  # (num_dst_i, hidden)
             if i < self.num_layers - 2:
                 h = dropout(h, self.dropout, self.training)
         return h
@@ -65,4 +70,13 @@ class LayerwiseSplit:
         """The last layer on its input ``h`` -> logits (num_seeds, out_dim)."""
         if self.num_layers > 1:
             h = dropout(h, self.dropout, self.training)
-        return self.layers[-1](h, block.edge_src, block.edge_dst, block.dst_pos())
+        return _apply(self.layers[-1], h, block.edge_src, block.edge_dst, block.dst_pos(), block.indptr)
+
+
+def _apply(layer: Any, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor,
+           indptr: torch.Tensor | None) -> torch.Tensor:
+    """``layer(h, edge_src, edge_dst, dst_pos)``, with the block's CSR (``indptr=``) for a layer that takes it
+    (``takes_csr``: it aggregates in C on the CPU, :mod:`trainer.native_ops`)."""
+    if indptr is not None and getattr(layer, "takes_csr", False):
+        return layer(h, edge_src, edge_dst, dst_pos, indptr=indptr)
+    return layer(h, edge_src, edge_dst, dst_pos)

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from trainer import native_ops
 from trainer.config import TrainConfig
 from trainer.features import InMemoryFeatures
-from trainer.models import GraphSAGE, TensorBlock, to_tensor_blocks
+from trainer.models import GraphSAGE, TensorBlock, build_model, to_tensor_blocks
 from trainer.native_ops import csr_mean, dropout, native_applies
 from trainer.train import train
 
@@ -22,8 +23,13 @@ def without_csr(blocks: list[TensorBlock]) -> list[TensorBlock]:
     return [TensorBlock(b.edge_src, b.edge_dst, b.num_dst) for b in blocks]
 
 
-def test_csr_mean_trains_the_scatter_forms_weights_bit_for_bit(dataset) -> None:
+@pytest.mark.parametrize("model_name", ["graphsage", "gcn"])
+def test_the_csr_aggregation_trains_the_scatter_forms_weights_bit_for_bit(dataset, model_name: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # no dropout, so both runs draw nothing: every difference would come from the aggregation
+    calls = []
+    real = native_ops.kernels.csr_sum
+    monkeypatch.setattr(native_ops.kernels, "csr_sum", lambda *a, **k: calls.append(1) or real(*a, **k))
     batches = [dataset.samples.batch(i) for i in dataset.samples.batch_ids("train", 0)]
     data = [(torch.from_numpy(dataset.features[b.nodes]), to_tensor_blocks(b.blocks()),
              torch.from_numpy(dataset.labels[b.seeds])) for b in batches]
@@ -31,7 +37,8 @@ def test_csr_mean_trains_the_scatter_forms_weights_bit_for_bit(dataset) -> None:
     states = []
     for strip in (False, True):
         torch.manual_seed(0)
-        model = GraphSAGE(dataset.features.shape[1], 16, int(dataset.labels.max()) + 1, 2, dropout=0.0)
+        model = build_model(model_name, in_dim=dataset.features.shape[1], hidden_dim=16,
+                            out_dim=int(dataset.labels.max()) + 1, num_layers=2, dropout=0.0)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         for x, blocks, y in data * 2:
             loss = torch.nn.functional.cross_entropy(model(x, without_csr(blocks) if strip else blocks), y,
@@ -40,6 +47,8 @@ def test_csr_mean_trains_the_scatter_forms_weights_bit_for_bit(dataset) -> None:
             loss.backward()
             opt.step()
         states.append(model.state_dict())
+        if not strip:
+            assert len(calls) == 2 * 2 * len(data)  # the C path ran: both layers, every step
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
 
