@@ -4,7 +4,8 @@ The stages up to ``sample`` run first (their artifacts are reused when they exis
 batches are then assembled in memory once (features gathered in node order, blocks, labels), so the timed loop
 is the compute stage alone: forward, backward and the Adam step of every batch. For each model, each repeat
 times one epoch with the C operations and one with the torch forms (``native_ops.torch_forms()``: the
-aggregation by ``index_select`` + ``scatter_reduce``, dropout by ``F.dropout``), alternating which goes first;
+aggregation by ``index_select`` + ``scatter_reduce``, GAT's attention by the edge-list operations of
+``trainer.message_passing``, dropout by ``F.dropout``), alternating which goes first;
 the report gives every epoch time, the per-repeat ratios and their median, and the top operators of one
 profiled epoch in each form::
 
@@ -42,7 +43,7 @@ def _batches(args: argparse.Namespace) -> tuple[list[tuple[torch.Tensor, list, t
     labels = np.asarray(np.load(reorder.path / "labels.npy"), dtype=np.int64)
     samples = SampleSet(sample.path)
     data = []
-    for i in samples.batch_ids("train", 0):
+    for i in samples.batch_ids("train", 0)[: args.batches or None]:
         b = samples.batch(i)
         y = labels[b.seeds].copy()
         x = np.asarray(features[b.nodes], dtype=np.float32)  # (num_nodes, F) in the batch's node order
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--models", default="graphsage,gcn,gat")
     parser.add_argument("--hidden-dim", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=0, help="time the first N training batches (0: all)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -126,3 +126,14 @@ def dropout_backward(
     grad: npt.NDArray[np.float32], mask: npt.NDArray[np.uint8], p: float, out: npt.NDArray[np.float32],
     num_threads: int = 0,
 ) -> None: ...
+def gat_attend(
+    z: npt.NDArray[np.float32], score_src: npt.NDArray[np.float32], score_dst: npt.NDArray[np.float32],
+    indptr: _Int64, cols: _Int64, dst_pos: _Int64, out: npt.NDArray[np.float32], alpha: npt.NDArray[np.float32],
+    negative_slope: float, p: float, seed: int, num_threads: int = 0,
+) -> None: ...
+def gat_attend_backward(
+    z: npt.NDArray[np.float32], score_src: npt.NDArray[np.float32], score_dst: npt.NDArray[np.float32],
+    indptr: _Int64, cols: _Int64, dst_pos: _Int64, alpha: npt.NDArray[np.float32],
+    grad_out: npt.NDArray[np.float32], grad_z: npt.NDArray[np.float32], grad_score_src: npt.NDArray[np.float32],
+    grad_score_dst: npt.NDArray[np.float32], negative_slope: float, p: float, seed: int, num_threads: int = 0,
+) -> None: ...

@@ -46,6 +46,8 @@ __all__ = [
     "dropout_backward",
     "fennel_pass",
     "filtered_ranks",
+    "gat_attend",
+    "gat_attend_backward",
     "gather_rows",
     "gather_rows_at",
     "gather_rows_at_into",
@@ -1002,3 +1004,41 @@ def dropout_backward(grad: np.ndarray, mask: np.ndarray, p: float, out: np.ndarr
         out = np.empty_like(grad, dtype=np.float32)
     _native.dropout_backward(grad=grad, mask=mask, p=float(p), out=out, num_threads=num_threads)
     return out
+
+
+def gat_attend(z: np.ndarray, score_src: np.ndarray, score_dst: np.ndarray, indptr, cols, dst_pos,
+               negative_slope: float = 0.2, p: float = 0.0, seed: int = 0, out: np.ndarray | None = None,
+               alpha: np.ndarray | None = None, num_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """GAT's attention aggregation over a block (``_native/nn/attention.c``): returns ``(out, alpha)``.
+
+    Destination ``d`` receives the block's edges ``k`` of its CSR row (sources ``cols[k]``) and its self loop
+    from row ``dst_pos[d]``; per head ``h`` the softmax over them of ``LeakyReLU(score_src[j, h] +
+    score_dst[d, h])`` (``alpha``, (E + D, H), edge rows first, then the loops), dropped out with probability
+    ``p`` (:func:`dropout`'s mask for ``seed`` over ``alpha``'s elements), weights the rows ``z[j, h]``:
+    ``out[d, h]`` (D, H, C). ``z`` (S, H, C), ``score_src`` (S, H), ``score_dst`` (D, H) float32.
+    Destinations split over threads: the result does not depend on ``num_threads``.
+    """
+    num_dst = max(len(indptr) - 1, 0)
+    if out is None:
+        out = np.empty((num_dst, z.shape[1], z.shape[2]), dtype=np.float32)
+    if alpha is None:
+        alpha = np.empty((len(cols) + num_dst, z.shape[1]), dtype=np.float32)
+    _native.gat_attend(z=z, score_src=score_src, score_dst=score_dst, indptr=_int64_array("indptr", indptr),
+                       cols=_index_array("cols", cols), dst_pos=_index_array("dst_pos", dst_pos), out=out,
+                       alpha=alpha, negative_slope=float(negative_slope), p=float(p), seed=int(seed),
+                       num_threads=num_threads)
+    return out, alpha
+
+
+def gat_attend_backward(z: np.ndarray, score_src: np.ndarray, score_dst: np.ndarray, indptr, cols, dst_pos,
+                        alpha: np.ndarray, grad_out: np.ndarray, grad_z: np.ndarray, grad_score_src: np.ndarray,
+                        grad_score_dst: np.ndarray, negative_slope: float = 0.2, p: float = 0.0, seed: int = 0,
+                        num_threads: int = 0) -> None:
+    """The gradient of :func:`gat_attend` given its ``alpha`` and the same ``p`` and ``seed`` (the dropout mask
+    is recomputed): accumulates into ``grad_z`` (S, H, C) and ``grad_score_src`` (S, H), writes
+    ``grad_score_dst`` (D, H). Heads split over threads: the result does not depend on ``num_threads``."""
+    _native.gat_attend_backward(z=z, score_src=score_src, score_dst=score_dst, indptr=_int64_array("indptr", indptr),
+                                cols=_index_array("cols", cols), dst_pos=_index_array("dst_pos", dst_pos),
+                                alpha=alpha, grad_out=grad_out, grad_z=grad_z, grad_score_src=grad_score_src,
+                                grad_score_dst=grad_score_dst, negative_slope=float(negative_slope), p=float(p),
+                                seed=int(seed), num_threads=num_threads)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, edge_softmax, scatter_sum
-from trainer.native_ops import dropout
+from trainer.native_ops import dropout, gat_attend, native_applies
 from trainer.split import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
 
 __all__ = ["GAT", "GATConv"]
@@ -34,6 +34,8 @@ class GATConv(nn.Module):
     """One multi-head attention layer over a block: ``heads`` heads of ``head_dim`` channels, concatenated
     (``concat=True``, output ``heads * head_dim``) or averaged (output ``head_dim``)."""
 
+    takes_csr = True  # trainer.split passes the block's indptr
+
     def __init__(self, in_dim: int, head_dim: int, heads: int, concat: bool, attn_dropout: float = 0.0) -> None:
         super().__init__()
         self.heads, self.head_dim, self.concat, self.attn_dropout = heads, head_dim, concat, attn_dropout
@@ -44,21 +46,27 @@ class GATConv(nn.Module):
         for w in (self.lin.weight, self.att_src, self.att_dst):
             nn.init.xavier_uniform_(w)
 
-    def forward(self, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor
-                ) -> torch.Tensor:
-        """``h`` (num_src, in_dim) -> (num_dst, heads * head_dim or head_dim); ``num_dst = dst_pos.shape[0]``."""
+    def forward(self, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor,
+                indptr: torch.Tensor | None = None) -> torch.Tensor:
+        """``h`` (num_src, in_dim) -> (num_dst, heads * head_dim or head_dim); ``num_dst = dst_pos.shape[0]``.
+        ``indptr`` (the block's edges as a CSR over the destinations) lets a float32 CPU layer attend in C
+        (:func:`trainer.native_ops.gat_attend`: no edge-sized tensors, the same dropout masks)."""
         heads, head_dim = self.heads, self.head_dim
-        src, dst = add_self_loops(edge_src, edge_dst, dst_pos)  # (E + D,)
         z = self.lin(h).reshape(-1, heads, head_dim)  # (S, H, C)
         score_src = (z * self.att_src).sum(dim=-1)  # (S, H)
         z_dst = z.index_select(0, dst_pos)  # (D, H, C)
         score_dst = (z_dst * self.att_dst).sum(dim=-1)  # (D, H)
-        scores = F.leaky_relu(score_src.index_select(0, src) + score_dst.index_select(0, dst),
-                              NEGATIVE_SLOPE)  # (E + D, H)
-        alpha = edge_softmax(scores, dst, score_dst)  # (E + D, H)
-        alpha = dropout(alpha, self.attn_dropout, self.training)
-        msg = (z.index_select(0, src) * alpha.unsqueeze(-1)).reshape(-1, heads * head_dim)  # (E + D, H*C)
-        out = scatter_sum(z_dst.reshape(-1, heads * head_dim), dst, msg).reshape(-1, heads, head_dim)  # (D, H, C)
+        p = self.attn_dropout if self.training else 0.0
+        if indptr is not None and p < 1.0 and native_applies(z, score_src, score_dst):
+            out = gat_attend(z, score_src, score_dst, indptr, edge_src, dst_pos, p, NEGATIVE_SLOPE)  # (D, H, C)
+        else:
+            src, dst = add_self_loops(edge_src, edge_dst, dst_pos)  # (E + D,)
+            scores = F.leaky_relu(score_src.index_select(0, src) + score_dst.index_select(0, dst),
+                                  NEGATIVE_SLOPE)  # (E + D, H)
+            alpha = edge_softmax(scores, dst, score_dst)  # (E + D, H)
+            alpha = dropout(alpha, self.attn_dropout, self.training)
+            msg = (z.index_select(0, src) * alpha.unsqueeze(-1)).reshape(-1, heads * head_dim)  # (E + D, H*C)
+            out = scatter_sum(z_dst.reshape(-1, heads * head_dim), dst, msg).reshape(-1, heads, head_dim)
         out = out.reshape(-1, heads * head_dim) if self.concat else out.mean(dim=1)
         return out + self.bias
 

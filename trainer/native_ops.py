@@ -1,14 +1,16 @@
-"""Training-time model operations on the CPU backed by the C extension: a block's mean aggregation and
-dropout, as autograd functions.
+"""Training-time model operations on the CPU backed by the C extension, as autograd functions: a block's
+sum or mean over its CSR (GraphSAGE, GCN), GAT's attention aggregation, and dropout.
 
 On 2 cores, a GraphSAGE step on ``demo`` spent more than half its time in two places: torch's CPU dropout
 (its Bernoulli mask comes from one serial Mersenne Twister) and the aggregation's (edges x features) message
-tensor (``index_select``, ``scatter_reduce`` and their backward). :func:`csr_mean` walks the block's CSR
-instead (``storage_kernels.kernels.csr_sum``): the same float operations in the same order as the
-scatter form, so it gives the same numbers bit for bit; :func:`dropout` draws its mask from a counter-based
-generator in parallel (``kernels.dropout``), seeded from torch's default generator, so a run stays
-reproducible from ``torch.manual_seed`` and a checkpoint's RNG state, but its masks differ from
-``F.dropout``'s.
+tensor (``index_select``, ``scatter_reduce`` and their backward). :func:`csr_mean` / :func:`csr_sum` walk the
+block's CSR instead (``storage_kernels.kernels.csr_sum``): the same float operations in the same order as the
+scatter form, so they give the same numbers bit for bit. :func:`gat_attend` fuses GAT's scores, edge
+softmax, attention dropout and weighted sum (``kernels.gat_attend``), equal to the torch form up to the last
+bit of ``exp``. :func:`dropout` draws its mask from a counter-based generator in parallel
+(``kernels.dropout``), seeded from torch's default generator, so a run stays reproducible from
+``torch.manual_seed`` and a checkpoint's RNG state, but its masks differ from ``F.dropout``'s; GAT's fused
+attention draws the same seed and mask as ``dropout`` would on its attention weights.
 
 Both fall back to the torch forms where the C kernels do not apply: a tensor off the CPU or not float32
 (CUDA, bf16 autocast), and while tracing or exporting to ONNX (the exported graph must hold standard ops).
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 
 from storage_kernels import kernels
 
-__all__ = ["csr_mean", "csr_sum", "dropout", "native_applies", "torch_forms"]
+__all__ = ["csr_mean", "csr_sum", "dropout", "gat_attend", "native_applies", "torch_forms"]
 
 _HALF = (torch.bfloat16, torch.float16)
 _SEED_BOUND = (1 << 63) - 1  # torch.randint's exclusive upper bound must fit an int64
@@ -97,10 +99,51 @@ def csr_sum(h_src: torch.Tensor, indptr: torch.Tensor, cols: torch.Tensor) -> to
     return _CSRAggregate.apply(h_src, indptr, cols, False)
 
 
+def _draw_seed() -> int:
+    """A mask's seed from torch's default generator (manual_seed and checkpointed RNG states reproduce it)."""
+    return int(torch.randint(0, _SEED_BOUND, (1,), dtype=torch.int64).item())
+
+
+class _GATAttend(torch.autograd.Function):
+    """GAT's attention aggregation, fused (``kernels.gat_attend``); the backward recomputes the dropout mask."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, score_src: torch.Tensor, score_dst: torch.Tensor,  # noqa: ANN001
+                indptr: torch.Tensor, cols: torch.Tensor, dst_pos: torch.Tensor, p: float,
+                negative_slope: float) -> torch.Tensor:
+        seed = _draw_seed() if p > 0.0 else 0  # the draw dropout() would make for the attention weights
+        z_, ss, sd = (t.detach().contiguous() for t in (z, score_src, score_dst))
+        out = torch.empty((indptr.shape[0] - 1, z_.shape[1], z_.shape[2]), dtype=torch.float32)
+        alpha = torch.empty((cols.shape[0] + indptr.shape[0] - 1, z_.shape[1]), dtype=torch.float32)
+        kernels.gat_attend(z_.numpy(), ss.numpy(), sd.numpy(), indptr.numpy(), cols.numpy(), dst_pos.numpy(),
+                           negative_slope, p, seed, out=out.numpy(), alpha=alpha.numpy(), num_threads=_threads())
+        ctx.save_for_backward(z_, ss, sd, indptr, cols, dst_pos, alpha)
+        ctx.p, ctx.seed, ctx.negative_slope = p, seed, negative_slope
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # noqa: ANN001
+        z, ss, sd, indptr, cols, dst_pos, alpha = ctx.saved_tensors
+        grad_z, grad_ss, grad_sd = torch.zeros_like(z), torch.zeros_like(ss), torch.empty_like(sd)
+        kernels.gat_attend_backward(z.numpy(), ss.numpy(), sd.numpy(), indptr.numpy(), cols.numpy(), dst_pos.numpy(),
+                                    alpha.numpy(), grad_out.contiguous().numpy(), grad_z.numpy(), grad_ss.numpy(),
+                                    grad_sd.numpy(), ctx.negative_slope, ctx.p, ctx.seed, num_threads=_threads())
+        return grad_z, grad_ss, grad_sd, None, None, None, None, None
+
+
+def gat_attend(z: torch.Tensor, score_src: torch.Tensor, score_dst: torch.Tensor, indptr: torch.Tensor,
+               cols: torch.Tensor, dst_pos: torch.Tensor, p: float, negative_slope: float) -> torch.Tensor:
+    """GAT's attention-weighted sum over a block's CSR (``indptr``, ``cols``) and self loops (``dst_pos``):
+    ``z`` (S, H, C), ``score_src`` (S, H), ``score_dst`` (D, H) -> (D, H, C); attention dropout ``p`` (0 in
+    evaluation, < 1) with the mask :func:`dropout` would draw for the (E + D, H) attention weights. Call
+    only where :func:`native_applies`."""
+    return _GATAttend.apply(z, score_src, score_dst, indptr, cols, dst_pos, p, negative_slope)
+
+
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:  # noqa: ANN001
-        seed = int(torch.randint(0, _SEED_BOUND, (1,), dtype=torch.int64).item())  # torch's default generator
+        seed = _draw_seed()
         x = h.detach().contiguous()
         out = torch.empty_like(x)
         mask = torch.empty(x.shape, dtype=torch.uint8)

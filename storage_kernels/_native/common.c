@@ -2,6 +2,8 @@
  * arrays owning malloc'd memory, complete positioned I/O, CSR and streamed-chunk validation. */
 #include "common.h"
 
+#include <stdio.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -136,6 +138,15 @@ int sk_get_int64_n(PyObject *obj, const char *func, const char *name, int64_t ex
 int sk_check_min(const char *func, const char *name, long long value, long long min) {
     if (value >= min) return 0;
     PyErr_Format(PyExc_ValueError, "%s: '%s' expected >= %lld (got %lld)", func, name, min, value);
+    return -1;
+}
+
+int sk_check_probability(const char *func, const char *name, double p, int allow_one) {
+    if (p >= 0.0 && (allow_one ? p <= 1.0 : p < 1.0)) return 0;
+    char got[32];
+    snprintf(got, sizeof got, "%g", p);
+    PyErr_Format(PyExc_ValueError, "%s: '%s' expected a probability in [0, 1%c (got %s)", func, name,
+                 allow_one ? ']' : ')', got);
     return -1;
 }
 

@@ -100,6 +100,10 @@ const char *sk_format(const Py_buffer *view);
 /* `value` >= `min`, else ValueError "func: 'name' expected >= min (got value)". */
 int sk_check_min(const char *func, const char *name, long long value, long long min);
 
+/* A probability `p` in [0, 1] (`allow_one`) or [0, 1), else ValueError "func: 'name' expected a probability in
+ * [0, 1] (got p)"; NaN is refused. */
+int sk_check_probability(const char *func, const char *name, double p, int allow_one);
+
 /* A file descriptor argument `fd` >= 0. */
 int sk_check_fd(const char *func, int fd);
 

@@ -102,5 +102,8 @@ PyObject *sk_csr_sum_backward(PyObject *self, PyObject *args, PyObject *kwargs);
 /* nn/dropout.c: dropout with a counter-based mask (parallel, deterministic for a seed) */
 PyObject *sk_dropout(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_dropout_backward(PyObject *self, PyObject *args, PyObject *kwargs);
+/* nn/attention.c: GAT's attention aggregation (scores, edge softmax, attention dropout, weighted sum), fused */
+PyObject *sk_gat_attend(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_gat_attend_backward(PyObject *self, PyObject *args, PyObject *kwargs);
 
 #endif /* STRATA_NATIVE_KERNELS_H */

@@ -125,6 +125,13 @@ static PyMethodDef methods[] = {
               "else 0 (flat float32 arrays; out may be x)."),
     SK_METHOD(dropout_backward, "grad, mask, p, out, num_threads=0",
               "out[i] = grad[i] * mask[i] / (1 - p) (flat float32 grad and out, uint8 mask; out may be grad)."),
+    SK_METHOD(gat_attend, "z, score_src, score_dst, indptr, cols, dst_pos, out, alpha, negative_slope, p, seed, "
+              "num_threads=0",
+              "GAT's attention over a block's CSR and self loops: out[d, h] = sum of softmax(LeakyReLU(score_src[j, h]\n"
+              "+ score_dst[d, h])) (dropout p, seed) * z[j, h]; alpha (E + D, H) receives the softmax."),
+    SK_METHOD(gat_attend_backward, "z, score_src, score_dst, indptr, cols, dst_pos, alpha, grad_out, grad_z, "
+              "grad_score_src, grad_score_dst, negative_slope, p, seed, num_threads=0",
+              "The gradient of gat_attend: accumulates into grad_z and grad_score_src, writes grad_score_dst."),
     {NULL, NULL, 0, NULL},
 };
 

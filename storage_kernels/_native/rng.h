@@ -35,6 +35,14 @@ static inline uint64_t sk_rng_stream_key(uint64_t hop_key, uint64_t node) {
 
 static inline uint64_t sk_rng_draw(uint64_t stream_key, uint64_t r) { return sk_mix64(stream_key + (r + 1) * SK_RNG_G0); }
 
+/* The dropout mask (nn/dropout.c, nn/attention.c): element i is kept when the low (i even) or high (i odd)
+ * 32 bits of splitmix64 output i / 2 of state `key` (= sk_mix64(seed + G0)) are >= `threshold`
+ * (floor(p * 2^32)). */
+static inline int sk_dropout_keep(uint64_t key, uint64_t threshold, int64_t i) {
+    const uint64_t z = sk_mix64(key + (uint64_t)(i / 2 + 1) * SK_RNG_G0);
+    return (uint64_t)((i & 1) ? (uint32_t)(z >> 32) : (uint32_t)z) >= threshold;
+}
+
 /* Uniform integer in [0, n) from a 64-bit draw. */
 static inline uint64_t sk_rng_below(uint64_t x, uint64_t n) { return (uint64_t)(((unsigned __int128)x * n) >> 64); }
 

@@ -132,3 +132,68 @@ def test_dropout_backward_is_grad_times_mask_times_scale() -> None:
     assert kernels.dropout_backward(grad, mask, 0.25, out=grad) is grad and np.array_equal(grad, out)
     with pytest.raises(ValueError, match="dropout_backward: 'mask' expected length 450"):
         kernels.dropout_backward(grad, mask[:-1], 0.25)
+
+
+def gat_torch(z: torch.Tensor, ss: torch.Tensor, sd: torch.Tensor, indptr: np.ndarray, cols: np.ndarray,
+              dst_pos: np.ndarray, keep_scale: torch.Tensor | None, slope: float = 0.2) -> torch.Tensor:
+    """The torch form of GATConv's aggregation (trainer/gat.py), attention dropout as a given multiplier."""
+    degree = torch.from_numpy(np.diff(indptr))
+    edge_dst = torch.repeat_interleave(degree)
+    src = torch.cat([torch.from_numpy(cols), torch.from_numpy(dst_pos)])
+    dst = torch.cat([edge_dst, torch.arange(len(dst_pos))])
+    scores = torch.nn.functional.leaky_relu(ss.index_select(0, src) + sd.index_select(0, dst), slope)
+    index = dst.unsqueeze(1).expand_as(scores)
+    peak = torch.full_like(sd, float("-inf")).scatter_reduce(0, index, scores.detach(), reduce="amax")
+    weight = torch.exp(scores - peak.index_select(0, dst))
+    alpha = weight / torch.zeros_like(sd).scatter_reduce(0, index, weight, reduce="sum").index_select(0, dst)
+    if keep_scale is not None:
+        alpha = alpha * keep_scale
+    msg = z.index_select(0, src) * alpha.unsqueeze(-1)
+    flat = msg.reshape(msg.shape[0], -1)
+    out = torch.zeros(len(dst_pos), flat.shape[1]).scatter_reduce(0, dst.unsqueeze(1).expand_as(flat), flat,
+                                                                  reduce="sum")
+    return out.reshape(len(dst_pos), *z.shape[1:])
+
+
+@pytest.mark.parametrize("p", [0.0, 0.4])
+@pytest.mark.parametrize(("heads", "channels"), [(1, 3), (4, 8)])
+def test_gat_attend_and_backward_equal_the_torch_form(p: float, heads: int, channels: int) -> None:
+    indptr, cols, _ = random_block(70, 120, 9, 1, seed=heads + channels)
+    dst_pos = np.random.default_rng(8).permutation(120)[:70].astype(np.int64)  # loops from anywhere, no repeats
+    g = torch.Generator().manual_seed(heads)
+    z = torch.randn(120, heads, channels, generator=g, requires_grad=True)
+    ss = torch.randn(120, heads, generator=g, requires_grad=True)
+    sd = torch.randn(70, heads, generator=g, requires_grad=True)
+    grad_out = torch.randn(70, heads, channels, generator=g)
+    out, alpha = kernels.gat_attend(z.detach().numpy(), ss.detach().numpy(), sd.detach().numpy(), indptr, cols,
+                                    dst_pos, 0.2, p, seed=99)
+    # the kernel's dropout mask is dropout()'s mask for the same seed over alpha's (E + D, H) elements
+    _, mask = kernels.dropout(np.ones(alpha.shape, np.float32), p, seed=99)
+    keep = torch.from_numpy(mask.astype(np.float32) * np.float32(1 / (1 - p))) if p else None
+    want = gat_torch(z, ss, sd, indptr, cols, dst_pos, keep)
+    assert np.allclose(out, want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    want.backward(grad_out)
+    gz, gss, gsd = np.zeros((120, heads, channels), np.float32), np.zeros((120, heads), np.float32), \
+        np.zeros((70, heads), np.float32)
+    kernels.gat_attend_backward(z.detach().numpy(), ss.detach().numpy(), sd.detach().numpy(), indptr, cols,
+                                dst_pos, alpha, grad_out.numpy(), gz, gss, gsd, 0.2, p, seed=99)
+    for got, ref in ((gz, z.grad), (gss, ss.grad), (gsd, sd.grad)):
+        assert np.allclose(got, ref.numpy(), rtol=1e-4, atol=1e-5)
+    # threads split destinations (forward) and heads (backward): the same numbers with one thread
+    out1, alpha1 = kernels.gat_attend(z.detach().numpy(), ss.detach().numpy(), sd.detach().numpy(), indptr, cols,
+                                      dst_pos, 0.2, p, seed=99, num_threads=1)
+    assert np.array_equal(out1, out) and np.array_equal(alpha1, alpha)
+
+
+def test_gat_attend_rejects_bad_input_before_writing() -> None:
+    z, ss, sd = np.ones((3, 2, 4), np.float32), np.ones((3, 2), np.float32), np.ones((2, 2), np.float32)
+    out = np.full((2, 2, 4), 7.0, np.float32)
+    with pytest.raises(IndexError, match="gat_attend: 'dst_pos' expected source rows in"):
+        kernels.gat_attend(z, ss, sd, np.array([0, 1, 2]), np.array([0, 1]), np.array([0, 3]), out=out)
+    with pytest.raises(IndexError, match="gat_attend: 'cols' expected source rows in"):
+        kernels.gat_attend(z, ss, sd, np.array([0, 1, 2]), np.array([0, 5]), np.array([0, 1]), out=out)
+    with pytest.raises(ValueError, match="'score_dst' expected size 2 in dimension 0"):
+        kernels.gat_attend(z, ss, ss, np.array([0, 1, 2]), np.array([0, 1]), np.array([0, 1]), out=out)
+    with pytest.raises(ValueError, match=r"'p' expected a probability in \[0, 1\) \(got 1\)"):
+        kernels.gat_attend(z, ss, sd, np.array([0, 1, 2]), np.array([0, 1]), np.array([0, 1]), p=1.0, out=out)
+    assert (out == 7.0).all()

@@ -17,7 +17,6 @@
 #include "rng.h"
 
 #include <math.h>
-#include <stdio.h>
 
 #define DO_MIN_PER_THREAD (1 << 18) /* elements per thread: small tensors stay on the caller's thread */
 
@@ -36,6 +35,7 @@ static inline void dropout_one(const dropout_ctx *c, int64_t i, uint32_t u) {
     c->out[i] = c->x[i] * ((float)keep * c->scale); /* branchless: half the elements go each way */
 }
 
+/* sk_dropout_keep (rng.h) two elements at a time: one draw decides an even element and the odd one after it */
 static void dropout_task(void *p, int tid, int nthreads) {
     const dropout_ctx *c = (const dropout_ctx *)p;
     const int64_t lo = c->n * tid / nthreads, hi = c->n * (tid + 1) / nthreads;
@@ -62,12 +62,7 @@ PyObject *sk_dropout(PyObject *self, PyObject *args, PyObject *kwargs) {
                                      &num_threads))
         return NULL;
     if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
-    if (!(p >= 0.0 && p <= 1.0)) {
-        char got[32];
-        snprintf(got, sizeof got, "%g", p);
-        PyErr_Format(PyExc_ValueError, "%s: 'p' expected a probability in [0, 1] (got %s)", fn, got);
-        return NULL;
-    }
+    if (sk_check_probability(fn, "p", p, 1) < 0) return NULL;
     if (sk_get_buffer(x_o, fn, "x", SK_FLOAT32, SK_ANY_NDIM, 0, &x) < 0) goto done;
     if (sk_get_buffer(out_o, fn, "out", SK_FLOAT32, SK_ANY_NDIM, 1, &out) < 0) goto done;
     if (sk_get_buffer(mask_o, fn, "mask", SK_UINT8, SK_ANY_NDIM, 1, &mask) < 0) goto done;
@@ -115,12 +110,7 @@ PyObject *sk_dropout_backward(PyObject *self, PyObject *args, PyObject *kwargs) 
                                      &num_threads))
         return NULL;
     if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
-    if (!(p >= 0.0 && p <= 1.0)) {
-        char got[32];
-        snprintf(got, sizeof got, "%g", p);
-        PyErr_Format(PyExc_ValueError, "%s: 'p' expected a probability in [0, 1] (got %s)", fn, got);
-        return NULL;
-    }
+    if (sk_check_probability(fn, "p", p, 1) < 0) return NULL;
     if (sk_get_buffer(grad_o, fn, "grad", SK_FLOAT32, SK_ANY_NDIM, 0, &grad) < 0) goto done;
     if (sk_get_buffer(mask_o, fn, "mask", SK_UINT8, SK_ANY_NDIM, 0, &mask) < 0) goto done;
     if (sk_get_buffer(out_o, fn, "out", SK_FLOAT32, SK_ANY_NDIM, 1, &out) < 0) goto done;
