@@ -96,6 +96,22 @@ def test_file_rows_merged_reads_each_block_once(tmp_path: Path) -> None:
     with_rounds.close()
 
 
+def test_file_rows_rounds_bound_the_read_buffer(tmp_path: Path) -> None:
+    features = np.arange(300 * 25, dtype=np.float32).reshape(300, 25)  # 100-byte rows: ~41 per block
+    save_array(tmp_path / "f.npy", features)
+    rows = FileRows(tmp_path / "f.npy")
+    ids, pos = np.arange(300)[::-1].copy(), np.arange(300)[::-1] * 2  # every other row of out, in reverse
+    out = np.zeros((600, 25), np.float32)
+    rows.read(ids, out, merge=True, pos=pos, max_round_bytes=2 * BLOCK_BYTES)
+    assert np.array_equal(out[pos], features[ids]) and not out[1::2].any()
+    assert rows._buffer.nbytes <= 2 * BLOCK_BYTES  # never the 8 blocks of the whole file at once
+    rows.read(ids, out, merge=True, pos=pos, max_round_bytes=1)  # at least one row's blocks a round
+    assert np.array_equal(out[pos], features[ids])
+    rows.read(ids, out, merge=True, pos=pos)  # default: max_buffer_bytes, one round here
+    assert rows._buffer.nbytes == 8 * BLOCK_BYTES
+    rows.close()
+
+
 def test_naive_reads_whole_blocks_per_row(dataset) -> None:
     reference = InMemoryFeatures(dataset.features)
     with NaiveDiskFeatures(dataset.features_path, max_buffer_bytes=3 * BLOCK_BYTES) as naive:  # several rounds

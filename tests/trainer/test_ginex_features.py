@@ -106,6 +106,24 @@ def test_switch_keeps_rows_already_cached(dataset: Dataset, changes_root: Path) 
         np.testing.assert_array_equal(source.cache.rows[source.address_table[cached]], dataset.features[cached])
 
 
+def test_switch_reads_into_the_cache_in_small_rounds(dataset: Dataset, changes_root: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch's only transient memory is the file's read buffer, bounded by its round (a budget's
+    calibration runs without a cache, so it never sees a switch)."""
+    import trainer.features.ginex as ginex
+
+    path, _ = _changes(changes_root, dataset, 240, 0)  # the whole graph cached: the switch reads every row
+    monkeypatch.setattr(ginex, "_SWITCH_ROUND_BYTES", 2 * 4096)
+    store = ChangesetStore(path, dataset.samples.num_batches)
+    with GinexFeatures(path, dataset.samples, dataset.features_path) as source:
+        batch = dataset.samples.batch(int(store.trace[0]))
+        source.load(batch)
+        assert source.prefetch_rows == len(store.init(0)) and source.switches == 1
+        assert source.file.file._buffer.nbytes <= max(2 * 4096, source.file.file.slot_bytes)
+        cached = np.flatnonzero(source.address_table >= 0)
+        np.testing.assert_array_equal(source.cache.rows[source.address_table[cached]], dataset.features[cached])
+
+
 def test_rejects_a_feature_file_of_another_graph(dataset: Dataset, changes_root: Path, tmp_path: Path) -> None:
     from storage_kernels.arrays import save_array
 

@@ -61,10 +61,12 @@ class FileRows:
             self._buffer = kernels.aligned_empty(nbytes)
         return self._buffer
 
-    def read(self, ids: np.ndarray, out: np.ndarray, merge: bool, pos: np.ndarray | None = None) -> int:
+    def read(self, ids: np.ndarray, out: np.ndarray, merge: bool, pos: np.ndarray | None = None,
+             max_round_bytes: int | None = None) -> int:
         """``out[pos[k]] = features[ids[k]]`` (``out`` (M, F) float32 C-contiguous; ``pos`` distinct rows of
         ``out``, default ``arange(len(ids))``); returns the bytes read. The rows go from the read blocks
-        straight to their rows of ``out``."""
+        straight to their rows of ``out``, in rounds of at most ``max_round_bytes`` of read blocks (default and
+        upper bound ``max_buffer_bytes``; at least one row's blocks), which bounds the read buffer."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_rows):
             bad = int(np.flatnonzero((ids < 0) | (ids >= self.num_rows))[0])
@@ -72,7 +74,9 @@ class FileRows:
         pos = np.arange(len(ids), dtype=np.int64) if pos is None else np.ascontiguousarray(pos, dtype=np.int64)
         if len(pos) != len(ids):
             raise ValueError(f"'pos' expected one position per id, {len(ids)} (got {len(pos)})")
-        step = self.max_buffer_bytes // self.slot_bytes  # rows per round: bounds the buffer either way
+        round_bytes = self.max_buffer_bytes if max_round_bytes is None else int(max_round_bytes)
+        round_bytes = max(min(round_bytes, self.max_buffer_bytes), self.slot_bytes)
+        step = round_bytes // self.slot_bytes  # rows per round: bounds the buffer either way
         if not merge:
             total = 0
             for lo in range(0, len(ids), step):
@@ -83,7 +87,7 @@ class FileRows:
         order = np.argsort(ids, kind="stable")
         row_off = self.data_offset + ids[order] * self.row_bytes  # (k,) ascending
         first, last = row_off // DATA_ALIGN, (row_off + self.row_bytes - 1) // DATA_ALIGN  # (k,) ascending
-        budget = self.max_buffer_bytes // DATA_ALIGN  # >= the blocks of one row (slot_bytes)
+        budget = round_bytes // DATA_ALIGN  # >= the blocks of one row (slot_bytes)
         total, lo = 0, 0
         while lo < len(ids):
             hi = int(np.searchsorted(last, first[lo] + budget - 1, side="right"))

@@ -45,7 +45,10 @@ from trainer.features.source import BatchRead, TieredSource
 
 __all__ = ["GinexFeatures"]
 
-_SWITCH_ROUND_BYTES = 4 << 20  # rows read per round while switching the cache (ids sorted: reads stay merged)
+# blocks read per round while switching the cache (ids sorted: reads stay merged). The rows go straight from
+# the read buffer to their cache slots; small rounds keep that buffer, the switch's only transient memory, far
+# below the cache it fills (a budget's calibration runs without a cache, so it never sees a switch).
+_SWITCH_ROUND_BYTES = 2 << 20
 
 
 class GinexFeatures(TieredSource):
@@ -70,7 +73,6 @@ class GinexFeatures(TieredSource):
         super().__init__(cache, device)
         self.cache, self.file = cache, file_tier
         self.num_threads = int(num_threads)
-        self.max_buffer_bytes = int(max_buffer_bytes)
         self.address_table = np.full(num_nodes, -1, dtype=np.int64)  # node -> cache slot, -1: not cached
         self.slot_node = np.full(self.changes.cache_rows, -1, dtype=np.int64)  # cache slot -> node, -1: free
         self._next = -1  # the trace position whose cache state is current (-1: none)
@@ -177,15 +179,10 @@ class GinexFeatures(TieredSource):
         if len(slots) < len(load):
             raise ValueError(f"'ginex' expected at most {len(slot_node)} nodes in a cache state (got "
                              f"{len(load) + len(resident) - len(evict)})")
-        # rows per read round: small rounds keep the switch's transient rows far below the cache it fills
-        step = max(1, min(self.max_buffer_bytes, _SWITCH_ROUND_BYTES) // max(self.file.file.row_bytes, 1))
-        for lo in range(0, len(load), step):
-            ids = load[lo : lo + step]
-            rows = np.empty((len(ids), self.feature_dim), dtype=np.float32)  # (k, F)
-            before = self.file.file.requests
-            self.prefetch_bytes += self.file.file.read(ids, rows, merge=True)
-            self.prefetch_requests += self.file.file.requests - before
-            kernels.place_rows(rows, slots[lo : lo + step], self.cache.rows, self.num_threads)
+        before = self.file.file.requests
+        self.prefetch_bytes += self.file.file.read(load, self.cache.rows, merge=True, pos=slots,
+                                                   max_round_bytes=_SWITCH_ROUND_BYTES)
+        self.prefetch_requests += self.file.file.requests - before
         table[load] = slots
         slot_node[slots] = load
         self.prefetch_rows += len(load)
