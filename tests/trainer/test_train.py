@@ -11,7 +11,7 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.features import InMemoryFeatures
-from trainer.train import load_checkpoint, train
+from trainer.train import compute_threads, load_checkpoint, train
 
 CFG = TrainConfig(hidden_dim=16, dropout=0.5, lr=0.01, epochs=3, seed=7, prefetch=2)
 
@@ -51,6 +51,20 @@ def test_packed_training_equals_in_memory_training(dataset, packed_source) -> No
     assert out_of_core.val_acc == in_memory.val_acc and out_of_core.test_acc == in_memory.test_acc
     assert out_of_core.bytes_read > 0 and 0.0 < out_of_core.cache_hit_rate < 1.0
     assert in_memory.bytes_read == 0 and in_memory.cache_hit_rate == 1.0
+
+
+def test_a_loader_that_reads_the_disk_gets_a_core_on_the_cpu(dataset, packed_source) -> None:
+    cores = torch.get_num_threads()
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    memory = InMemoryFeatures(dataset.features)
+    assert compute_threads(0, cpu, False, packed_source) == max(cores - 1, 1)  # reads packed chunks
+    assert compute_threads(0, cpu, False, memory) == cores  # no disk: compute keeps every core
+    assert compute_threads(0, cpu, True, packed_source) == cores  # sequential: no stage threads to make room for
+    assert compute_threads(0, cuda, False, packed_source) == cores  # compute is on the GPU
+    assert compute_threads(3, cpu, False, packed_source) == 3  # the user's setting wins
+    result = train(dataclasses.replace(CFG, epochs=1), dataset.samples, packed_source, dataset.labels)
+    assert result.timers["compute_threads"] == max(cores - 1, 1)
+    assert torch.get_num_threads() == cores  # restored
 
 
 def test_sequential_mode_gives_the_same_losses(dataset) -> None:
