@@ -5,9 +5,7 @@ ablation baseline):
 
 ``load``
     ``samples.batch(i)`` (the batch's record in the memory-mapped sample set) and the source's I/O stage
-    (``source.read``: direct reads of packed chunks and file blocks, GIL released). A source with ``expect``
-    is told the batch after (``source.expect``), whose reads it then starts while this one's rows are
-    gathered (the source's read-ahead thread; not in the sequential mode);
+    (``source.read``: direct reads of packed chunks and file blocks, GIL released);
 ``assemble``
     the source's gather stage (``source.assemble``: caches and loaded rows in input-node order, on the
     device), then the topology (blocks to edge tensors) and the labels;
@@ -110,9 +108,6 @@ class BatchLoader:
         self.prefetch, self.sequential = int(prefetch), bool(sequential)
         self.device = torch.device(device)
         self.split = callable(getattr(source, "read", None)) and callable(getattr(source, "assemble", None))
-        # a split source that can read the next batch while this one is gathered (pipelined mode only)
-        self._reads_ahead = (self.split and not self.sequential and callable(getattr(source, "expect", None))
-                             and bool(getattr(source, "reads_ahead", False)))
         self.timers = dict.fromkeys(("load_busy_s", "assemble_busy_s", "load_cpu_s", "assemble_cpu_s", "graph_s",
                                      "read_s", "assemble_s", "label_s", "wait_s", "stall_s"), 0.0)
         self._threads: list[threading.Thread] = []
@@ -128,16 +123,10 @@ class BatchLoader:
         return any(t.is_alive() for t in self._threads)
 
     # ---------------------------------------------------------------------------------------------- stages
-    def _load(self, batch_id: int, batch: SampledBatch | None = None, upcoming: int | None = None
-              ) -> tuple[SampledBatch, Any, SampledBatch | None]:
-        """The load stage: the batch record (unless given) and the source's I/O (or the whole ``load`` of an
-        unsplit source), announcing ``upcoming`` to a source that reads ahead; returns the upcoming batch's
-        record too (None without one)."""
+    def _load(self, batch_id: int) -> tuple[SampledBatch, Any]:
+        """The load stage: the batch record and the source's I/O (or the whole ``load`` of an unsplit source)."""
         t0, c0 = time.perf_counter(), time.thread_time()
-        batch = self.samples.batch(batch_id) if batch is None else batch
-        after = self.samples.batch(upcoming) if upcoming is not None else None
-        if self._reads_ahead:
-            self.source.expect(after)
+        batch = self.samples.batch(batch_id)
         t1 = time.perf_counter()
         r0, a0 = self.source.read_s, self.source.assemble_s
         data = self.source.read(batch) if self.split else self.source.load(batch)
@@ -146,7 +135,7 @@ class BatchLoader:
         self.timers["graph_s"] += t1 - t0
         self.timers["load_busy_s"] += time.perf_counter() - t0
         self.timers["load_cpu_s"] += time.thread_time() - c0
-        return batch, data, after
+        return batch, data
 
     def _assemble(self, batch_id: int, batch: SampledBatch, data: Any) -> LoadedBatch:
         """The assemble stage: rows in node order on the device, the edge tensors and the labels."""
@@ -172,9 +161,8 @@ class BatchLoader:
         return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks)
 
     def _load_one(self, batch_id: int) -> LoadedBatch:
-        """Every stage of one batch in turn (the sequential mode: nothing read ahead)."""
-        batch, data, _ = self._load(batch_id)
-        return self._assemble(batch_id, batch, data)
+        """Every stage of one batch in turn (the sequential mode)."""
+        return self._assemble(batch_id, *self._load(batch_id))
 
     # ---------------------------------------------------------------------------------------------- threads
     def _put(self, q: queue.Queue[Any], item: Any) -> bool:
@@ -201,17 +189,13 @@ class BatchLoader:
         return False
 
     def _loader(self, out: queue.Queue[Any], slots: threading.Semaphore | None) -> None:
-        batch_id, batch = -1, None
-        ids = self.batch_ids
+        batch_id = -1
         try:
-            for k, batch_id in enumerate(ids):
+            for batch_id in self.batch_ids:
                 if not self._acquire(slots):
                     return
-                upcoming = ids[k + 1] if self._reads_ahead and k + 1 < len(ids) else None
-                batch, data, after = self._load(batch_id, batch, upcoming)
-                if not self._put(out, (batch_id, batch, data)):
+                if not self._put(out, (batch_id, *self._load(batch_id))):
                     return
-                batch = after  # the next iteration's record, already read
             self._put(out, _END)
         except Exception as e:  # forwarded to the consumer, which raises it chained
             self._put(out, _Failure(batch_id, e))

@@ -154,63 +154,6 @@ def test_out_of_schedule_order_stays_correct(built) -> None:
             assert torch.equal(source.load(batch), reference.load(batch)), f"batch {b}"
 
 
-@pytest.mark.parametrize("key", [20, "gap"])
-def test_the_loader_reads_the_next_batch_ahead_with_the_predicted_bytes(built, key: int | str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pipelined, the window's scheduled blocks of batch i+1 are read on the source's read-ahead thread while
-    batch i is gathered: the same rows, exactly the schedule's bytes and buffer hits (these stores read no
-    chunk: ``tests/trainer/test_loader.py`` reads chunks ahead)."""
-    import threading
-
-    from trainer.loader import BatchLoader
-
-    ordering, samples, packs = built
-    packed, stats = packs[key], packs[key].stats
-    reference = InMemoryFeatures(np.asarray(load_graph(ordering).features))
-    readers: set[str] = set()
-    original = WindowedDiskCacheTier._read_scheduled
-
-    def spy(self, *args):
-        readers.add(threading.current_thread().name)
-        return original(self, *args)
-
-    monkeypatch.setattr(WindowedDiskCacheTier, "_read_scheduled", spy)
-    labels = np.zeros(len(reference.features), dtype=np.int64)
-    with PackedFeatures(packed.path, samples, features_path=ordering.file("features.npy")) as source:
-        assert source.reads_ahead
-        disk = source.tier(Tier.DISK_CACHE)
-        for lb in BatchLoader(samples, source, samples.batch_ids("train", 0), labels, prefetch=2):
-            assert torch.equal(lb.x, reference.load(samples.batch(lb.batch_id))), f"batch {lb.batch_id}"
-        assert source.bytes_read == stats["epoch_read_bytes"]
-        assert disk.bytes_read == stats["epoch_read_bytes_disk_cache"]
-        assert disk.window_hits == stats["epoch_window_hits"]
-    # every batch but the first of the epoch was read ahead (the first one in the load stage)
-    assert readers == {"strata-load", "strata-read-ahead_0"}
-
-
-def test_a_batch_read_ahead_but_not_read_next_is_dropped_and_counted(built) -> None:
-    ordering, samples, packs = built
-    reference = InMemoryFeatures(np.asarray(load_graph(ordering).features))
-    ids = samples.batch_ids("train", 0)
-    read: dict[bool, list[int]] = {}
-    for announce in (True, False):
-        with PackedFeatures(packs[20].path, samples, features_path=ordering.file("features.npy")) as source:
-            counts = []
-            for k, b in enumerate((ids[0], ids[2], ids[1])):
-                if announce and k == 0:
-                    source.expect(samples.batch(ids[1]))  # read ahead during ids[0], then not read next
-                batch = samples.batch(b)
-                assert torch.equal(source.assemble(source.read(batch)), reference.load(batch)), f"batch {b}"
-                counts.append(source.bytes_read)
-            assert (source._reader is not None) == announce  # a read-ahead thread only once announced
-        read[announce] = counts
-    scheduled = len(SegmentWindow(packs[20].path, samples.num_batches).reads(ids[1])) * 4096
-    assert scheduled > 0
-    assert read[True][0] == read[False][0]  # the read ahead is counted once it is collected...
-    assert read[True][1] - read[False][1] == scheduled  # ...by the next read, which drops it: the disk read it
-    assert read[True][2] - read[False][2] == scheduled  # ids[1] itself is then read again, as without it
-
-
 def test_window_files_are_validated(built, tmp_path) -> None:
     _, samples, packs = built
     src = packs[20].path

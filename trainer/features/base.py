@@ -10,10 +10,7 @@ fallback. Its work is split in two stages, so that a pipelined loader can run th
     fallback); the source hands every host tier the batch's staging block (``TierRead.staging``, ``(n, F)`` in
     node order: each tier writes its rows at its positions, so no reordering copy follows);
     :meth:`FeatureTier.fetch` does the tier's I/O -- file rows straight into their rows of the block, a chunk
-    into the tier's read buffer. A tier whose reads depend on the batch's addresses alone (a packed chunk, a
-    segment window's scheduled blocks) also offers them as a job (:meth:`FeatureTier.read_ahead`) that the
-    source runs on its read-ahead thread while the batch before is still being read: ``fetch`` then takes
-    the job's :class:`AheadRead`.
+    into the tier's read buffer.
 ``assemble`` (host and device work)
     :meth:`FeatureTier.gather` copies the tier's rows into their rows of the block (memory tiers, the chunk
     tier), or :meth:`FeatureTier.gather_device` writes them into the output on the device (device tiers).
@@ -21,7 +18,6 @@ fallback. Its work is split in two stages, so that a pipelined loader can run th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -34,8 +30,8 @@ from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.iobackend import resolve_backend
 
-__all__ = ["AheadRead", "FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "block_positions", "block_runs",
-           "check_rows", "positions_if_read", "read_blocks", "rows_read"]
+__all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "block_positions", "block_runs", "check_rows",
+           "positions_if_read", "read_blocks"]
 
 
 class NodeBatch(Protocol):
@@ -112,19 +108,6 @@ class TierRead:
     buffer: np.ndarray | None = field(default=None, repr=False)  # (R, F) float32
 
 
-@dataclass
-class AheadRead:
-    """What a tier's read-ahead job read for one batch: ``buffer`` (an aligned uint8 buffer of the tier's,
-    reserved for the batch) holds the ``blocks`` (sorted ``DATA_ALIGN`` blocks, back to back) or the chunk
-    the job read, in ``nbytes`` and ``requests``. Counted in the tier's counters by ``fetch``."""
-
-    batch: int
-    buffer: np.ndarray
-    nbytes: int
-    requests: int
-    blocks: np.ndarray | None = None
-
-
 def check_rows(rows: np.ndarray, what: str) -> np.ndarray:
     """``rows`` if it is a 2-D C-contiguous float32 array, else ``ValueError`` naming ``what``."""
     if rows.ndim != 2 or rows.dtype != np.float32:
@@ -196,16 +179,9 @@ class FeatureTier:
         """How many slots this tier has for ``addr``'s batch (slots must be below it)."""
         raise NotImplementedError
 
-    def read_ahead(self, addr: BatchAddresses) -> Callable[[], AheadRead] | None:
-        """The disk reads of ``addr``'s batch that its addresses alone decide, as a job the source may run on
-        another thread before :meth:`fetch` (which then gets its result as ``ahead``); ``None`` (the default)
-        when there are none. Called in batch order, at most once a batch; the job's buffer is reserved for
-        the batch from this call on (a tier keeps one more read buffer for it)."""
-        return None
-
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
-        """The tier's I/O for a non-empty ``part`` (fills its rows of ``part.staging`` or sets ``part.buffer``),
-        given what :meth:`read_ahead`'s job read for it if it ran (``ahead``); none by default."""
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
+        """The tier's I/O for a non-empty ``part`` (fills its rows of ``part.staging`` or sets ``part.buffer``);
+        none by default."""
 
     # ------------------------------------------------------------------------------------------ assemble stage
     def gather(self, part: TierRead) -> None:  # pragma: no cover - abstract
@@ -225,12 +201,6 @@ class FeatureTier:
             out["read_requests"] = float(self.read_requests)
             out["direct_io"] = float(self.direct_io)
         return out
-
-    def count(self, ahead: AheadRead) -> None:
-        """Add a read-ahead job's bytes and requests to the counters (by ``fetch``, or by the source when the
-        batch it read was not the next one read after all)."""
-        self.bytes_read += ahead.nbytes
-        self.read_requests += ahead.requests
 
     def reset_counters(self) -> None:
         """Zero ``rows_served``, ``bytes_read`` and ``read_requests`` (capabilities and the fallback reason stay)."""
@@ -325,18 +295,6 @@ def positions_if_read(blocks: np.ndarray, row_off: np.ndarray, row_bytes: int) -
     if not (np.array_equal(blocks[idx], first) and np.array_equal(blocks[end], last)):
         return None
     return idx * DATA_ALIGN + row_off % DATA_ALIGN
-
-
-def rows_read(blocks: np.ndarray, row_off: np.ndarray, row_bytes: int) -> np.ndarray:
-    """``(k,)`` bool: whether ``blocks`` (sorted, distinct) holds every block of the row at each ``row_off``."""
-    first = row_off // DATA_ALIGN
-    last = (row_off + row_bytes - 1) // DATA_ALIGN
-    idx = np.searchsorted(blocks, first)  # (k,)
-    end = idx + (last - first)
-    inside = end < len(blocks)
-    ok = np.zeros(len(row_off), dtype=bool)
-    ok[inside] = (blocks[idx[inside]] == first[inside]) & (blocks[end[inside]] == last[inside])
-    return ok
 
 
 def block_positions(blocks: np.ndarray, row_off: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.packstore import BatchAddresses, PackedStore, Tier, cache_blocks
-from trainer.features.base import AheadRead, DirectFile, FeatureTier, TierRead, block_positions, read_blocks
+from trainer.features.base import DirectFile, FeatureTier, TierRead, block_positions, read_blocks
 
 __all__ = ["DiskCacheTier"]
 
@@ -41,7 +41,7 @@ class DiskCacheTier(FeatureTier):
     def num_slots(self, addr: BatchAddresses) -> int:
         return addr.cache_rows
 
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         assert part.staging is not None  # reserved by the source before the I/O
         row_bytes = self.store.row_bytes
         row_off = addr.cache_offset + part.slot * row_bytes  # (k,) byte offset of each row in the file

@@ -15,7 +15,7 @@ import numpy as np
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows, read_header
 from storage_kernels.packstore import BatchAddresses, Tier
-from trainer.features.base import AheadRead, DirectFile, FeatureTier, TierRead, block_positions, read_blocks
+from trainer.features.base import DirectFile, FeatureTier, TierRead, block_positions, read_blocks
 
 __all__ = ["FileRows", "FileTier"]
 
@@ -148,7 +148,7 @@ class FileTier(FeatureTier):
     def num_slots(self, addr: BatchAddresses) -> int:
         return self.file.num_rows
 
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         assert part.staging is not None  # reserved by the source before the I/O
         before = self.file.requests
         self.bytes_read += self.file.read(part.slot, part.staging, merge=self.merge, pos=part.pos)

@@ -21,7 +21,7 @@ from storage_kernels import kernels
 from storage_kernels.alignedstore import select_hotset
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.aligned import AlignedBlocks
-from trainer.features.base import AheadRead, FeatureTier, TierRead
+from trainer.features.base import FeatureTier, TierRead
 
 __all__ = ["Hotset", "HotsetTier"]
 
@@ -145,7 +145,7 @@ class HotsetTier(FeatureTier):
         self.read_requests += self.source.requests - before_requests
         return out
 
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         """No I/O: copy the part's rows into the staging block now. A refresh rewrites slots in place, so a
         batch read before a refresh and assembled after it (a pipelined loader reads ahead) must not gather
         from the hotset later."""

@@ -33,7 +33,7 @@ import torch
 from storage_kernels.alignedstore import ALIGNED_BIN, HOTSET_NODES, LAYOUT_JSON, BlockLayout, HyperbatchTable
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.aligned import AlignedBlocks
-from trainer.features.base import AheadRead, FeatureTier, NodeBatch, TierRead
+from trainer.features.base import FeatureTier, NodeBatch, TierRead
 from trainer.features.file import FileTier
 from trainer.features.hotset import Hotset, HotsetTier
 from trainer.features.source import BatchRead, TieredSource
@@ -160,7 +160,7 @@ class HyperbatchTier(FeatureTier):
         return loaded
 
     # ------------------------------------------------------------------------------------------ serving
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         """Copy the part's rows from the current hyperbatch's buffer into their rows of the staging block."""
         assert part.staging is not None  # reserved by the source before the I/O
         cur = self.current

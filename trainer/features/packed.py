@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from storage_kernels import kernels
 from storage_kernels.packstore import BatchAddresses, PackedStore, Tier
-from trainer.features.base import AheadRead, DirectFile, FeatureTier, TierRead
+from trainer.features.base import DirectFile, FeatureTier, TierRead
 
 __all__ = ["PackedChunkTier"]
 
@@ -18,10 +16,9 @@ class PackedChunkTier(FeatureTier):
     aligned read of the batch's chunk (``O_DIRECT`` when the filesystem allows it) into a reusable aligned
     buffer; the rest goes to ``fallback`` (the feature file, for unpacked evaluation batches).
 
-    The chunk a read stage leaves in ``TierRead.buffer`` is a view of one of ``num_buffers + 1`` aligned
-    buffers, used in turn: it stays valid for the next ``num_buffers - 1`` reads (with the default 1, until
-    the next read: one batch between the two stages at a time, as ``TieredSource.load`` does). The extra
-    buffer is the next batch's, which :meth:`read_ahead` reads while the batches before it are gathered.
+    The chunk a read stage leaves in ``TierRead.buffer`` is a view of one of ``num_buffers`` aligned buffers,
+    used in turn: it stays valid for the next ``num_buffers - 1`` reads (with the default 1, until the next
+    read: one batch between the two stages at a time, as ``TieredSource.load`` does).
 
     >>> store = PackedStore(packed_dir, samples)
     >>> tier = PackedChunkTier(store, fallback=FileTier(features_path))
@@ -40,35 +37,20 @@ class PackedChunkTier(FeatureTier):
         # packed.bin: opened once, O_DIRECT when the filesystem accepts it
         self._file = DirectFile(store.packed_path, "chunks")
         self.direct_io, self.fallback_reason = self._file.direct, self._file.fallback_reason
-        # num_buffers chunks read and not yet gathered, plus the one a read-ahead job fills
-        self._buffers = [kernels.aligned_empty(store.max_chunk_bytes) for _ in range(num_buffers + 1)]
-        self._next = 0  # the buffer the next read (or read-ahead) fills
+        self._buffers = [kernels.aligned_empty(store.max_chunk_bytes) for _ in range(num_buffers)]
+        self._next = 0  # the buffer the next read fills
 
     def num_slots(self, addr: BatchAddresses) -> int:
         return addr.chunk_rows
 
-    def _take_buffer(self) -> np.ndarray:
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         buffer = self._buffers[self._next]
         self._next = (self._next + 1) % len(self._buffers)
-        return buffer
-
-    def _read_chunk(self, batch: int, offset: int, nbytes: int, buffer: np.ndarray) -> AheadRead:
         # one sequential read of the whole chunk (its length is padded to the alignment) into the buffer
-        read = self._file.pread(np.array([offset], np.int64), np.array([nbytes], np.int64), buffer,
-                                np.zeros(1, np.int64), self.num_threads)
-        return AheadRead(batch, buffer, read, 1)
-
-    def read_ahead(self, addr: BatchAddresses) -> Callable[[], AheadRead] | None:
-        if not addr.chunk_rows:
-            return None
-        buffer, batch, offset, nbytes = self._take_buffer(), addr.batch, addr.chunk_offset, addr.chunk_bytes
-        return lambda: self._read_chunk(batch, offset, nbytes, buffer)
-
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
-        if ahead is None:
-            ahead = self._read_chunk(addr.batch, addr.chunk_offset, addr.chunk_bytes, self._take_buffer())
-        self.count(ahead)
-        buffer = ahead.buffer
+        self.bytes_read += self._file.pread(np.array([addr.chunk_offset], np.int64),
+                                            np.array([addr.chunk_bytes], np.int64), buffer, np.zeros(1, np.int64),
+                                            self.num_threads)
+        self.read_requests += 1
         nbytes = addr.chunk_rows * self.store.row_bytes
         part.buffer = buffer[:nbytes].view(np.float32).reshape(addr.chunk_rows, self.feature_dim)  # (R, F)
 

@@ -31,7 +31,7 @@ from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up
 from storage_kernels.packstore import BatchAddresses, Tier
 from storage_kernels.sampleset import SampledBatch, SampleSet, SampleSetView
-from trainer.features.base import AheadRead, DirectFile, FeatureTier, NodeBatch, TierRead
+from trainer.features.base import DirectFile, FeatureTier, NodeBatch, TierRead
 from trainer.features.file import FileTier
 from trainer.features.source import BatchRead, TieredSource
 
@@ -226,7 +226,7 @@ class BufferTier(FeatureTier):
     def num_slots(self, addr: BatchAddresses) -> int:
         return len(self.node_part)
 
-    def fetch(self, addr: BatchAddresses, part: TierRead, ahead: AheadRead | None = None) -> None:
+    def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         assert part.staging is not None  # reserved by the source before the I/O
         self.buffer.gather(self.node_part[part.slot].astype(np.int64), self.node_row[part.slot], part.staging,
                            part.pos)

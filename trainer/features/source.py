@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -17,7 +16,7 @@ import torch
 
 from storage_kernels.packstore import BatchAddresses, NodeRanges, PackedStore, Tier
 from storage_kernels.windowstore import SegmentWindow
-from trainer.features.base import AheadRead, FeatureTier, NodeBatch, TierRead
+from trainer.features.base import FeatureTier, NodeBatch, TierRead
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
@@ -75,12 +74,6 @@ class TieredSource:
         is the batch's output, with CUDA it goes to the device in one contiguous copy; device tiers then write
         their rows on the device. No reordering copy.
 
-    **Read-ahead.** :meth:`expect` announces the batch that will be read after the next one. When that next
-    one is read, once its own read-ahead I/O is in, the announced batch's tiers start theirs
-    (:meth:`FeatureTier.read_ahead`: a packed chunk, a segment window's scheduled blocks) on the source's
-    read-ahead thread, so the disk works while the host gathers. Without :meth:`expect` every read is
-    synchronous.
-
     Counters are the tiers' (``bytes_read``, ``rows_by_tier`` keyed by ``Tier.label``) plus the seconds of
     the two stages (``read_s``, ``assemble_s``).
     """
@@ -104,12 +97,6 @@ class TieredSource:
         self.assemble_s = 0.0
         self._lock = threading.Lock()
         self.staging_pool = StagingPool()  # CPU blocks reused once their batch is dropped (unused with CUDA)
-        self._upcoming: NodeBatch | None = None  # announced by expect(): read ahead at the next read
-        self._ahead: list[tuple[FeatureTier, Future[AheadRead]]] = []  # the batch read ahead, by tier
-        self._ahead_batch = -1
-        self._reader: ThreadPoolExecutor | None = None  # the read-ahead thread, started on first use
-        self._ahead_tiers = {t for t in self.tiers if type(t).read_ahead is not FeatureTier.read_ahead}
-        self.reads_ahead = bool(self._ahead_tiers)
 
     # ---------------------------------------------------------------------------------------- counters
     @property
@@ -192,33 +179,6 @@ class TieredSource:
         bounds = [t.max_reads_ahead for t in self.tiers if t.max_reads_ahead > 0]
         return min(bounds) if bounds else 0
 
-    def expect(self, batch: NodeBatch | None) -> None:
-        """Announce ``batch`` as the one read after the next :meth:`read`, which then starts reading it ahead
-        (``None``: nothing to read ahead). A no-op unless a tier reads ahead (``reads_ahead``)."""
-        self._upcoming = batch if self.reads_ahead else None
-
-    def _collect_ahead(self, batch: int) -> dict[FeatureTier, AheadRead]:
-        """The read-ahead results of ``batch`` by tier (waiting for them); a read ahead of another batch is
-        waited for and dropped (its bytes counted: the disk read them)."""
-        pending, self._ahead = self._ahead, []
-        results = {tier: future.result() for tier, future in pending}
-        if self._ahead_batch == batch:
-            return results
-        for tier, ahead in results.items():
-            tier.count(ahead)
-        return {}
-
-    def _start_ahead(self, batch: NodeBatch) -> None:
-        """Start the read-ahead jobs of ``batch``'s tiers on the read-ahead thread."""
-        addr = self.addresses(batch)
-        jobs = [(t, job) for t in self.tiers if (job := t.read_ahead(addr)) is not None]
-        if not jobs:
-            return
-        if self._reader is None:
-            self._reader = ThreadPoolExecutor(1, thread_name_prefix="strata-read-ahead")
-        self._ahead = [(t, self._reader.submit(job)) for t, job in jobs]
-        self._ahead_batch = addr.batch
-
     def read(self, batch: NodeBatch) -> BatchRead:
         """The I/O stage: validate the batch's addresses, let each tier take its nodes and read (timed into
         ``read_s``)."""
@@ -271,20 +231,9 @@ class TieredSource:
         for p in parts:
             if len(p.pos) and not p.tier.on_device:
                 p.staging = staging_np
-        ahead = self._collect_ahead(addr.batch)
-        upcoming, self._upcoming = self._upcoming, None
-        # the disk reads the next batch while this one's rows are gathered; a tier hands out its read buffers
-        # in batch order, so when this batch was not read ahead, the next one starts after its fetches
-        early = all(p.tier in ahead for p in parts if len(p.pos) and p.tier in self._ahead_tiers)
-        if upcoming is not None and early:
-            self._start_ahead(upcoming)
         for p in parts:
             if len(p.pos):
-                p.tier.fetch(addr, p, ahead.pop(p.tier, None))
-        for tier, unused in ahead.items():  # a tier that read ahead for a part the batch turned out not to have
-            tier.count(unused)
-        if upcoming is not None and not early:
-            self._start_ahead(upcoming)
+                p.tier.fetch(addr, p)
         return BatchRead(addr, parts, staging)
 
     def assemble(self, read: BatchRead) -> torch.Tensor:
@@ -317,17 +266,9 @@ class TieredSource:
         return host.to(self.device, non_blocking=True) if self.device.type != "cpu" else host
 
     def close(self) -> None:
-        """Wait for a read ahead in flight, stop the read-ahead thread and release every tier's file
-        descriptors."""
-        try:
-            self._collect_ahead(-1)
-        finally:
-            self._upcoming = None
-            if self._reader is not None:
-                self._reader.shutdown(wait=True)
-                self._reader = None
-            for t in self.tiers:
-                t.close()
+        """Release every tier's file descriptors."""
+        for t in self.tiers:
+            t.close()
 
     def __enter__(self) -> TieredSource:
         return self
