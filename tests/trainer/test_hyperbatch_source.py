@@ -87,6 +87,26 @@ def expected_io(data: Dataset, pack_dir: Path, hyperbatches: range, hot: np.ndar
     return nbytes, requests
 
 
+def test_rows_read_go_straight_to_their_rows_of_out_in_bounded_rounds(data: Dataset, pack_dir: Path) -> None:
+    from storage_kernels.alignedstore import BlockLayout
+    from trainer.features.aligned import AlignedBlocks
+
+    layout = BlockLayout.load(pack_dir / LAYOUT_JSON)
+    blocks = AlignedBlocks(pack_dir / ALIGNED_BIN, layout, num_threads=1)
+    nodes = np.arange(0, len(data.features), 3, dtype=np.int64)  # every third row: ~4 per block
+    np.testing.assert_array_equal(blocks.read_rows(nodes), data.features[nodes])  # a new array
+    out = np.zeros((2 * len(nodes) + 1, DIM), np.float32)
+    pos = np.arange(len(nodes))[::-1] * 2 + 1  # odd rows of out, in reverse
+    reads = []
+    read = blocks.read
+    blocks.read = lambda b, buf: reads.append(len(b)) or read(b, buf)  # type: ignore[method-assign]
+    assert blocks.read_rows(nodes, out, pos, max_buffer_bytes=3 * 4096) is out
+    np.testing.assert_array_equal(out[pos], data.features[nodes])
+    assert not out[0::2].any()  # nothing else written
+    assert len(reads) > 1 and max(reads) <= 3  # rounds of at most 3 blocks
+    blocks.close()
+
+
 def test_every_batch_equals_the_in_memory_rows(data: Dataset, pack_dir: Path) -> None:
     with open_source(pack_dir, data, refresh_epochs=1) as source:
         storage = source.hotset.rows  # one block of budget rows for the whole run: refreshes move rows in place

@@ -70,12 +70,19 @@ class AlignedBlocks:
         else:
             kernels.gather_rows_at_into(buffer, offsets, out, pos, self.num_threads)
 
-    def read_rows(self, nodes: np.ndarray, max_buffer_bytes: int = 64 << 20) -> np.ndarray:
-        """Rows of ``nodes`` (sorted, distinct) as a new ``(k, F)`` float32 array, read in rounds of at most
-        ``max_buffer_bytes`` of blocks (at least one row's)."""
+    def read_rows(self, nodes: np.ndarray, out: np.ndarray | None = None, pos: np.ndarray | None = None,
+                  max_buffer_bytes: int = 64 << 20) -> np.ndarray:
+        """``out[pos[k]] =`` the row of ``nodes[k]`` (sorted, distinct); returns ``out``. Without ``out``, a new
+        ``(k, F)`` float32 array (``pos`` default ``arange(k)``). The rows go from the read blocks straight to
+        their rows of ``out``, read in rounds of at most ``max_buffer_bytes`` of blocks (at least one row's),
+        which bounds the read buffer."""
         layout = self.layout
         nodes = np.asarray(nodes, dtype=np.int64)
-        out = np.empty((len(nodes), layout.feature_dim), dtype=np.float32)
+        if out is None:
+            out = np.empty((len(nodes), layout.feature_dim), dtype=np.float32)
+        pos = np.arange(len(nodes), dtype=np.int64) if pos is None else np.asarray(pos, dtype=np.int64)
+        if len(pos) != len(nodes):
+            raise ValueError(f"'pos' expected one row of 'out' per node, {len(nodes)} (got {len(pos)})")
         first = layout.first_block(nodes)  # (k,) ascending
         span = max(max_buffer_bytes // layout.block_bytes, layout.group_blocks)  # blocks one round may cover
         buffer, lo = None, 0
@@ -83,7 +90,7 @@ class AlignedBlocks:
             hi = int(np.searchsorted(first, first[lo] + span - layout.group_blocks, side="right"))
             blocks = layout.blocks_of(nodes[lo:hi])
             buffer, _ = self.read(blocks, buffer)
-            self.extract(buffer, blocks, nodes[lo:hi], out[lo:hi])
+            self.extract(buffer, blocks, nodes[lo:hi], out, pos[lo:hi])
             lo = hi
         return out
 

@@ -25,7 +25,9 @@ from trainer.features.base import FeatureTier, TierRead
 
 __all__ = ["Hotset", "HotsetTier"]
 
-_ROUND_BYTES = 64 << 20  # rows read per round when the hotset loads or refreshes
+# blocks read per round when the hotset loads or refreshes: the rows go straight from the read buffer into their
+# slots, so that buffer is the only transient memory (a budget's calibration runs without a hotset)
+_ROUND_BYTES = 8 << 20
 
 
 def _host_rows(num_rows: int, dim: int, pin_memory: bool) -> np.ndarray:
@@ -87,10 +89,8 @@ class Hotset:
         return self.degree * self.counts
 
     def _read_into(self, source: AlignedBlocks, nodes: np.ndarray, slots: np.ndarray) -> None:
-        """``rows[slots[k]] = row of nodes[k]`` (sorted ``nodes``), read in rounds of at most 64 MiB."""
-        step = max(1, _ROUND_BYTES // (self.rows.shape[1] * self.rows.itemsize))
-        for lo in range(0, len(nodes), step):
-            kernels.place_rows(source.read_rows(nodes[lo : lo + step]), slots[lo : lo + step], self.rows)
+        """``rows[slots[k]] = row of nodes[k]`` (sorted ``nodes``), read in rounds of at most 8 MiB of blocks."""
+        source.read_rows(nodes, self.rows, slots, max_buffer_bytes=_ROUND_BYTES)
 
     def refresh(self, source: AlignedBlocks) -> tuple[np.ndarray, np.ndarray]:
         """Re-select from the scores; drop the evicted rows, read the new ones from ``source``. Returns
