@@ -1,13 +1,12 @@
 /* Shared helpers (see common.h): buffer acquisition and argument checks with readable errors, thread runner,
- * arrays owning malloc'd memory, complete positioned I/O, CSR and streamed-chunk validation. */
+ * arrays owning malloc'd memory, complete positioned I/O, CSR, sampled-block and streamed-chunk validation. */
 #include "common.h"
-
-#include <stdio.h>
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -479,6 +478,39 @@ int sk_raise_csr_error(const char *func, const sk_status *st, int64_t N, int64_t
         return -1;
     case SK_ERR_CSR_ID:
         return sk_raise_index(func, "indices", "ids", N, st->a, st->b);
+    default:
+        return 0;
+    }
+}
+
+int64_t sk_check_block(const int64_t *indptr, int64_t D, const int64_t *cols, int64_t E, int64_t S, sk_status *st) {
+    int64_t max_degree = 0;
+    for (int64_t d = 0; d < D; d++) {
+        if (indptr[d + 1] < indptr[d]) {
+            sk_status_set(st, SK_ERR_BLOCK_PTR, 0, d, d + 1, indptr[d + 1], indptr[d], 0);
+            return -1;
+        }
+        if (indptr[d + 1] - indptr[d] > max_degree) max_degree = indptr[d + 1] - indptr[d];
+    }
+    const int64_t bad = sk_first_outside(cols, E, S);
+    if (bad >= 0) {
+        sk_status_set(st, SK_ERR_BLOCK_COL, 0, bad, bad, cols[bad], 0, 0);
+        return -1;
+    }
+    return max_degree;
+}
+
+int sk_raise_block_error(const char *func, const sk_status *st, int64_t S) {
+    switch (st->code) {
+    case SK_ERR_BLOCK_PTR:
+        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected non-decreasing values (got indptr[%lld]=%lld after %lld)",
+                     func, (long long)st->a, (long long)st->b, (long long)st->c);
+        return -1;
+    case SK_ERR_BLOCK_COL:
+        return sk_raise_index(func, "cols", "source rows", S, st->a, st->b);
+    case SK_ERR_NOMEM:
+        PyErr_NoMemory();
+        return -1;
     default:
         return 0;
     }

@@ -179,6 +179,8 @@ enum {
     SK_ERR_CHUNK_PTR = -1003,  /* sk_check_chunk: a = position in indptr, b = value */
     SK_ERR_CHUNK_NODE = -1004, /* sk_check_chunk: a = position in nodes, b = id */
     SK_ERR_CHUNK_COL = -1005,  /* sk_check_chunk: a = position in indices, b = id */
+    SK_ERR_BLOCK_PTR = -1006,  /* sk_check_block: a = d + 1, b = indptr[d + 1], c = indptr[d] */
+    SK_ERR_BLOCK_COL = -1007,  /* sk_check_block: a = position in cols, b = source row */
 };
 
 /* ---- arrays owning malloc'd memory ---------------------------------------------------------------------- */
@@ -276,6 +278,14 @@ int64_t sk_check_csr(const int64_t *indptr, int64_t N, const int64_t *indices, i
 
 /* The exception for an SK_ERR_CSR_* status: returns -1 when one was raised, 0 for any other code. */
 int sk_raise_csr_error(const char *func, const sk_status *st, int64_t N, int64_t E);
+
+/* A sampled block's CSR (nn/), without the GIL: the `D` destination rows of `indptr` non-decreasing and every
+ * col in [0, S), the block's source rows; returns the largest degree, or -1 with st set (SK_ERR_BLOCK_*).
+ * Raise its error with sk_raise_block_error. */
+int64_t sk_check_block(const int64_t *indptr, int64_t D, const int64_t *cols, int64_t E, int64_t S, sk_status *st);
+
+/* The exception for an SK_ERR_BLOCK_* or SK_ERR_NOMEM status: returns -1 when one was raised, 0 otherwise. */
+int sk_raise_block_error(const char *func, const sk_status *st, int64_t S);
 
 /* ---- streamed chunks of the partitioning passes (partition/) -------------------------------------------- */
 

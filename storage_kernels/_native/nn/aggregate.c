@@ -26,7 +26,6 @@
 
 #define AG_PREFETCH 4 /* edges ahead whose source row is prefetched: the rows are random, each a cache miss */
 
-enum { AG_OK = 0, AG_BAD_INDPTR = 1, AG_BAD_COL = 2 };
 
 /* Ask for the cache lines of a row of `n` floats (a random row of a gather: its first line misses). */
 static inline void prefetch_row(const float *row, int64_t n) {
@@ -129,27 +128,6 @@ static int agg_args(const char *fn, PyObject *indptr_o, PyObject *cols_o, PyObje
     return 0;
 }
 
-/* Validate the CSR without the GIL: indptr non-decreasing, every col in [0, S). */
-static void agg_check(const int64_t *ip, int64_t D, const int64_t *cols, int64_t E, int64_t S, sk_status *st) {
-    for (int64_t d = 0; d < D; d++)
-        if (ip[d + 1] < ip[d]) {
-            sk_status_set(st, AG_BAD_INDPTR, 0, d, d + 1, ip[d + 1], ip[d], 0);
-            return;
-        }
-    const int64_t bad = sk_first_outside(cols, E, S);
-    if (bad >= 0) sk_status_set(st, AG_BAD_COL, 0, bad, bad, cols[bad], 0, 0);
-}
-
-static int agg_raise(const char *fn, const sk_status *st, int64_t S) {
-    if (st->code == AG_BAD_INDPTR) {
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected non-decreasing values (got indptr[%lld]=%lld after %lld)",
-                     fn, (long long)st->a, (long long)st->b, (long long)st->c);
-        return -1;
-    }
-    if (st->code == AG_BAD_COL) return sk_raise_index(fn, "cols", "source rows", S, st->a, st->b);
-    return 0;
-}
-
 static PyObject *aggregate(PyObject *args, PyObject *kwargs, int backward) {
     static char *kwlist_fwd[] = {"indptr", "cols", "src", "out", "mean", "num_threads", NULL};
     static char *kwlist_bwd[] = {"indptr", "cols", "grad_out", "grad_src", "mean", "num_threads", NULL};
@@ -179,8 +157,8 @@ static PyObject *aggregate(PyObject *args, PyObject *kwargs, int backward) {
     agg_ctx ctx = {indptr.buf, cols.buf, dense.buf, target.buf, D, F, E, mean, 0};
 
     Py_BEGIN_ALLOW_THREADS
-    agg_check(ctx.indptr, D, ctx.cols, E, S, &st);
-    if (st.code == AG_OK && F > 0) {
+    sk_check_block(ctx.indptr, D, ctx.cols, E, S, &st);
+    if (st.code == 0 && F > 0) {
         int nt = sk_cap_threads(nthreads, (E + D) * F, AG_MIN_CELLS_PER_THREAD);
         if (backward) {
             if (nt > F / AG_MIN_COLS_PER_THREAD) nt = F / AG_MIN_COLS_PER_THREAD > 0 ? (int)(F / AG_MIN_COLS_PER_THREAD) : 1;
@@ -191,7 +169,7 @@ static PyObject *aggregate(PyObject *args, PyObject *kwargs, int backward) {
     }
     Py_END_ALLOW_THREADS
 
-    if (agg_raise(fn, &st, S) == 0) result = Py_NewRef(Py_None);
+    if (sk_raise_block_error(fn, &st, S) == 0) result = Py_NewRef(Py_None);
 
 done:
     SK_RELEASE(&indptr, &cols, &dense, &target);

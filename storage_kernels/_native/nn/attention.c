@@ -24,7 +24,7 @@
 
 #define AT_ROWS_PER_CLAIM 32
 
-enum { AT_OK = 0, AT_BAD_INDPTR = 1, AT_BAD_COL = 2, AT_BAD_LOOP = 3, AT_NOMEM = 4 };
+enum { AT_BAD_LOOP = 1 }; /* beside the SK_ERR_BLOCK_* codes of sk_check_block */
 
 typedef struct {
     const float *z, *ss, *sd; /* z (S, H, C), score_src (S, H), score_dst (D, H) */
@@ -161,23 +161,12 @@ static void backward_task(void *p, int tid, int nthreads) {
     free(ga);
 }
 
-/* Validate the CSR and the loops without the GIL; returns the largest degree, or -1 with st set. */
+/* Validate the block's CSR and its self loops without the GIL; returns the largest degree, or -1 with st set. */
 static int64_t att_check(const int64_t *ip, int64_t D, const int64_t *cols, int64_t E, const int64_t *loop,
                          int64_t S, sk_status *st) {
-    int64_t max_degree = 0;
-    for (int64_t d = 0; d < D; d++) {
-        if (ip[d + 1] < ip[d]) {
-            sk_status_set(st, AT_BAD_INDPTR, 0, d, d + 1, ip[d + 1], ip[d], 0);
-            return -1;
-        }
-        if (ip[d + 1] - ip[d] > max_degree) max_degree = ip[d + 1] - ip[d];
-    }
-    int64_t bad = sk_first_outside(cols, E, S);
-    if (bad >= 0) {
-        sk_status_set(st, AT_BAD_COL, 0, bad, bad, cols[bad], 0, 0);
-        return -1;
-    }
-    bad = sk_first_outside(loop, D, S);
+    const int64_t max_degree = sk_check_block(ip, D, cols, E, S, st);
+    if (max_degree < 0) return -1;
+    const int64_t bad = sk_first_outside(loop, D, S);
     if (bad >= 0) {
         sk_status_set(st, AT_BAD_LOOP, 0, bad, bad, loop[bad], 0, 0);
         return -1;
@@ -186,21 +175,8 @@ static int64_t att_check(const int64_t *ip, int64_t D, const int64_t *cols, int6
 }
 
 static int att_raise(const char *fn, const sk_status *st, int64_t S) {
-    switch (st->code) {
-    case AT_BAD_INDPTR:
-        PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected non-decreasing values (got indptr[%lld]=%lld after %lld)",
-                     fn, (long long)st->a, (long long)st->b, (long long)st->c);
-        return -1;
-    case AT_BAD_COL:
-        return sk_raise_index(fn, "cols", "source rows", S, st->a, st->b);
-    case AT_BAD_LOOP:
-        return sk_raise_index(fn, "dst_pos", "source rows", S, st->a, st->b);
-    case AT_NOMEM:
-        PyErr_NoMemory();
-        return -1;
-    default:
-        return 0;
-    }
+    if (st->code == AT_BAD_LOOP) return sk_raise_index(fn, "dst_pos", "source rows", S, st->a, st->b);
+    return sk_raise_block_error(fn, st, S);
 }
 
 /* A float32 buffer of exactly `ndim` dims with the given sizes (-1: any), writable or not. */
@@ -279,14 +255,14 @@ static PyObject *attend(PyObject *args, PyObject *kwargs, int backward) {
                    sk_mix64((uint64_t)seed + SK_RNG_G0), (uint64_t)ldexp(p, 32), p > 0.0, 0, 0};
     Py_BEGIN_ALLOW_THREADS
     ctx.max_degree = att_check(ipv, D, ctx.cols, E, ctx.loop, S, &st);
-    if (st.code == AT_OK && H > 0) {
+    if (st.code == 0 && H > 0) {
         if (backward) {
             int nt = sk_cap_threads(nthreads, (E + D) * H * C, 1 << 16);
             sk_parallel(nt > H ? (int)H : nt, backward_task, &ctx);
         } else {
             sk_parallel(sk_cap_threads(nthreads, (E + D) * H * C, 1 << 16), forward_task, &ctx);
         }
-        if (atomic_load(&ctx.failed)) st.code = AT_NOMEM;
+        if (atomic_load(&ctx.failed)) st.code = SK_ERR_NOMEM;
     }
     Py_END_ALLOW_THREADS
 
