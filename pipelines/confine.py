@@ -85,6 +85,27 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     return out
 
 
+def _v2_memory_ancestor(root: Path, group: Path) -> Path | None:
+    """The nearest writable ancestor of ``group`` (up to ``root``, the hierarchy's root, included) whose children
+    have the memory controller; at ``root`` it is enabled when it is not (the root group is exempt from v2's rule
+    that a group with controllers for its children holds no processes). None when there is none."""
+    for d in group.parents:
+        if d != root and root not in d.parents:
+            break  # above the hierarchy
+        if not os.access(d, os.W_OK):
+            continue
+        control = d / "cgroup.subtree_control"
+        try:
+            if "memory" in control.read_text().split():
+                return d
+            if d == root:
+                control.write_text("+memory")
+                return d
+        except OSError:
+            continue
+    return None
+
+
 def cgroup_support(root: Path = _CGROUP_ROOT, proc_cgroup: str | None = None) -> CgroupSupport:
     """Whether (and where) this process can create memory cgroups; the reason when it cannot."""
     try:
@@ -111,8 +132,14 @@ def cgroup_support(root: Path = _CGROUP_ROOT, proc_cgroup: str | None = None) ->
             try:  # v2 allows it only where the parent holds no processes itself
                 (parent / "cgroup.subtree_control").write_text("+memory")
             except OSError as e:
-                return CgroupSupport(0, None, f"cannot enable the memory controller under {parent} ({e.strerror}; "
-                                              "cgroup v2 forbids it in a group that holds processes)")
+                # a process of a container or VM agent's group (which holds other processes too): make the
+                # groups beside it, under the nearest ancestor whose children have the controller
+                host = _v2_memory_ancestor(root, parent)
+                if host is None:
+                    return CgroupSupport(0, None, f"cannot enable the memory controller under {parent} "
+                                                  f"({e.strerror}; cgroup v2 forbids it in a group that holds "
+                                                  f"processes), nor under an ancestor up to {root}")
+                return CgroupSupport(2, host)
         return CgroupSupport(2, parent)
     return CgroupSupport(0, None, "no memory cgroup hierarchy is mounted")
 

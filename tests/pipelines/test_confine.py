@@ -3,6 +3,7 @@ may create cgroups (root) -- a real limit that counts the page cache and kills w
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,37 @@ def test_detection_reads_the_process_cgroups(tmp_path: Path) -> None:
     assert (v2.version, v2.parent) == (2, tmp_path / "user")
     none = cgroup_support(tmp_path / "nowhere", "0::/\n")
     assert not none.available and none.label == "none" and "no memory cgroup hierarchy" in none.reason
+
+
+def test_v2_groups_go_beside_a_group_that_holds_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VM or container agent runs the process in a group with other processes (v2 refuses the memory
+    controller for its children): the groups are made under the nearest ancestor whose children have it."""
+    (tmp_path / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory\n")
+    agent = tmp_path / "agent"
+    (agent / "job").mkdir(parents=True)
+    (agent / "job" / "cgroup.subtree_control").write_text("\n")
+    (agent / "cgroup.subtree_control").write_text("cpu\n")
+    write_text = Path.write_text
+
+    def refuse_in_job(self: Path, text: str) -> int:  # what the kernel answers in a group with processes
+        if self == agent / "job" / "cgroup.subtree_control":
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return write_text(self, text)
+
+    monkeypatch.setattr(Path, "write_text", refuse_in_job)
+    support = cgroup_support(tmp_path, "0::/agent/job\n")
+    assert (support.version, support.parent) == (2, tmp_path)  # agent's children have no memory controller
+    (agent / "cgroup.subtree_control").write_text("cpu memory\n")
+    assert cgroup_support(tmp_path, "0::/agent/job\n").parent == agent
+    (tmp_path / "cgroup.subtree_control").write_text("cpu\n")  # the root group: enabled where it is missing
+    (agent / "cgroup.subtree_control").write_text("cpu\n")
+    assert cgroup_support(tmp_path, "0::/agent/job\n").parent == tmp_path
+    assert "memory" in (tmp_path / "cgroup.subtree_control").read_text()
+    (tmp_path / "cgroup.subtree_control").unlink()
+    (tmp_path / "cgroup.subtree_control").mkdir()  # nowhere to enable it: the reason names the hierarchy
+    refused = cgroup_support(tmp_path, "0::/agent/job\n")
+    assert not refused.available and f"nor under an ancestor up to {tmp_path}" in refused.reason
 
 
 def test_eviction_advises_every_file(tmp_path: Path) -> None:
