@@ -57,6 +57,7 @@ __all__ = [
     "compute_threads",
     "eval_batch_ids",
     "evaluate",
+    "gpu_step_share",
     "overlap",
     "load_checkpoint",
     "save_checkpoint",
@@ -144,7 +145,8 @@ class EpochStats:
         """Flat per-epoch metrics for the tracker (validation accuracy is added by the caller)."""
         return {"loss": self.loss, "train_acc": self.train_acc, "epoch_s": self.epoch_s,
                 "bytes_read": float(self.bytes_read), "read_requests": float(self.read_requests),
-                "cache_hit_rate": self.cache_hit_rate, "overlap": overlap(self.epoch_s, self.timers), **self.timers}
+                "cache_hit_rate": self.cache_hit_rate, "overlap": overlap(self.epoch_s, self.timers), **self.timers,
+                **gpu_step_share(self.epoch_s, self.timers)}
 
 
 #: The pipeline's stages, by busy timer (``BatchLoader`` and :func:`train_epoch`).
@@ -156,6 +158,17 @@ def overlap(epoch_s: float, timers: dict[str, float]) -> float:
     of stages when they run in turn (0.0 without busy times)."""
     slowest = max((timers.get(k, 0.0) for k in STAGE_BUSY_TIMERS), default=0.0)
     return epoch_s / slowest if slowest > 0 else 0.0
+
+
+def gpu_step_share(epoch_s: float, timers: dict[str, float]) -> dict[str, float]:
+    """``{"gpu_step_share": fraction}``: the share of the epoch the GPU had a training step in hand
+    (``gpu_step_s``, the steps' spans on the compute stream, over ``epoch_s``). 1.0 means compute never waited
+    for a batch. It is not the kernels' occupancy: a step's span includes the gaps between its kernels (with a
+    small model the host's launches, not the GPU, set a step's pace), so it bounds the kernels' busy time from
+    above. Empty off CUDA (no ``gpu_step_s``)."""
+    if "gpu_step_s" not in timers or epoch_s <= 0:
+        return {}
+    return {"gpu_step_share": timers["gpu_step_s"] / epoch_s}
 
 
 def _cpu_copy(model: GraphModel) -> dict[str, torch.Tensor]:
@@ -384,8 +397,15 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
         p.elapsed_s += now - mark[3]
         mark[:] = [source.bytes_read, source.read_requests, dict(rows), now]
 
+    # CUDA: each step's span on the compute stream, from before its first kernel to after its last (events, no
+    # host sync): summed, the time the GPU had a step in hand; the rest of the pass it waited for batches
+    steps_on_gpu: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    on_cuda = state.device.type == "cuda"
     model.train()
     for lb in loader:
+        if on_cuda:
+            steps_on_gpu.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            steps_on_gpu[-1][0].record()
         # forward backward update
         with autocast(state.device, state.config.get("autocast", "none")):  # train.autocast: the forward only
             logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
@@ -393,6 +413,8 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if on_cuda:
+            steps_on_gpu[-1][1].record()
         # running sums stay on the device: no host sync inside the step loop
         p.loss_sum += loss.detach()
         labelled = lb.y >= 0
@@ -414,6 +436,8 @@ def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
     # few cores the stages compete for them, and overlapping the stages cannot shorten the epoch
     timers["cpu_s"] = time.process_time() - cpu0
     timers["compute_cpu_s"] = max(timers["cpu_s"] - timers["load_cpu_s"] - timers["assemble_cpu_s"], 0.0)
+    if on_cuda:  # every event has completed: the .item() above waited for the stream
+        timers["gpu_step_s"] = sum(start.elapsed_time(end) for start, end in steps_on_gpu) / 1000.0
     return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=p.elapsed_s, bytes_read=p.bytes_read,
                       read_requests=p.read_requests, rows=dict(p.rows), timers=timers)
 
@@ -595,6 +619,7 @@ def train(
                 timers[k] = timers.get(k, 0.0) + v
             timers["train_s"] += stats.epoch_s
             timers["overlap"] = overlap(timers["train_s"], timers)
+            timers.update(gpu_step_share(timers["train_s"], timers))
             metrics = stats.metrics()
             if not math.isnan(val_acc):
                 metrics["val_acc"] = val_acc

@@ -274,6 +274,8 @@ def _headline(result: Any, source: Any) -> dict[str, Any]:
         # epoch time over the slowest loader stage's busy time (1.0: stages fully overlapped)
         "overlap": float(result.timers.get("overlap", 0.0)),
         **{k: float(result.timers.get(k, 0.0)) for k in STAGE_BUSY_TIMERS},
+        # CUDA: the share of the training time the GPU had a step in hand (trainer.train.gpu_step_share)
+        **({"gpu_step_share": float(result.timers["gpu_step_share"])} if "gpu_step_share" in result.timers else {}),
         "direct_io": bool(source.direct_io),
     }
 

@@ -43,6 +43,7 @@ def test_bf16_on_cpu_trains_like_float32(dataset, model):
     assert abs(half.val_acc - full.val_acc) <= 0.05 and abs(half.test_acc - full.test_acc) <= 0.05, (half, full)
 
 
+@pytest.mark.gpu
 @requires_cuda
 def test_bf16_on_cuda_trains_like_float32(dataset):
     cfg = dataclasses.replace(CFG, device="cuda")

@@ -145,6 +145,7 @@ def test_trains_through_the_loader(dataset: Dataset, changes_root: Path) -> None
     assert result.test_acc > 1.0 / dataset.num_classes
 
 
+@pytest.mark.gpu
 @requires_cuda
 def test_cuda_target_equals_in_memory(dataset: Dataset, changes_root: Path) -> None:
     path, stats = _changes(changes_root, dataset, 40, 3)

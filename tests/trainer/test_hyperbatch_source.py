@@ -223,6 +223,7 @@ def test_a_refresh_that_shrinks_the_hotset_still_serves_its_rows(data: Dataset, 
         assert source.rows_by_tier["cpu"] > 0
 
 
+@pytest.mark.gpu
 @requires_cuda
 def test_batches_on_a_cuda_device_equal_the_rows(data: Dataset, pack_dir: Path) -> None:
     with open_source(pack_dir, data, device="cuda", refresh_epochs=1) as source:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.trainer.conftest import requires_cuda
 from trainer.config import TrainConfig
 from trainer.features import InMemoryFeatures
 from trainer.train import compute_threads, load_checkpoint, train
@@ -162,3 +163,34 @@ def test_stage_busy_times_and_the_overlap_figure(dataset) -> None:
     assert result.timers["cpu_s"] > 0 and result.timers["load_cpu_s"] > 0 and result.timers["assemble_cpu_s"] > 0
     assert result.timers["compute_cpu_s"] == pytest.approx(
         result.timers["cpu_s"] - result.timers["load_cpu_s"] - result.timers["assemble_cpu_s"], abs=1e-6)
+    assert "gpu_step_s" not in result.timers and "gpu_step_share" not in result.timers  # CPU: no GPU to time
+
+
+def test_gpu_step_share_is_the_steps_share_of_the_epoch() -> None:
+    from trainer.train import EpochStats, gpu_step_share
+
+    assert gpu_step_share(2.0, {"gpu_step_s": 1.5}) == {"gpu_step_share": 0.75}
+    assert gpu_step_share(2.0, {}) == {} and gpu_step_share(0.0, {"gpu_step_s": 1.0}) == {}
+    stats = EpochStats(loss=1.0, train_acc=0.5, epoch_s=4.0, bytes_read=0, read_requests=0, rows={},
+                       timers={"gpu_step_s": 1.0})
+    assert stats.metrics()["gpu_step_share"] == 0.25
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_out_of_core_training_on_cuda_equals_in_memory_and_times_the_gpu(dataset, packed_dir) -> None:
+    """On CUDA, every tier at once (GPU cache, pinned CPU cache, packed chunks, the feature file for evaluation)
+    trains what the in-memory source trains on the same samples, and each run times the GPU's steps."""
+    from trainer.features import PackedFeatures
+
+    cfg = dataclasses.replace(CFG, epochs=2, device="cuda", deterministic=True)
+    in_memory = train(cfg, dataset.samples, InMemoryFeatures(dataset.features, device="cuda"), dataset.labels)
+    with PackedFeatures(packed_dir, dataset.samples, device="cuda", features_path=dataset.features_path) as source:
+        out_of_core = train(cfg, dataset.samples, source, dataset.labels)
+        assert source.rows_by_tier["gpu"] > 0 and source.rows_by_tier["packed"] > 0
+    np.testing.assert_allclose(out_of_core.losses, in_memory.losses, rtol=0, atol=1e-5)
+    assert abs(out_of_core.val_acc - in_memory.val_acc) <= 0.01
+    assert out_of_core.losses[-1] < out_of_core.losses[0]
+    for result in (in_memory, out_of_core):
+        assert 0.0 < result.timers["gpu_step_s"] <= result.timers["train_s"] + 1e-3
+        assert 0.0 < result.timers["gpu_step_share"] <= 1.0 + 1e-3
