@@ -451,22 +451,27 @@ fail:
     return -1;
 }
 
-int64_t sk_check_csr(const int64_t *indptr, int64_t N, const int64_t *indices, int64_t E, sk_status *st) {
+int64_t sk_check_rows(const int64_t *indptr, int64_t R, int64_t max_offset, const int64_t *indices, int64_t E,
+                      int64_t num_ids, sk_status *st) {
     int64_t max_degree = 0;
-    for (int64_t v = 0; v < N; v++) {
+    for (int64_t v = 0; v < R; v++) {
         const int64_t d = indptr[v + 1] - indptr[v];
-        if (d < 0 || indptr[v + 1] > E) {
+        if (d < 0 || indptr[v + 1] > max_offset) {
             sk_status_set(st, SK_ERR_CSR_INDPTR, 0, v, v + 1, indptr[v + 1], indptr[v], 0);
             return -1;
         }
         if (d > max_degree) max_degree = d;
     }
-    const int64_t bad = sk_first_outside(indices, E, N);
+    const int64_t bad = sk_first_outside(indices, E, num_ids);
     if (bad >= 0) {
         sk_status_set(st, SK_ERR_CSR_ID, 0, bad, bad, indices[bad], 0, 0);
         return -1;
     }
     return max_degree;
+}
+
+int64_t sk_check_csr(const int64_t *indptr, int64_t N, const int64_t *indices, int64_t E, sk_status *st) {
+    return sk_check_rows(indptr, N, E, indices, E, N, st);
 }
 
 int sk_raise_csr_error(const char *func, const sk_status *st, int64_t N, int64_t E) {
@@ -484,29 +489,16 @@ int sk_raise_csr_error(const char *func, const sk_status *st, int64_t N, int64_t
 }
 
 int64_t sk_check_block(const int64_t *indptr, int64_t D, const int64_t *cols, int64_t E, int64_t S, sk_status *st) {
-    int64_t max_degree = 0;
-    for (int64_t d = 0; d < D; d++) {
-        if (indptr[d + 1] < indptr[d]) {
-            sk_status_set(st, SK_ERR_BLOCK_PTR, 0, d, d + 1, indptr[d + 1], indptr[d], 0);
-            return -1;
-        }
-        if (indptr[d + 1] - indptr[d] > max_degree) max_degree = indptr[d + 1] - indptr[d];
-    }
-    const int64_t bad = sk_first_outside(cols, E, S);
-    if (bad >= 0) {
-        sk_status_set(st, SK_ERR_BLOCK_COL, 0, bad, bad, cols[bad], 0, 0);
-        return -1;
-    }
-    return max_degree;
+    return sk_check_rows(indptr, D, INT64_MAX, cols, E, S, st); /* the caller checked indptr[0] and indptr[D] */
 }
 
 int sk_raise_block_error(const char *func, const sk_status *st, int64_t S) {
     switch (st->code) {
-    case SK_ERR_BLOCK_PTR:
+    case SK_ERR_CSR_INDPTR:
         PyErr_Format(PyExc_ValueError, "%s: 'indptr' expected non-decreasing values (got indptr[%lld]=%lld after %lld)",
                      func, (long long)st->a, (long long)st->b, (long long)st->c);
         return -1;
-    case SK_ERR_BLOCK_COL:
+    case SK_ERR_CSR_ID:
         return sk_raise_index(func, "cols", "source rows", S, st->a, st->b);
     case SK_ERR_NOMEM:
         PyErr_NoMemory();

@@ -174,13 +174,11 @@ static inline void sk_status_merge(sk_status *into, const sk_status *from) {
 /* Status codes shared by several kernels (each kernel's own codes are small positive numbers). */
 enum {
     SK_ERR_NOMEM = -1000,      /* out of memory without the GIL */
-    SK_ERR_CSR_INDPTR = -1001, /* sk_check_csr: a = v + 1, b = indptr[v + 1], c = indptr[v] */
-    SK_ERR_CSR_ID = -1002,     /* sk_check_csr: a = position in indices, b = id */
+    SK_ERR_CSR_INDPTR = -1001, /* sk_check_rows: a = v + 1, b = indptr[v + 1], c = indptr[v] */
+    SK_ERR_CSR_ID = -1002,     /* sk_check_rows: a = position in indices, b = id */
     SK_ERR_CHUNK_PTR = -1003,  /* sk_check_chunk: a = position in indptr, b = value */
     SK_ERR_CHUNK_NODE = -1004, /* sk_check_chunk: a = position in nodes, b = id */
     SK_ERR_CHUNK_COL = -1005,  /* sk_check_chunk: a = position in indices, b = id */
-    SK_ERR_BLOCK_PTR = -1006,  /* sk_check_block: a = d + 1, b = indptr[d + 1], c = indptr[d] */
-    SK_ERR_BLOCK_COL = -1007,  /* sk_check_block: a = position in cols, b = source row */
 };
 
 /* ---- arrays owning malloc'd memory ---------------------------------------------------------------------- */
@@ -272,19 +270,24 @@ int sk_raise_read_error(const char *func, int fd, const sk_status *st);
 int sk_get_csr(const char *func, PyObject *indptr_obj, PyObject *indices_obj, int writable, Py_buffer *indptr,
                Py_buffer *indices);
 
-/* Without the GIL: rows non-decreasing within [0, E] and every id in [0, N); returns the largest degree, or
- * -1 with st set (SK_ERR_CSR_INDPTR, SK_ERR_CSR_ID). Raise its error with sk_raise_csr_error. */
+/* Without the GIL: the `R` rows of `indptr` non-decreasing with offsets <= max_offset, and each of the E
+ * `indices` in [0, num_ids); returns the largest degree, or -1 with st set (SK_ERR_CSR_INDPTR, SK_ERR_CSR_ID). */
+int64_t sk_check_rows(const int64_t *indptr, int64_t R, int64_t max_offset, const int64_t *indices, int64_t E,
+                      int64_t num_ids, sk_status *st);
+
+/* A graph's CSR, without the GIL: sk_check_rows with rows within [0, E] and every id in [0, N). Raise its error
+ * with sk_raise_csr_error. */
 int64_t sk_check_csr(const int64_t *indptr, int64_t N, const int64_t *indices, int64_t E, sk_status *st);
 
 /* The exception for an SK_ERR_CSR_* status: returns -1 when one was raised, 0 for any other code. */
 int sk_raise_csr_error(const char *func, const sk_status *st, int64_t N, int64_t E);
 
-/* A sampled block's CSR (nn/), without the GIL: the `D` destination rows of `indptr` non-decreasing and every
- * col in [0, S), the block's source rows; returns the largest degree, or -1 with st set (SK_ERR_BLOCK_*).
- * Raise its error with sk_raise_block_error. */
+/* A sampled block's CSR (nn/), without the GIL: sk_check_rows of its `D` destination rows, every col in
+ * [0, S), the block's source rows (the caller checked that indptr starts at 0 and ends at E). Raise its error
+ * with sk_raise_block_error. */
 int64_t sk_check_block(const int64_t *indptr, int64_t D, const int64_t *cols, int64_t E, int64_t S, sk_status *st);
 
-/* The exception for an SK_ERR_BLOCK_* or SK_ERR_NOMEM status: returns -1 when one was raised, 0 otherwise. */
+/* The exception for an SK_ERR_CSR_* (a block's wording) or SK_ERR_NOMEM status: -1 when one was raised, else 0. */
 int sk_raise_block_error(const char *func, const sk_status *st, int64_t S);
 
 /* ---- streamed chunks of the partitioning passes (partition/) -------------------------------------------- */

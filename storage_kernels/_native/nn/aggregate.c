@@ -26,7 +26,6 @@
 
 #define AG_PREFETCH 4 /* edges ahead whose source row is prefetched: the rows are random, each a cache miss */
 
-
 /* Ask for the cache lines of a row of `n` floats (a random row of a gather: its first line misses). */
 static inline void prefetch_row(const float *row, int64_t n) {
     for (int64_t f = 0; f < n; f += 16) __builtin_prefetch(row + f);

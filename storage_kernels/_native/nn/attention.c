@@ -24,7 +24,7 @@
 
 #define AT_ROWS_PER_CLAIM 32
 
-enum { AT_BAD_LOOP = 1 }; /* beside the SK_ERR_BLOCK_* codes of sk_check_block */
+enum { AT_BAD_LOOP = 1 }; /* beside the SK_ERR_CSR_* codes of sk_check_block */
 
 typedef struct {
     const float *z, *ss, *sd; /* z (S, H, C), score_src (S, H), score_dst (D, H) */
