@@ -32,8 +32,11 @@ reads are page faults, so its ``bytes_read`` is the process's storage reads, ``/
 ``plan`` + ``pack`` artifacts) and ``disk_blowup`` (over the feature file), ``preprocess_s`` (its ``plan`` and
 ``pack`` build times), ``hit_rate_predicted`` (the plan's) and ``hit_rate_measured`` (rows served by the
 caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read.
-``calibration.NAME`` keeps what each policy's cache-less probe measured (peak charge and highest sampled
-anonymous memory, MiB).
+``timers`` sums the loader's stage timers (busy, wait and CPU seconds per stage, ``train_s``) over every
+epoch of a run, the first included; ``steady_timers`` over the epochs ``epoch_s`` is taken from (the first
+left out), with ``overlap`` and ``gpu_step_share`` recomputed from those sums: compare ``steady_timers`` with
+``epoch_s`` (medians over repeats, each timer on its own). ``calibration.NAME`` keeps what each policy's
+cache-less probe measured (peak charge and highest sampled anonymous memory, MiB).
 """
 
 from __future__ import annotations
@@ -466,12 +469,18 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "confined": done[0]["confined"],
         "oom_killed": any(r.get("oom_killed") for r in runs),
         "timed_out": any(r.get("timed_out") for r in runs),
-        "timers": {k: round(statistics.median(r["timers"].get(k, 0.0) for r in done), 4)
-                   for k in done[0]["timers"]},
+        "timers": _median_timers(done, "timers"),
+        "steady_timers": _median_timers(done, "steady_timers"),
     })
     if len({(r["test_acc"], r["val_acc"]) for r in done}) > 1:
         entry["accuracy_varies_across_repeats"] = [(r["val_acc"], r["test_acc"]) for r in done]
     return entry
+
+
+def _median_timers(runs: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
+    """Each timer of ``run[key]`` as its median over ``runs`` (a timer a run lacks counts as 0)."""
+    names = dict.fromkeys(name for r in runs for name in r.get(key, {}))
+    return {k: round(statistics.median(r.get(key, {}).get(k, 0.0) for r in runs), 4) for k in names}
 
 
 def _amplification(bytes_read: float, needed: int, hit_rate: float | None) -> float | None:

@@ -25,7 +25,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -121,6 +121,8 @@ class TrainResult:
     model_args: dict[str, Any]  # the MODELS name under "model" + constructor arguments: build_model(**model_args)
     config: dict[str, Any] = field(default_factory=dict)
     rows_by_tier: dict[str, int] = field(default_factory=dict)  # training rows served per tier label
+    # each epoch's stage timers (EpochStats.timers) and its epoch_s: sum_epoch_timers of a slice of them
+    epoch_timers: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -158,6 +160,21 @@ def overlap(epoch_s: float, timers: dict[str, float]) -> float:
     of stages when they run in turn (0.0 without busy times)."""
     slowest = max((timers.get(k, 0.0) for k in STAGE_BUSY_TIMERS), default=0.0)
     return epoch_s / slowest if slowest > 0 else 0.0
+
+
+def sum_epoch_timers(per_epoch: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Several epochs' stage timers (each :attr:`EpochStats.timers` with its ``epoch_s``) as one set: ``train_s``
+    the sum of the epochs' times, every other timer its sum, ``overlap`` and ``gpu_step_share`` recomputed from
+    the sums (ratios do not add). ``TrainResult.epoch_timers[1:]`` gives the steady epochs' timers, without the
+    first (cold) one, as a benchmark's epoch time leaves it out."""
+    total: dict[str, float] = {"train_s": 0.0}
+    for timers in per_epoch:
+        for k, v in timers.items():
+            key = "train_s" if k == "epoch_s" else k
+            total[key] = total.get(key, 0.0) + float(v)
+    total["overlap"] = overlap(total["train_s"], total)
+    total.update(gpu_step_share(total["train_s"], total))
+    return total
 
 
 def gpu_step_share(epoch_s: float, timers: dict[str, float]) -> dict[str, float]:
@@ -313,8 +330,10 @@ class TrainState:
         if self.device.type == "cuda" and self.cuda_rng_state is not None:
             torch.cuda.set_rng_state(self.cuda_rng_state, self.device)
 
-    def result(self, timers: dict[str, float], max_epochs: int) -> TrainResult:
-        """The run's :class:`TrainResult` (``max_epochs``: the configured epochs)."""
+    def result(self, timers: dict[str, float], max_epochs: int,
+               epoch_timers: Sequence[dict[str, float]] = ()) -> TrainResult:
+        """The run's :class:`TrainResult` (``max_epochs``: the configured epochs; ``epoch_timers``: each epoch's
+        stage timers)."""
         rows = self.counters["rows"]
         total = sum(rows.values())
         return TrainResult(
@@ -325,7 +344,7 @@ class TrainState:
             read_requests=self.counters["read_requests"],
             cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
             best_state_dict=self.best_state, timers=timers, model_args=self.model_args, config=self.config,
-            rows_by_tier=dict(rows),
+            rows_by_tier=dict(rows), epoch_timers=list(epoch_timers),
         )
 
 
@@ -570,6 +589,7 @@ def train(
     # ------------------------------------------------------------------ epoch loop
     threads = compute_threads(cfg.num_threads, device, cfg.sequential, source)
     timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0, "compute_threads": float(threads)}
+    epoch_timers: list[dict[str, float]] = []  # this run's epochs (a resumed run: those after the checkpoint)
     with _torch_modes(cfg.deterministic, threads):
         epoch = state.epoch + 1
         while epoch < cfg.epochs and state.stopped_epoch < 0:
@@ -615,11 +635,8 @@ def train(
 
             # timing and logging
             state.record_epoch(epoch, stats, val_acc)
-            for k, v in stats.timers.items():
-                timers[k] = timers.get(k, 0.0) + v
-            timers["train_s"] += stats.epoch_s
-            timers["overlap"] = overlap(timers["train_s"], timers)
-            timers.update(gpu_step_share(timers["train_s"], timers))
+            epoch_timers.append({**stats.timers, "epoch_s": stats.epoch_s})
+            timers.update(sum_epoch_timers(epoch_timers))
             metrics = stats.metrics()
             if not math.isnan(val_acc):
                 metrics["val_acc"] = val_acc
@@ -643,4 +660,4 @@ def train(
             timers["eval_s"] += time.perf_counter() - t0
     if ddp:
         ddp.close()
-    return state.result(timers, cfg.epochs)
+    return state.result(timers, cfg.epochs, epoch_timers)

@@ -41,6 +41,10 @@ def test_report_has_the_documented_shape(report):
         for key in ("epoch_s", "bytes_read", "bytes_needed", "read_requests", "test_acc", "val_acc", "peak_rss_mb",
                     "disk_bytes", "preprocess_s", "hit_rate_predicted", "hit_rate_measured"):
             assert key in entry, key
+        # the stage timers of the steady epochs (the epoch_s ones): less train time than every epoch's
+        steady, every = entry["steady_timers"], entry["timers"]
+        assert 0 < steady["train_s"] < every["train_s"]
+        assert steady["compute_busy_s"] < every["compute_busy_s"] and steady["overlap"] > 0
 
 
 def test_worker_files_live_in_the_roots_temp_dir_and_go_with_the_run(root, report):

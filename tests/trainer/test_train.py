@@ -166,6 +166,26 @@ def test_stage_busy_times_and_the_overlap_figure(dataset) -> None:
     assert "gpu_step_s" not in result.timers and "gpu_step_share" not in result.timers  # CPU: no GPU to time
 
 
+def test_epoch_timers_sum_to_the_run_timers_and_give_the_steady_epochs_alone(dataset) -> None:
+    from trainer.train import STAGE_BUSY_TIMERS, overlap, sum_epoch_timers
+
+    summed = sum_epoch_timers([{"epoch_s": 2.0, "load_busy_s": 1.0, "gpu_step_s": 1.0},
+                               {"epoch_s": 1.0, "load_busy_s": 0.5, "gpu_step_s": 0.5, "wait_s": 0.25}])
+    assert summed == {"train_s": 3.0, "load_busy_s": 1.5, "gpu_step_s": 1.5, "wait_s": 0.25, "overlap": 2.0,
+                      "gpu_step_share": 0.5}  # the ratios from the sums, not summed
+    result = train(dataclasses.replace(CFG, epochs=3, patience=0), dataset.samples,
+                   InMemoryFeatures(dataset.features), dataset.labels)
+    assert len(result.epoch_timers) == 3
+    assert [t["epoch_s"] for t in result.epoch_timers] == result.epoch_s
+    whole = sum_epoch_timers(result.epoch_timers)
+    for k in (*STAGE_BUSY_TIMERS, "train_s", "overlap", "cpu_s", "load_cpu_s"):
+        assert result.timers[k] == pytest.approx(whole[k])
+    steady = sum_epoch_timers(result.epoch_timers[1:])
+    assert steady["train_s"] == pytest.approx(sum(result.epoch_s[1:]))
+    assert steady["overlap"] == pytest.approx(steady["train_s"] / max(steady[k] for k in STAGE_BUSY_TIMERS))
+    assert steady["overlap"] == overlap(steady["train_s"], steady)
+
+
 def test_gpu_step_share_is_the_steps_share_of_the_epoch() -> None:
     from trainer.train import EpochStats, gpu_step_share
 
