@@ -2,7 +2,10 @@
 # The GPU checks in one call of a lent GPU machine (bare: CUDA, PyTorch, NumPy, PyArrow; no Dagster, MLflow,
 # DuckDB or pydantic): the GPU tests, then `strata bench` on the GPU -- a synthetic graph whose feature file
 # is several times the memory budget (out-of-core policies in a memory cgroup, the in-memory reference
-# unconfined), every policy on `tiny` (a crash check), and `demo` unconfined. Every part has its own time
+# unconfined), every policy on `tiny` (a crash check), `demo` unconfined, and (part `policies`, not run by
+# default) the policies issue's `demo` comparison on the GPU: diskgnn, ginex, naive in a cgroup of 25% of its
+# feature bytes, against in-memory GPU training; `io`: benchmarks/io_backends.py on the machine's disk;
+# `bf16`: demo with bf16 autocast (compare with a `demo` part of the same call). Every part has its own time
 # limit and writes under $OUT, so a part that fails or runs out of time leaves the others' results.
 #
 #   benchmarks/gpu_check.sh [OUT_DIR]        # default: $OUT, else ./gpu_out
@@ -74,7 +77,17 @@ for part in ${GPU_CHECK_PARTS:-tests ooc tiny demo}; do
         bench "gpu_demo_$i" 150 --dataset demo --root /tmp/strata_demo --policies in_memory,diskgnn \
           --set train.epochs=4 --repeats 3 "${sets[@]}"
       done ;;
-    *) echo "unknown part $part (tests, ooc, tiny, demo)" ;;
+    policies)  # the policies issue's demo bench on the GPU (naive alone takes ~10 s an epoch)
+      bench gpu_policies 280 --dataset demo --root /tmp/strata_demo --policies diskgnn,in_memory,ginex,naive \
+        --memory-budget 25M --set train.epochs=3 --repeats 3 ;;
+    io)  # io_uring against the pread pool on this machine's disk (the trainer issue's read-backend goals)
+      timeout 200 python3 benchmarks/io_backends.py --path /tmp/strata_io_bench.bin --size-gib 2 \
+        --random-reads 65536 --repeats 3 --json "$OUT_DIR/gpu_io_backends.json" 2>&1 | tail -20
+      stamp io ;;
+    bf16)  # bf16 autocast against float32 on the GPU, demo in memory and from the store (speed and accuracy)
+      bench gpu_bf16 200 --dataset demo --root /tmp/strata_demo --policies in_memory,diskgnn \
+        --set train.epochs=4 --set train.autocast=bf16 --repeats 3 ;;
+    *) echo "unknown part $part (tests, ooc, tiny, demo, policies, io, bf16)" ;;
   esac
 done
 
@@ -88,10 +101,12 @@ keys = ("epoch_s", "gpu_step_share", "gpu_step_s", "load_busy_s", "assemble_busy
 for path in sorted(out.glob("gpu_*.json")):
     name = path.name
     report = json.loads(path.read_text())
+    if not isinstance(report, dict) or "policies" not in report:
+        continue  # not a bench report (gpu_io_backends.json)
     print(f"{name}: budget {report.get('memory_budget')}, confinement {report.get('confinement')}")
     rows = report.get("policies", {})
     for policy, row in rows.items():
-        t = row.get("timers", {})
+        t = row.get("steady_timers") or row.get("timers", {})  # the epochs epoch_s is taken over
         cells = [f"{k}={row.get(k, t.get(k))}" for k in keys]
         print(f"  {policy}: " + " ".join(cells) + f" bytes_read={row.get('bytes_read')} test_acc={row.get('test_acc')}"
               f" peak_cgroup_mb={row.get('peak_cgroup_mb')} runs={row.get('epoch_s_runs')}")
