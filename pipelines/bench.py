@@ -5,11 +5,11 @@ stages once) and trained in a fresh worker process (:mod:`pipelines.bench_worker
 alternating (A B C A B C ...) so that drift of a shared machine hits every policy alike; times are the
 median over repeats.
 
-**Memory budget.** ``memory_budget`` (bytes) is what a policy may hold of the graph's data beyond its working
-set: its caches and the OS page cache (half of the budget goes to the policies' CPU caches,
-``plan.cpu_cache_bytes``, unless set; the rest is page cache for features, topology and address tables, and
-``diskgnn``'s segment window over its disk caches, ``plan.disk_cache_buffer_bytes``, unless set: the page
-cache then has what calibration saw plus the slack).
+**Memory budget.** ``memory_budget`` (bytes; ``--memory-budget``, else the configuration's ``memory_budget``)
+is what a policy may hold of the graph's data beyond its working set: its caches and the OS page cache. It
+sizes the settings left at their defaults as for any run (:mod:`pipelines.budget`): half for the policies' CPU
+caches, the rest for the page cache (features, topology, address tables) and ``diskgnn``'s segment window
+over its disk caches; the page cache then has what calibration saw plus the slack.
 Where a memory cgroup can be made (:func:`pipelines.confine.cgroup_support`: root, cgroup v1 or v2) each
 worker runs in a fresh cgroup limited to ``memory_budget`` plus the policy's working set, page cache
 included, after the files it reads have been evicted from the page cache. The working set (interpreter,
@@ -77,11 +77,9 @@ _POLICY_STAGES = ("plan", "pack")
 _CALIBRATION_BATCHES = 8
 _POLL_S = 0.01  # how often a running worker's anonymous memory is sampled
 _JITTER = 8 << 20  # allowance for run-to-run variation of a working set (allocator, threads, timing)
-_CACHE_SHARE = 0.5  # of the budget, for a policy's CPU cache under a budget (the rest: page cache)
 # a preprocessing worker beyond the budget: interpreter and libraries (~0.5 GiB) and a stage's bookkeeping
 # (sample-set indexes, address tables, the disk-cache search): 512 MiB had demo's pack killed at a 25 MiB budget
 _PREPARE_OVERHEAD = 1 << 30
-_STAGE_MEMORY_MIN = 64 << 20  # the least streaming memory a reorder or pack is given under a budget
 _MB = 1 << 20
 
 
@@ -262,8 +260,9 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     its plot) the report. ``eval_batches`` evaluates on the first that many validation and test batches only
     (for timing runs on large graphs: the accuracies are then those of a subset)."""
     names = resolve_policies(policies)
+    memory_budget = memory_budget if memory_budget is not None else cfg.memory_budget
     if memory_budget is not None:
-        cfg = _budgeted(cfg, memory_budget)
+        cfg = PipelineConfig.validated({**cfg.to_dict(), "memory_budget": memory_budget})  # pipelines.budget
     if repeats < 1:
         raise ValueError(f"'--repeats' expected at least 1 (got {repeats})")
     support, confinement = _confinement(memory_budget)
@@ -312,6 +311,9 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
                    "eval_batch_size": cfg.sample.eval_batch_size,
                    "epochs": cfg.train.epochs, "cpu_cache_fraction": cfg.plan.cpu_cache_fraction,
                    "gpu_cache_fraction": cfg.plan.gpu_cache_fraction, "device": cfg.train.device,
+                   # what the budget sized (the fractions count only where these are null)
+                   "cpu_cache_bytes": cfg.plan.cpu_cache_bytes,
+                   "disk_cache_buffer_bytes": cfg.plan.disk_cache_buffer_bytes,
                    "cpu_count": os.cpu_count()},
         "disk": measure_sequential_read(features_path),
         "shared_preprocess_s": sum(float(r.artifact.timings.get("total_s", 0.0))
@@ -366,29 +368,6 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
 def _prepare_limit(memory_budget: int, memory_overhead: int | None) -> int:
     """The cgroup limit of a preprocessing worker: the budget plus the interpreter and libraries."""
     return memory_budget + (memory_overhead if memory_overhead is not None else _PREPARE_OVERHEAD)
-
-
-def _budgeted(cfg: PipelineConfig, memory_budget: int) -> PipelineConfig:
-    """The configuration every policy runs under a budget: half of it for the policies' CPU caches (unless the
-    user sized them: the rest is left to the page cache, for topology and addresses, and, with ``diskgnn``'s
-    disk caches, to its segment window, unless the user sized that), evaluation batches
-    as large as training ones (unless set), so no phase needs more working memory than calibration saw, and
-    the streaming stages' working memory within half the budget (at least 64 MiB; unless set; these settings
-    change speed, not artifacts)."""
-    plan, sample, reorder, pack = cfg.plan, cfg.sample, cfg.reorder, cfg.pack
-    if not plan.model_fields_set & {"cpu_cache_bytes", "cpu_cache_fraction"}:
-        plan = plan.model_copy(update={"cpu_cache_bytes": int(memory_budget * _CACHE_SHARE)})
-    if not plan.model_fields_set & {"disk_cache_buffer_bytes", "disk_cache_buffer_fraction"}:
-        # diskgnn's segment window: the part of the budget the CPU cache does not use
-        plan = plan.model_copy(update={"disk_cache_buffer_bytes": int(memory_budget * (1 - _CACHE_SHARE))})
-    if "eval_batch_size" not in sample.model_fields_set:
-        sample = sample.model_copy(update={"eval_batch_size": sample.batch_size})
-    stage_mb = max(_STAGE_MEMORY_MIN, memory_budget // 2) // _MB  # its streaming buffers come from the budget
-    if "memory_mb" not in reorder.model_fields_set:
-        reorder = reorder.model_copy(update={"memory_mb": min(reorder.memory_mb, stage_mb)})
-    if "memory_mb" not in pack.model_fields_set:
-        pack = pack.model_copy(update={"memory_mb": min(pack.memory_mb, stage_mb)})
-    return cfg.model_copy(update={"plan": plan, "sample": sample, "reorder": reorder, "pack": pack})
 
 
 def _calibrate(workers: _Workers, cfg: PipelineConfig, name: str, prepare_limit: int,

@@ -401,12 +401,14 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
 
 def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, overrides: list[str] | None,
                   json_out: bool, verbose: bool, until: str | None,
-                  after: Callable[[dict[str, Any]], None] | None = None) -> None:
+                  after: Callable[[dict[str, Any]], None] | None = None, memory_budget: str | None = None) -> None:
     """Materialize the stages up to ``until`` (default: all) through Dagster, in process, and print a summary
-    (``after(summary)`` first, a stage command's extra step, e.g. ``export --web``)."""
+    (``after(summary)`` first, a stage command's extra step, e.g. ``export --web``). ``memory_budget`` is
+    the setting of that name (after ``overrides``)."""
     if dataset is None and config is None:
         _fail("'--dataset' expected a built-in name or source spec (got none; see `strata datasets`)", code=2)
-    cfg = _load_config(dataset, config, overrides)
+    budget = [f"memory_budget={memory_budget}"] if memory_budget is not None else []
+    cfg = _load_config(dataset, config, [*(overrides or []), *budget])
     from pipelines.graph import STAGE_NAMES
     from pipelines.graph import until as stages_until
 
@@ -423,7 +425,7 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     import dagster as dg
 
     from pipelines.definitions import STRATA_JOB, make_definitions
-    from pipelines.resources import RESOURCE_KEY, build_resources
+    from pipelines.resources import RESOURCE_KEY, build_resources, run_config_settings
 
     use_live = not json_out and err.is_terminal
     reporter: _RichReporter | _LineReporter = _RichReporter(err, selected) if use_live else _LineReporter(err)
@@ -431,7 +433,8 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     log_level = "INFO" if verbose else "CRITICAL"  # failures are reported below, without the stack dump
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}},
                   # typed, and shown in the UI; a resource's run config replaces all its configured values
-                  "resources": {RESOURCE_KEY: {"config": {"root": str(paths.root), "settings": cfg.to_dict()}}}}
+                  "resources": {RESOURCE_KEY: {"config": {"root": str(paths.root),
+                                                          "settings": run_config_settings(cfg)}}}}
     if not json_out:
         err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}"
                   + (f" (until {until})" if until else ""), highlight=False)
@@ -501,6 +504,9 @@ DatasetOption = typer.Option(None, "--dataset", "-d", help="Built-in name or sou
                              "default: the config file's.")
 JsonOption = typer.Option(False, "--json", help="Print one JSON object (only) on stdout.")
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Dagster logs and full tracebacks.")
+MemoryBudgetOption = typer.Option(
+    None, "--memory-budget", help="RAM for the graph's data, e.g. 2G: sizes the caches, buffers and streaming "
+    "stages left at their defaults (the setting memory_budget; docs/USAGE.md, 'Memory budget').")
 
 
 @app.command()
@@ -511,6 +517,7 @@ def run(
     overrides: list[str] | None = SetOption,
     json_out: bool = JsonOption,
     verbose: bool = VerboseOption,
+    memory_budget: str | None = MemoryBudgetOption,
     until: str | None = typer.Option(None, "--until", "-u", help="Stop after this stage (it and its upstream "
                                      "stages run); default: every stage, ingest to export."),
 ) -> None:
@@ -519,7 +526,7 @@ def run(
     Unchanged stages are reused; blocking checks gate each stage; the run shows in `strata ui`.
     """
     _run_pipeline(dataset=dataset, root=root, config=config, overrides=overrides, json_out=json_out,
-                  verbose=verbose, until=until)
+                  verbose=verbose, until=until, memory_budget=memory_budget)
 
 
 def _stage_command(name: str, description: str) -> None:

@@ -21,11 +21,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import typing
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from storage_kernels.registry import Registry
@@ -47,6 +56,7 @@ __all__ = [
     "describe_settings",
     "is_section",
     "section_fields",
+    "takes_size",
 ]
 
 
@@ -94,6 +104,39 @@ def _fanouts_valid(value: list[int]) -> list[int]:
 
 #: ``sample.fanouts``: checked as a whole, so the message shows the list.
 Fanouts = Annotated[list[int], AfterValidator(_fanouts_valid)]
+
+
+def _budget_bytes(value: Any) -> int | None:
+    from pipelines.confine import parse_bytes
+
+    return None if value is None else parse_bytes(value, "memory_budget")
+
+
+def _size(value: Any) -> Any:
+    """A byte count given as a size string (``"2G"``) -> int; anything else for the field's own checks."""
+    from pipelines.confine import parse_bytes
+
+    if isinstance(value, str) and re.search(r"[A-Za-z]", value):
+        try:
+            return parse_bytes(value)
+        except ValueError:  # pydantic names the field: "'plan.cpu_cache_bytes' expected a size ..."
+            raise ValueError(f"a size such as 512M, 2G or 1.5GiB, or a number of bytes (got {value!r})") from None
+    return value
+
+
+#: ``memory_budget``: bytes, or a size such as ``512M``, ``2G``, ``1.5GiB`` (binary units).
+MemoryBudget = Annotated[int | None, BeforeValidator(_budget_bytes)]
+#: A byte-count setting: an int, or a size such as ``512M`` or ``2G``.
+Bytes = Annotated[int, BeforeValidator(_size)]
+
+
+def takes_size(info: FieldInfo) -> bool:
+    """Whether a setting takes a size string (``"2G"``) besides a number of bytes (``Bytes``, ``MemoryBudget``)."""
+    def parses(metadata: Iterable[Any]) -> bool:
+        return any(isinstance(m, BeforeValidator) and m.func in (_size, _budget_bytes) for m in metadata)
+
+    return parses(info.metadata) or any(parses(getattr(arg, "__metadata__", ()))
+                                        for arg in typing.get_args(info.annotation))
 
 
 class _Section(BaseModel):
@@ -227,15 +270,15 @@ class SampleConfig(_Section):
 class PlanConfig(_Section):
     gpu_cache_fraction: float = setting(0.0, "GPU cache size as a fraction of feature bytes.", ge=0, le=1)
     cpu_cache_fraction: float = setting(0.1, "CPU cache size as a fraction of feature bytes.", ge=0, le=1)
-    gpu_cache_bytes: int | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
-    cpu_cache_bytes: int | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
+    gpu_cache_bytes: Bytes | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
+    cpu_cache_bytes: Bytes | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
     disk_cache_buffer_fraction: float = setting(
         0.1, "diskgnn: the segment window, a RAM buffer of segment disk-cache rows (each block read at most once while "
         "a later batch of its segment needs it, Belady eviction, scheduled at pack time), as a fraction of feature "
         "bytes; 0 = none (every batch reads all its disk-cache blocks).", artifact="selected", ge=0, le=1)
-    disk_cache_buffer_bytes: int | None = setting(
+    disk_cache_buffer_bytes: Bytes | None = setting(
         None, "diskgnn: absolute segment-window buffer (overrides the fraction).", artifact="selected", ge=0)
-    hyperbatch_bytes: int = setting(
+    hyperbatch_bytes: Bytes = setting(
         64 << 20, "hyperbatch: RAM budget of one hyperbatch (the distinct 4 KiB blocks of its batches' rows).",
         artifact="selected", ge=4096,
     )
@@ -339,6 +382,11 @@ class PipelineConfig(_Section):
         "Cache/batching policy, an entry of pipelines.policies.POLICIES (the seed systems and the baselines "
         "in_memory, mmap, naive; README 'Choosing a policy' compares them).",
     )
+    memory_budget: MemoryBudget = setting(
+        None, "RAM for the graph's data (caches, read buffers, page cache), e.g. 2G: sizes the CPU cache (half), "
+        "the policy's read buffer and the streaming stages' memory wherever they are left at their defaults, and "
+        "refuses a plan whose buffers exceed it (pipelines.budget); null: the fractions of the feature bytes.",
+        artifact=False)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     reorder: ReorderConfig = Field(default_factory=ReorderConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
@@ -348,6 +396,16 @@ class PipelineConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sized_by_budget(cls, data: Any) -> Any:
+        """With a ``memory_budget``, the settings it sizes (:func:`pipelines.budget.fill_from_budget`)."""
+        if isinstance(data, Mapping) and data.get("memory_budget") is not None:
+            from pipelines.budget import fill_from_budget
+
+            return fill_from_budget(data, _budget_bytes(data["memory_budget"]))
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:

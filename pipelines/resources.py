@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import dagster as dg
 from pydantic import BaseModel, Field, PrivateAttr, create_model
 
-from pipelines.config import PipelineConfig, is_section, section_fields
+from pipelines.config import PipelineConfig, is_section, section_fields, takes_size
 
 if TYPE_CHECKING:
     from pipelines.runner import StageRunner
     from pipelines.settings import StrataPaths
 
-__all__ = ["REPORTER_KEY", "RESOURCE_KEY", "RunReporter", "StrataResource", "build_resources", "settings_type"]
+__all__ = ["REPORTER_KEY", "RESOURCE_KEY", "RunReporter", "StrataResource", "build_resources", "run_config_settings",
+           "settings_type"]
 
 #: Resource key of :class:`StrataResource` (assets and checks take a parameter of this name).
 RESOURCE_KEY = "strata"
@@ -56,8 +57,27 @@ def _section_type(name: str, section: Any) -> type[dg.Config]:
             fields[field_name] = (nested, Field(default_factory=nested, description=f"The {field_name} section."))
             continue
         default = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-        fields[field_name] = (_dagster_type(info.annotation), Field(default=default, description=info.description))
+        kind = _dagster_type(info.annotation)
+        if takes_size(info):  # "2G" in the launchpad; PipelineConfig parses it
+            kind, default = str | None, None if default is None else str(default)
+        fields[field_name] = (kind, Field(default=default, description=info.description))
     return create_model(f"{name.title().replace('_', '')}Settings", __base__=dg.Config, **fields)
+
+
+def run_config_settings(cfg: PipelineConfig) -> dict[str, Any]:
+    """``cfg`` as the ``settings`` of a run config: ``cfg.to_dict()`` with sizes as strings (their launchpad type)."""
+    data = cfg.to_dict()
+
+    def stringify(section: Any, values: dict[str, Any]) -> None:
+        for name, info in section_fields(section).items():
+            value = getattr(section, name)
+            if is_section(value):
+                stringify(value, values[name])
+            elif takes_size(info) and values[name] is not None:
+                values[name] = str(values[name])
+
+    stringify(cfg, data)
+    return data
 
 
 @functools.lru_cache(maxsize=16)

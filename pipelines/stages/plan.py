@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipelines.budget import check_fits
 from pipelines.config import PipelineConfig
 from pipelines.formatting import format_bytes, markdown_table
 from pipelines.policies import POLICIES, PlanInputs
@@ -41,7 +42,9 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     policy = POLICIES.get(cfg.policy)()
 
     def build(builder: ArtifactBuilder) -> None:
-        plan = policy.plan(PlanInputs(load_graph(reorder), SampleSet(sample.path), cfg, progress))
+        graph = load_graph(reorder)
+        check_fits(cfg, graph.num_nodes * graph.row_bytes)  # memory_budget: the caches it asks for fit in it
+        plan = policy.plan(PlanInputs(graph, SampleSet(sample.path), cfg, progress))
         builder.save_array("tier.npy", plan.tier)
         builder.save_array("slot.npy", plan.slot)
         builder.save_array("gpu_nodes.npy", plan.gpu_nodes)

@@ -111,14 +111,11 @@ def test_preprocessing_killed_at_its_limit_stops_the_bench_instead_of_running_un
     assert not list(tmp_path.glob("*/pack/*"))  # nothing was built outside the cgroup
 
 
-def test_a_budget_bounds_the_streaming_stages_memory_but_not_settings_the_user_chose():
-    from pipelines.bench import _budgeted
-
-    cfg = _budgeted(PipelineConfig.load(overrides=OVERRIDES, dataset="tiny"), 100 << 20)
-    assert cfg.reorder.memory_mb == 64 and cfg.pack.memory_mb == 64  # half the budget, at least 64 MiB
-    assert _budgeted(PipelineConfig.load(overrides=OVERRIDES, dataset="tiny"), 400 << 20).pack.memory_mb == 200
-    chosen = PipelineConfig.load(overrides=[*OVERRIDES, "reorder.memory_mb=2048"], dataset="tiny")
-    assert _budgeted(chosen, 100 << 20).reorder.memory_mb == 2048
+def test_a_budget_from_the_flag_or_the_config_sizes_the_runs_and_is_recorded(tmp_path):
+    cfg = PipelineConfig.load(overrides=[*OVERRIDES, "memory_budget=1G"], dataset="tiny")
+    report = run_bench(cfg, StrataPaths.at(tmp_path), policies=("in_memory",))
+    assert report["memory_budget"] == 1 << 30  # the configuration's, with no --memory-budget
+    assert report["config"]["cpu_cache_bytes"] == 512 << 20
 
 
 def test_eval_batches_evaluates_a_subset(root):

@@ -1,0 +1,113 @@
+"""One memory budget for a whole run (``memory_budget``): the settings it sizes, and the check that the
+resident buffers a configuration asks for fit it.
+
+``memory_budget = B`` is the RAM a run may hold of the graph's data: caches, read buffers, the page cache
+(the interpreter and its libraries come on top). Every setting below that is left at its default is sized
+from ``B``; a setting the user gave keeps its value, and :func:`check_fits` refuses a plan whose resident
+buffers exceed ``B``:
+
+- ``plan.cpu_cache_bytes``: ``B * CACHE_SHARE``, a policy's CPU cache (the feature cache; ``outre`` splits it
+  with its historical cache, ``mariusgnn`` holds its partition buffer in it);
+- ``plan.disk_cache_buffer_bytes``: the rest, ``diskgnn``'s segment window;
+- ``sample.eval_batch_size``: ``sample.batch_size``, so evaluation needs no more working memory than training;
+- ``reorder.memory_mb``, ``pack.memory_mb`` and ``train.layerwise_memory_mb`` (the streaming stages' buffers):
+  their default or half the budget (at least :data:`STAGE_MEMORY_MIN`), whichever is smaller.
+
+What is not covered: the page cache of a run that is not confined (``strata bench --memory-budget``
+confines each run in a memory cgroup where it can), the GPU cache (device memory), and the working set:
+the interpreter, torch, the model, the batches in flight and a policy's per-batch buffers (``hyperbatch``'s
+``plan.hyperbatch_bytes`` of blocks among them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["CACHE_SHARE", "STAGE_MEMORY_MIN", "check_fits", "fill_from_budget", "resident_bytes"]
+
+#: Share of the budget for a policy's CPU cache; the rest goes to its read buffer (window, hyperbatch) and the
+#: page cache (topology, addresses).
+CACHE_SHARE = 0.5
+#: The least streaming memory a reorder, pack or layer-wise pass is given under a budget.
+STAGE_MEMORY_MIN = 64 << 20
+_MB = 1 << 20
+
+
+def _section(data: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``data[name]`` as a plain dict of the fields given (a section object gives every field)."""
+    value = data.get(name)
+    if value is None:
+        return {}
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if hasattr(value, "__pydantic_fields__"):  # a pydantic dataclass (TrainConfig)
+        return {k: getattr(value, k) for k in type(value).__pydantic_fields__}
+    return dict(value)
+
+
+def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
+    """Raw configuration ``data`` (a ``PipelineConfig``'s input) with the settings of the module docstring that
+    are absent or at their default sized from ``budget`` bytes; everything else as given."""
+    from pipelines.config import PackConfig, PlanConfig, ReorderConfig, SampleConfig
+    from trainer.config import TrainConfig
+
+    out = dict(data)
+    stage_mb = max(STAGE_MEMORY_MIN, budget // 2) // _MB
+    buffer = int(budget * (1 - CACHE_SHARE))
+
+    def default(cls: Any, key: str) -> Any:
+        fields = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
+        info = fields[key]
+        return info.default_factory() if info.default_factory is not None else info.default
+
+    def unset(section: dict[str, Any], cls: Any, *keys: str) -> bool:
+        return all(section.get(k, default(cls, k)) == default(cls, k) for k in keys)
+
+    plan = _section(data, "plan")
+    if unset(plan, PlanConfig, "cpu_cache_bytes", "cpu_cache_fraction"):
+        plan["cpu_cache_bytes"] = int(budget * CACHE_SHARE)
+    if unset(plan, PlanConfig, "disk_cache_buffer_bytes", "disk_cache_buffer_fraction"):
+        plan["disk_cache_buffer_bytes"] = buffer
+    sample = _section(data, "sample")
+    if unset(sample, SampleConfig, "eval_batch_size"):
+        sample["eval_batch_size"] = sample.get("batch_size", default(SampleConfig, "batch_size"))
+    streaming = {"reorder": (ReorderConfig, "memory_mb"), "pack": (PackConfig, "memory_mb"),
+                 "train": (TrainConfig, "layerwise_memory_mb")}
+    sections = {"plan": plan, "sample": sample}
+    for name, (cls, key) in streaming.items():
+        section = _section(data, name)
+        if unset(section, cls, key):
+            section[key] = min(default(cls, key), stage_mb)
+        sections[name] = section
+    out.update(sections)
+    return out
+
+
+def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:
+    """The RAM buffers ``cfg``'s policy holds for a graph of ``feature_bytes`` feature bytes, by setting: the
+    CPU cache, and ``diskgnn``'s segment window when the policy reads it."""
+    from pipelines.policies import POLICIES
+
+    reads = POLICIES.get(cfg.policy).reads
+    plan = cfg.plan
+    out = {"plan.cpu_cache": int(plan.budgets(feature_bytes)["cpu"])}
+    if reads & {"disk_cache_buffer_bytes", "disk_cache_buffer_fraction"}:
+        out["plan.disk_cache_buffer"] = int(plan.disk_cache_buffer(feature_bytes))
+    return out
+
+
+def check_fits(cfg: Any, feature_bytes: int) -> None:
+    """``ValueError`` naming the settings when ``cfg.memory_budget`` is set and the resident buffers of
+    :func:`resident_bytes` exceed it (each counted at most ``feature_bytes``: no buffer holds more rows than the
+    feature file has)."""
+    budget = cfg.memory_budget
+    if budget is None:
+        return
+    parts = {k: min(v, feature_bytes) for k, v in resident_bytes(cfg, feature_bytes).items()}
+    total = sum(parts.values())
+    if total > budget:
+        detail = " + ".join(f"{k} {v >> 20} MiB" for k, v in parts.items())
+        raise ValueError(f"'memory_budget' expected to hold the policy's resident buffers, {detail} = "
+                         f"{total >> 20} MiB (got {budget >> 20} MiB): lower those settings or leave them at "
+                         "their defaults, which the budget sizes")
