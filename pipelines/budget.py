@@ -4,7 +4,7 @@ resident buffers a configuration asks for fit it.
 ``memory_budget = B`` is the RAM a run may hold of the graph's data: caches, read buffers, the page cache
 (the interpreter and its libraries come on top). Every setting below that is left at its default is sized
 from ``B``; a setting the user gave keeps its value, and :func:`check_fits` refuses a plan whose resident
-buffers exceed ``B``:
+buffers exceed ``B`` (with no budget: the machine's memory):
 
 - ``plan.cpu_cache_bytes``: ``B * CACHE_SHARE``, a policy's CPU cache (the feature cache; ``outre`` splits it
   with its historical cache, ``mariusgnn`` holds its partition buffer in it);
@@ -97,17 +97,26 @@ def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:
     return out
 
 
-def check_fits(cfg: Any, feature_bytes: int) -> None:
-    """``ValueError`` naming the settings when ``cfg.memory_budget`` is set and the resident buffers of
-    :func:`resident_bytes` exceed it (each counted at most ``feature_bytes``: no buffer holds more rows than the
-    feature file has)."""
-    budget = cfg.memory_budget
-    if budget is None:
-        return
+def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -> None:
+    """``ValueError`` naming the settings when the resident buffers of :func:`resident_bytes` (each counted at
+    most ``feature_bytes``: no buffer holds more rows than the feature file has) exceed ``cfg.memory_budget``,
+    or, with no budget, the memory this process may use (``machine_bytes``, default
+    :func:`pipelines.confine.memory_limit`): a run that could only end in an out-of-memory kill."""
     parts = {k: min(v, feature_bytes) for k, v in resident_bytes(cfg, feature_bytes).items()}
     total = sum(parts.values())
-    if total > budget:
-        detail = " + ".join(f"{k} {v >> 20} MiB" for k, v in parts.items())
-        raise ValueError(f"'memory_budget' expected to hold the policy's resident buffers, {detail} = "
-                         f"{total >> 20} MiB (got {budget >> 20} MiB): lower those settings or leave them at "
-                         "their defaults, which the budget sizes")
+    detail = " + ".join(f"{k} {v >> 20} MiB" for k, v in parts.items())
+    budget = cfg.memory_budget
+    if budget is not None:
+        if total > budget:
+            raise ValueError(f"'memory_budget' expected to hold the policy's resident buffers, {detail} = "
+                             f"{total >> 20} MiB (got {budget >> 20} MiB): lower those settings or leave them at "
+                             "their defaults, which the budget sizes")
+        return
+    if machine_bytes is None:
+        from pipelines.confine import memory_limit
+
+        machine_bytes = memory_limit()
+    if total > machine_bytes:
+        raise ValueError(f"'plan' expected caches that fit this machine's {machine_bytes >> 20} MiB of memory (got "
+                         f"{detail} = {total >> 20} MiB from the fractions of {feature_bytes >> 20} MiB of "
+                         "features): set memory_budget (strata run --memory-budget 4G) or smaller fractions")

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CgroupSupport", "MemoryCgroup", "cgroup_support", "evict_page_cache", "json_child", "parse_bytes",
-           "run_within"]
+__all__ = ["CgroupSupport", "MemoryCgroup", "cgroup_support", "evict_page_cache", "json_child", "memory_limit",
+           "parse_bytes", "run_within"]
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -83,6 +83,31 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
             for controller in parts[1].split(",") if parts[1] else [""]:
                 out[controller] = parts[2]
     return out
+
+
+def memory_limit(root: Path = _CGROUP_ROOT, proc_cgroup: str | None = None) -> int:
+    """The RAM this process may use: the machine's physical memory, or the memory limit of its cgroup (v1 or v2,
+    the process's own group and its ancestors) when that is lower."""
+    limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        own = _own_cgroups(proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text())
+    except OSError:
+        return limit
+    for controller, base, name in (("", root, "memory.max"), ("memory", root / "memory", "memory.limit_in_bytes")):
+        if controller not in own:
+            continue
+        group = base / own[controller].lstrip("/")
+        while True:
+            try:
+                text = (group / name).read_text().strip()
+                if text.isdigit():
+                    limit = min(limit, int(text))  # v1 says "no limit" with a huge number, v2 with "max"
+            except OSError:
+                pass
+            if group == base or base not in group.parents:
+                break
+            group = group.parent
+    return limit
 
 
 def _v2_memory_ancestor(root: Path, group: Path) -> Path | None:

@@ -71,7 +71,11 @@ def test_resident_buffers_count_the_window_only_for_the_policy_that_has_one():
     ginex = _cfg("memory_budget=100M", "policy=ginex")
     assert resident_bytes(ginex, 1 << 30) == {"plan.cpu_cache": 50 << 20}
     check_fits(diskgnn, 1 << 30)  # exactly the budget
-    check_fits(_cfg("plan.cpu_cache_bytes=8G"), 1 << 30)  # no budget: nothing to check (sizes parse: 8 GiB)
+    check_fits(_cfg("plan.cpu_cache_bytes=8G"), 1 << 30, machine_bytes=4 << 30)  # (sizes parse: 8 GiB)
+    with pytest.raises(ValueError, match=r"'plan' expected caches that fit this machine's 1024 MiB of memory "
+                                         r"\(got plan.cpu_cache 1024 MiB \+ plan.disk_cache_buffer 1024 MiB"):
+        check_fits(_cfg(), 10 << 30, machine_bytes=1 << 30)  # no budget: 10% + 10% of 10 GiB on a 1 GiB machine
+    check_fits(_cfg(), 10 << 30)  # this machine has more than 2 GiB
     chosen = _cfg("memory_budget=100M", "plan.cpu_cache_bytes=80M")
     with pytest.raises(ValueError, match=r"plan.cpu_cache 80 MiB \+ plan.disk_cache_buffer 50 MiB = 130 MiB "
                                          r"\(got 100 MiB\)"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.confine import MemoryCgroup, cgroup_support, evict_page_cache, parse_bytes
+from pipelines.confine import MemoryCgroup, cgroup_support, evict_page_cache, memory_limit, parse_bytes
 
 SUPPORT = cgroup_support()
 needs_cgroup = pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup: {SUPPORT.reason}")
@@ -37,6 +37,20 @@ def test_detection_reads_the_process_cgroups(tmp_path: Path) -> None:
     assert (v2.version, v2.parent) == (2, tmp_path / "user")
     none = cgroup_support(tmp_path / "nowhere", "0::/\n")
     assert not none.available and none.label == "none" and "no memory cgroup hierarchy" in none.reason
+
+
+def test_the_memory_limit_is_the_lowest_of_the_machine_and_the_process_cgroups(tmp_path: Path) -> None:
+    machine = memory_limit(tmp_path / "nowhere", "0::/\n")
+    assert machine > 0 and memory_limit() <= machine
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "memory.max").write_text("1073741824\n")  # v2: an ancestor's limit binds its children
+    (tmp_path / "a" / "b" / "memory.max").write_text("max\n")
+    assert memory_limit(tmp_path, "0::/a/b\n") == min(machine, 1 << 30)
+    (tmp_path / "memory" / "job").mkdir(parents=True)
+    (tmp_path / "memory" / "job" / "memory.limit_in_bytes").write_text("536870912\n")
+    assert memory_limit(tmp_path, "4:memory:/job\n0::/\n") == min(machine, 1 << 29)
+    (tmp_path / "memory" / "job" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1: none
+    assert memory_limit(tmp_path, "4:memory:/job\n0::/\n") == machine
 
 
 def test_v2_groups_go_beside_a_group_that_holds_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
