@@ -288,8 +288,9 @@ class PlanConfig(_Section):
     )
     hotset_decay: float = setting(0.5, "hyperbatch: per-epoch decay of the hotset's access counters.",
                                   artifact=False, ge=0, le=1)
-    staleness: int = setting(100, "outre: iterations a historical embedding is reused before it is recomputed "
-                             "(1 = no reuse).", artifact="selected", ge=1)
+    staleness: int = setting(0, "outre: iterations a historical embedding is reused before it is recomputed "
+                             "(1 = no reuse; 0 = min(100, training batches per epoch): OUTRE's 100, but never "
+                             "older than an epoch).", artifact="selected", ge=0)
     superbatch_size: int = setting(
         0, "ginex: training batches per superbatch, whose cache changesets are precomputed together (never "
         "spanning two sampled epochs); 0 = one superbatch per sampled epoch.", artifact="selected", ge=0,

@@ -16,7 +16,8 @@ Plan (the "profiling epoch": the whole sampled training trace, caches off)
     There is no GPU feature cache (``plan.gpu_cache_*`` is ignored).
 
 Pack
-    The staleness FSM (``plan.staleness``, 1 = no reuse) is a pure function of the iteration count, so it is
+    The staleness FSM (``plan.staleness``, 1 = no reuse, 0 = ``outre_trace.effective_staleness``: min(100,
+    training batches per epoch)) is a pure function of the iteration count, so it is
     run offline over the training batches in training order: a candidate among a batch's last-layer sources
     is *pulled* when it was pushed less than ``staleness`` iterations ago, else *pushed*. Each training batch
     is pruned (``outre_trace.prune_batch``, in C: pulled candidates' (L-1)-deep subtrees removed: their
@@ -55,6 +56,7 @@ from pipelines.policies.outre_trace import (
     ID_BYTES,
     StalenessFSM,
     alpha_sweep,
+    effective_staleness,
     exclusive_subtrees,
     prune_batch,
     top_ranked,
@@ -72,6 +74,11 @@ __all__ = ["BETA", "Outre", "training_order"]
 #: beta of ``saved_IO_hist = saved_IO_hist_sample * beta + saved_IO_hist_gather`` (assumed, not measured).
 BETA = 1.0
 _STAMP_BYTES = 8  # the historical cache's per-row iteration stamp (its "table")
+
+
+def _staleness(cfg: Any, samples: Any) -> int:
+    """The staleness bound the FSM runs (``plan.staleness``; 0: by the first sampled epoch's batch count)."""
+    return effective_staleness(cfg.plan.staleness, len(samples.batch_ids("train", 0)))
 
 
 def training_order(samples: Any) -> list[int]:
@@ -128,7 +135,7 @@ class Outre(Policy):
             "history_row_bytes": history_row_bytes, "row_bytes": row_bytes, "feature_bytes": n * row_bytes,
             "alpha": split.alpha, "beta": BETA, "beta_measured": False,
             "predicted_saved_feat_bytes": split.saved_feat, "predicted_saved_hist_bytes": split.saved_hist,
-            "staleness": cfg.plan.staleness, "total_accesses": total,
+            "staleness": _staleness(cfg, samples), "total_accesses": total,
             "predicted_hit_rate_cpu": int(freq[cpu_nodes].sum()) / total if total else 0.0,
             "predicted_hit_rate": int(freq[cpu_nodes].sum()) / total if total else 0.0,
         }
@@ -150,7 +157,7 @@ class Outre(Policy):
         cand_slot = np.full(graph.num_nodes, -1, dtype=np.int64)
         cand_slot[candidates] = np.arange(len(candidates))
 
-        fsm = StalenessFSM(len(candidates), inputs.cfg.plan.staleness)
+        fsm = StalenessFSM(len(candidates), _staleness(inputs.cfg, samples))
         writer = SampleSetWriter(builder)
         lists = {k: builder.array_writer(f"{k}.npy", np.int64)
                  for k in ("skip_pos", "pull_pos", "pull_slot", "push_pos", "push_slot")}

@@ -16,8 +16,8 @@ import numpy as np
 
 from storage_kernels import kernels
 
-__all__ = ["ID_BYTES", "AlphaSplit", "PrunedBlocks", "StalenessFSM", "alpha_sweep", "exclusive_subtrees",
-           "prune_batch", "prune_batch_numpy", "top_ranked"]
+__all__ = ["ID_BYTES", "PAPER_STALENESS", "AlphaSplit", "PrunedBlocks", "StalenessFSM", "alpha_sweep",
+           "effective_staleness", "exclusive_subtrees", "prune_batch", "prune_batch_numpy", "top_ranked"]
 
 #: Bytes of one neighbour id of a batch's topology (int64 ``cols``): the unit of ``saved_IO_hist_sample``.
 ID_BYTES = 8
@@ -101,6 +101,20 @@ def alpha_sweep(saved_feat: np.ndarray, saved_hist: np.ndarray, budget: int, fea
 
 
 # ------------------------------------------------------------------------------------------ staleness FSM
+#: OUTRE's default staleness bound (iterations), the paper's.
+PAPER_STALENESS = 100
+
+
+def effective_staleness(setting: int, batches_per_epoch: int) -> int:
+    """``plan.staleness`` as the FSM runs it: a value >= 1 as given; 0 (auto) is OUTRE's 100 iterations, but at
+    most one epoch of training batches, so that a history is recomputed at least once an epoch. (The paper's
+    100 is a twelfth of a papers100M epoch; on a graph of one batch an epoch it would reuse an embedding
+    computed by the first epoch's weights for 100 epochs: Cora lost 1.2 points of accuracy at 10.)"""
+    if setting < 0:
+        raise ValueError(f"'plan.staleness' expected >= 0 (got {setting})")
+    return int(setting) if setting >= 1 else max(1, min(PAPER_STALENESS, int(batches_per_epoch)))
+
+
 class StalenessFSM:
     """The historical cache's state, predicted from iteration counts: a candidate pushed at iteration ``t``
     is pulled through ``t + staleness - 1``, then recomputed and pushed again (``staleness = 1``: never

@@ -24,7 +24,10 @@ from trainer.train import train
 
 BASE = ["policy=outre", "sample.batching=partition", "sample.batch_size=64", "sample.fanouts=5,5",
         "sample.epochs=3", "partition.num_parts=8", "plan.cpu_cache_fraction=0.3", "train.epochs=3",
-        "train.hidden_dim=16", "train.device=cpu", "train.prefetch=1"]
+        "train.hidden_dim=16", "train.device=cpu", "train.prefetch=1",
+        # one compute thread for every source: by default a source that reads the disk leaves a core to the
+        # loader, and a different thread count sums in another order (equal only to ~1e-7)
+        "train.num_threads=1"]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,14 @@ def _source(runner: StageRunner, samples: SampleSet, record: bool = False) -> Pr
     pack = runner.artifact("pack")
     return PrunedFeatures(pack.path, samples, runner.artifact("reorder").file("features.npy"),
                           staleness=int(pack.stats["staleness"]), record_pulls=record)
+
+
+def test_the_default_staleness_is_at_most_an_epoch_of_batches(root: Path) -> None:
+    runner = _runner(root)  # plan.staleness left at 0 (auto)
+    runner.run_until("pack")
+    per_epoch = len(SampleSet(runner.artifact("sample").path).batch_ids("train", 0))
+    assert 1 < per_epoch < 100  # tiny at 64 seeds a batch: the epoch, not the paper's 100, bounds it
+    assert runner.artifact("plan").stats["staleness"] == runner.artifact("pack").stats["staleness"] == per_epoch
 
 
 def test_staleness_one_trains_exactly_like_no_cache(root: Path) -> None:

@@ -127,6 +127,17 @@ def test_fsm_reuses_an_entry_for_staleness_iterations() -> None:
         StalenessFSM(1, 0)
 
 
+def test_auto_staleness_is_the_papers_bound_but_at_most_an_epoch() -> None:
+    from pipelines.policies.outre_trace import PAPER_STALENESS, effective_staleness
+
+    assert effective_staleness(0, 1) == 1  # one batch an epoch (Cora): recomputed every epoch, no reuse
+    assert effective_staleness(0, 69) == 69 and effective_staleness(0, 1172) == PAPER_STALENESS == 100
+    assert effective_staleness(0, 0) == 1
+    assert effective_staleness(7, 1) == 7 and effective_staleness(1000, 5) == 1000  # a chosen bound as given
+    with pytest.raises(ValueError, match="'plan.staleness' expected >= 0"):
+        effective_staleness(-1, 10)
+
+
 def test_alpha_sweep_matches_brute_force() -> None:
     rng = np.random.default_rng(0)
     feat = rng.integers(0, 50, 400).astype(np.float64)
