@@ -174,8 +174,10 @@ class _Workers:
     def run(self, policy: str, phase: str, cfg: PipelineConfig, limit: int | None = None,
             **extra: Any) -> dict[str, Any]:
         confined = POLICIES.get(policy).out_of_core  # the in-memory reference runs unconfined
-        job = {"root": str(self.root), "config": cfg.model_dump(mode="json"), "policy": policy, "phase": phase,
-               **extra}
+        config = cfg.model_dump(mode="json")
+        if not confined:  # ... and holds the whole feature file: no budget to check it against
+            config["memory_budget"] = None
+        job = {"root": str(self.root), "config": config, "policy": policy, "phase": phase, **extra}
         with _owned_tmp(self.root) as tmp:
             job_path, out_path, stage_path = tmp / "job.json", tmp / "out.json", tmp / "stage"
             job["stage_file"] = str(stage_path)

@@ -86,11 +86,14 @@ def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
 
 def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:
     """The RAM buffers ``cfg``'s policy holds for a graph of ``feature_bytes`` feature bytes, by setting: the
-    CPU cache, and ``diskgnn``'s segment window when the policy reads it."""
+    CPU cache, and ``diskgnn``'s segment window when the policy reads it; a policy that is not out of core
+    (``in_memory``) holds the feature file."""
     from pipelines.policies import POLICIES
 
-    reads = POLICIES.get(cfg.policy).reads
-    plan = cfg.plan
+    policy = POLICIES.get(cfg.policy)
+    if not policy.out_of_core:  # in_memory: the whole feature file
+        return {f"policy {cfg.policy}'s feature file": int(feature_bytes)}
+    reads, plan = policy.reads, cfg.plan
     out = {"plan.cpu_cache": int(plan.budgets(feature_bytes)["cpu"])}
     if reads & {"disk_cache_buffer_bytes", "disk_cache_buffer_fraction"}:
         out["plan.disk_cache_buffer"] = int(plan.disk_cache_buffer(feature_bytes))
@@ -110,7 +113,7 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
         if total > budget:
             raise ValueError(f"'memory_budget' expected to hold the policy's resident buffers, {detail} = "
                              f"{total >> 20} MiB (got {budget >> 20} MiB): lower those settings or leave them at "
-                             "their defaults, which the budget sizes")
+                             "their defaults, which the budget sizes (or choose an out-of-core policy)")
         return
     if machine_bytes is None:
         from pipelines.confine import memory_limit

@@ -81,6 +81,10 @@ def test_resident_buffers_count_the_window_only_for_the_policy_that_has_one():
                                          r"\(got 100 MiB\)"):
         check_fits(chosen, 1 << 30)
     check_fits(chosen, 40 << 20)  # no buffer holds more than the feature file: 40 + 40 MiB fit
+    in_memory = _cfg("memory_budget=100M", "policy=in_memory")  # holds the whole file
+    check_fits(in_memory, 100 << 20)
+    with pytest.raises(ValueError, match="policy in_memory's feature file 200 MiB = 200 MiB"):
+        check_fits(in_memory, 200 << 20)
 
 
 def test_the_plan_stage_refuses_caches_beyond_the_budget_and_writes_nothing(tmp_path: Path):
