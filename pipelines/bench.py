@@ -31,7 +31,8 @@ reads are page faults, so its ``bytes_read`` is the process's storage reads, ``/
 ``test_acc`` / ``val_acc``, ``peak_rss_mb``, ``peak_cgroup_mb`` (page cache included), ``disk_bytes`` (its
 ``plan`` + ``pack`` artifacts) and ``disk_blowup`` (over the feature file), ``preprocess_s`` (its ``plan`` and
 ``pack`` build times), ``hit_rate_predicted`` (the plan's) and ``hit_rate_measured`` (rows served by the
-caches while training), ``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read.
+caches while training), ``hit_rates_by_tier`` (the same two per cache tier, ``gpu`` and ``cpu``),
+``speedup_vs_naive``. Beside the JSON, a PNG plots epoch time and bytes read.
 ``timers`` sums the loader's stage timers (busy, wait and CPU seconds per stage, ``train_s``) over every
 epoch of a run, the first included; ``steady_timers`` over the epochs ``epoch_s`` is taken from (the first
 left out), with ``overlap`` and ``gpu_step_share`` recomputed from those sums: compare ``steady_timers`` with
@@ -443,6 +444,7 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "eval_batches_run": done[0].get("eval_batches_run"),
         "eval_s": statistics.median(r.get("eval_s", 0.0) for r in done),  # validation + test, seconds
         "hit_rate_measured": None if paged else done[0]["hit_rate_measured"],
+        "hit_rates_by_tier": None if paged else _tier_hit_rates(plan.stats, done[0].get("train_rows_by_tier") or {}),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in done),
         "peak_cgroup_mb": max((r["peak_cgroup_mb"] or 0.0) for r in done) or None,
         "peak_anon_mb": max((r.get("peak_anon_mb") or 0.0) for r in done) or None,
@@ -456,6 +458,15 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
     if len({(r["test_acc"], r["val_acc"]) for r in done}) > 1:
         entry["accuracy_varies_across_repeats"] = [(r["val_acc"], r["test_acc"]) for r in done]
     return entry
+
+
+def _tier_hit_rates(plan_stats: dict[str, Any], rows_by_tier: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Per cache tier (``gpu``, ``cpu``): the plan's predicted share of the training rows it serves and the
+    share it served (``rows_by_tier`` of a run; the rows of every tier, disk ones included, are the whole)."""
+    total = sum(rows_by_tier.values())
+    return {tier: {"predicted": plan_stats.get(f"predicted_hit_rate_{tier}"),
+                   "measured": rows_by_tier.get(tier, 0) / total if total else None}
+            for tier in ("gpu", "cpu")}
 
 
 def _median_timers(runs: Sequence[dict[str, Any]], key: str) -> dict[str, float]:

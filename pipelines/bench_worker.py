@@ -130,6 +130,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
         "val_acc": float(result.val_acc),
         "losses": [float(x) for x in result.losses],
         "hit_rate_measured": float(result.cache_hit_rate),
+        "train_rows_by_tier": {k: int(v) for k, v in result.rows_by_tier.items()},  # training batches only
         "timers": {k: float(v) for k, v in result.timers.items()},  # every epoch, the first (cold) one included
         # the epochs epoch_s's median is taken over (bench._steady: the first left out), so ratios to it hold
         "steady_timers": sum_epoch_timers(result.epoch_timers[1:] if epochs > 1 else result.epoch_timers),

@@ -47,6 +47,16 @@ def test_report_has_the_documented_shape(report):
         assert steady["compute_busy_s"] < every["compute_busy_s"] and steady["overlap"] > 0
 
 
+def test_static_plans_predict_each_cache_tiers_hit_rate_exactly(report):
+    for name in ("diskgnn", "naive"):  # the same trace planned and replayed: predicted = measured, per tier
+        rates = report["policies"][name]["hit_rates_by_tier"]
+        assert set(rates) == {"gpu", "cpu"}
+        for tier, rate in rates.items():
+            assert rate["predicted"] == pytest.approx(rate["measured"]), (name, tier)
+    assert report["policies"]["diskgnn"]["hit_rates_by_tier"]["cpu"]["measured"] > 0
+    assert report["policies"]["mmap"]["hit_rates_by_tier"] is None  # page faults: no rows counted
+
+
 def test_worker_files_live_in_the_roots_temp_dir_and_go_with_the_run(root, report):
     # each worker's job and result files sit in an owned entry of <root>/.tmp (a killed bench's leftovers
     # are then removed by the next cleanup_tmp), and nothing of them is left after the run
