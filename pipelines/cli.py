@@ -437,7 +437,9 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
                                                           "settings": run_config_settings(cfg)}}}}
     if not json_out:
         err.print(f"strata run: [bold]{cfg.dataset_name}[/] under {paths.root}"
-                  + (f" (until {until})" if until else ""), highlight=False)
+                  + (f" (until {until})" if until else "")
+                  + (f", memory budget {_human_bytes(cfg.memory_budget)}" if cfg.memory_budget else ""),
+                  highlight=False)
     from pipelines.recovery import DAGSTER_OWNER_PREFIX, recover
     from storage_kernels.locks import dataset_lock
     from storage_kernels.owner import Owner
