@@ -131,9 +131,11 @@ Bytes = Annotated[int, BeforeValidator(_size)]
 
 
 def takes_size(info: FieldInfo) -> bool:
-    """Whether a setting takes a size string (``"2G"``) besides a number of bytes (``Bytes``, ``MemoryBudget``)."""
+    """Whether a setting is typed as a size string (``"2G"``) in Dagster's run config: ``memory_budget``. (The
+    byte settings, ``Bytes``, take sizes from the CLI and config files but stay integers there, so that run
+    configs written with numbers keep working.)"""
     def parses(metadata: Iterable[Any]) -> bool:
-        return any(isinstance(m, BeforeValidator) and m.func in (_size, _budget_bytes) for m in metadata)
+        return any(isinstance(m, BeforeValidator) and m.func is _budget_bytes for m in metadata)
 
     return parses(info.metadata) or any(parses(getattr(arg, "__metadata__", ()))
                                         for arg in typing.get_args(info.annotation))

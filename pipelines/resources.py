@@ -38,8 +38,11 @@ REPORTER_KEY = "reporter"
 
 
 def _dagster_type(annotation: Any) -> Any:
-    """A Dagster-config type for a config field's annotation (``Literal`` -> ``str``; the rest as is)."""
+    """A Dagster-config type for a config field's annotation (``Literal`` -> ``str``, ``Annotated[T, ...]`` ->
+    ``T``; the rest as is)."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a validated type (``Bytes``): its base type; PipelineConfig validates
+        return _dagster_type(typing.get_args(annotation)[0])
     if origin is Literal:
         return type(typing.get_args(annotation)[0])
     if origin in (Union, types.UnionType):

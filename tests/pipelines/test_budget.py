@@ -57,10 +57,10 @@ def test_a_bad_budget_is_refused_naming_the_setting():
 def test_dagster_run_config_takes_sizes_and_a_budget_it_sets_sizes_the_run():
     from pipelines.resources import settings_type
 
-    settings = settings_type(PipelineConfig())(memory_budget="256M", plan={"hyperbatch_bytes": "1M"})
+    settings = settings_type(PipelineConfig())(memory_budget="256M", plan={"hyperbatch_bytes": 1 << 20})
     cfg = PipelineConfig.validated(settings.model_dump())
     assert cfg.memory_budget == 256 << 20 and cfg.plan.cpu_cache_bytes == 128 << 20
-    assert cfg.plan.hyperbatch_bytes == 1 << 20
+    assert cfg.plan.hyperbatch_bytes == 1 << 20  # byte settings stay numbers in a run config
     base = _cfg("memory_budget=1G")  # the CLI's configuration as the launchpad's defaults: the same run
     assert PipelineConfig.validated(settings_type(base)().model_dump()) == base
 
