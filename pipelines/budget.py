@@ -26,8 +26,8 @@ from typing import Any
 
 __all__ = ["CACHE_SHARE", "STAGE_MEMORY_MIN", "check_fits", "fill_from_budget", "resident_bytes"]
 
-#: Share of the budget for a policy's CPU cache; the rest goes to its read buffer (window, hyperbatch) and the
-#: page cache (topology, addresses).
+#: Share of the budget for a policy's CPU cache; the rest goes to ``diskgnn``'s segment window and the page
+#: cache (topology, addresses).
 CACHE_SHARE = 0.5
 #: The least streaming memory a reorder, pack or layer-wise pass is given under a budget.
 STAGE_MEMORY_MIN = 64 << 20
@@ -121,5 +121,6 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
         machine_bytes = memory_limit()
     if total > machine_bytes:
         raise ValueError(f"'plan' expected caches that fit this machine's {machine_bytes >> 20} MiB of memory (got "
-                         f"{detail} = {total >> 20} MiB from the fractions of {feature_bytes >> 20} MiB of "
-                         "features): set memory_budget (strata run --memory-budget 4G) or smaller fractions")
+                         f"{detail} = {total >> 20} MiB for {feature_bytes >> 20} MiB of features): set "
+                         "memory_budget (strata run --memory-budget 4G), smaller cache fractions, or an out-of-core "
+                         "policy")
