@@ -56,7 +56,7 @@ __all__ = [
     "describe_settings",
     "is_section",
     "section_fields",
-    "takes_size",
+    "dagster_size_string",
 ]
 
 
@@ -130,7 +130,7 @@ MemoryBudget = Annotated[int | None, BeforeValidator(_budget_bytes)]
 Bytes = Annotated[int, BeforeValidator(_size)]
 
 
-def takes_size(info: FieldInfo) -> bool:
+def dagster_size_string(info: FieldInfo) -> bool:
     """Whether a setting is typed as a size string (``"2G"``) in Dagster's run config: ``memory_budget``. (The
     byte settings, ``Bytes``, take sizes from the CLI and config files but stay integers there, so that run
     configs written with numbers keep working.)"""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import dagster as dg
 from pydantic import BaseModel, Field, PrivateAttr, create_model
 
-from pipelines.config import PipelineConfig, is_section, section_fields, takes_size
+from pipelines.config import PipelineConfig, dagster_size_string, is_section, section_fields
 
 if TYPE_CHECKING:
     from pipelines.runner import StageRunner
@@ -61,7 +61,7 @@ def _section_type(name: str, section: Any) -> type[dg.Config]:
             continue
         default = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
         kind = _dagster_type(info.annotation)
-        if takes_size(info):  # "2G" in the launchpad; PipelineConfig parses it
+        if dagster_size_string(info):  # "2G" in the launchpad; PipelineConfig parses it
             kind, default = str | None, None if default is None else str(default)
         fields[field_name] = (kind, Field(default=default, description=info.description))
     return create_model(f"{name.title().replace('_', '')}Settings", __base__=dg.Config, **fields)
@@ -76,7 +76,7 @@ def run_config_settings(cfg: PipelineConfig) -> dict[str, Any]:
             value = getattr(section, name)
             if is_section(value):
                 stringify(value, values[name])
-            elif takes_size(info) and values[name] is not None:
+            elif dagster_size_string(info) and values[name] is not None:
                 values[name] = str(values[name])
 
     stringify(cfg, data)

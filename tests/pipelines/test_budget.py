@@ -54,7 +54,7 @@ def test_a_bad_budget_is_refused_naming_the_setting():
         _cfg("plan.cpu_cache_bytes=8Q")
 
 
-def test_dagster_run_config_takes_sizes_and_a_budget_it_sets_sizes_the_run():
+def test_dagster_run_config_takes_a_budget_as_a_size_and_it_sizes_the_run():
     from pipelines.resources import settings_type
 
     settings = settings_type(PipelineConfig())(memory_budget="256M", plan={"hyperbatch_bytes": 1 << 20})
