@@ -52,11 +52,11 @@ __all__ = [
     "TrainConfig",
     "VerifyConfig",
     "artifact_params",
+    "dagster_size_string",
     "dataset_slug",
     "describe_settings",
     "is_section",
     "section_fields",
-    "dagster_size_string",
 ]
 
 
