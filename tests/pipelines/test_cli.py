@@ -197,6 +197,20 @@ def test_stage_verb_runs_up_to_that_stage(tmp_path: Path) -> None:
     assert [a["reused"] for a in json.loads(again.stdout)["artifacts"]] == [True, True]
 
 
+def test_a_stage_verb_takes_the_memory_budget_and_the_plan_is_sized_by_it(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", "--dataset", "tiny", "--root", str(tmp_path), "--json",
+                                 "--memory-budget", "64M", "--set", "sample.epochs=1"])
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(next((tmp_path / "tiny" / "plan").glob("*/manifest.json")).read_text())
+    assert plan["params"]["cpu_cache_bytes"] == 32 << 20 and plan["stats"]["cpu_budget_bytes"] == 32 << 20
+    refused = runner.invoke(app, ["plan", "--dataset", "tiny", "--root", str(tmp_path), "--memory-budget", "64K",
+                                  "--set", "sample.epochs=1", "--set", "plan.cpu_cache_bytes=1048576"])
+    assert refused.exit_code != 0 and "'memory_budget' expected to hold the policy's resident buffers" in (
+        refused.stderr)
+    bad = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path), "--memory-budget", "lots"])
+    assert bad.exit_code == 2 and "'memory_budget' expected a size such as 512M" in bad.stderr
+
+
 def test_run_rejects_an_unknown_until(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path), "--until", "bake"])
     assert result.exit_code == 2 and "'--until' expected one of ingest, reorder" in result.stderr
