@@ -85,19 +85,11 @@ def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
 
 
 def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:
-    """The RAM buffers ``cfg``'s policy holds for a graph of ``feature_bytes`` feature bytes, by setting: the
-    CPU cache, and ``diskgnn``'s segment window when the policy reads it; a policy that is not out of core
-    (``in_memory``) holds the feature file."""
+    """The RAM buffers ``cfg``'s policy holds for a graph of ``feature_bytes`` feature bytes, by setting
+    (``Policy.resident_bytes``: the CPU cache, ``diskgnn``'s segment window, ``in_memory``'s feature file)."""
     from pipelines.policies import POLICIES
 
-    policy = POLICIES.get(cfg.policy)
-    if not policy.out_of_core:  # in_memory: the whole feature file
-        return {f"policy {cfg.policy}'s feature file": int(feature_bytes)}
-    reads, plan = policy.reads, cfg.plan
-    out = {"plan.cpu_cache": int(plan.budgets(feature_bytes)["cpu"])}
-    if reads & {"disk_cache_buffer_bytes", "disk_cache_buffer_fraction"}:
-        out["plan.disk_cache_buffer"] = int(plan.disk_cache_buffer(feature_bytes))
-    return out
+    return POLICIES.get(cfg.policy)().resident_bytes(cfg, feature_bytes)
 
 
 def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -> None:

@@ -103,6 +103,12 @@ class Policy(ABC):
     #: this policy's artifacts only (``pipelines.config.artifact_params``).
     reads: ClassVar[frozenset[str]] = frozenset()
 
+    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+        """The RAM this policy's caches and buffers hold for ``feature_bytes`` of features, by the setting that
+        sizes each (``pipelines.budget.check_fits`` holds them against ``memory_budget``). Default: the CPU
+        cache, ``plan.cpu_cache_bytes`` (or its fraction), which the seed systems' plans fill."""
+        return {"plan.cpu_cache": int(cfg.plan.budgets(feature_bytes)["cpu"])}
+
     def plan(self, inputs: PlanInputs) -> TierPlan:
         """Default: no cache; every node a batch reads is read from disk (or RAM) by the feature source."""
         from pipelines.policies.tiers import frequency_plan

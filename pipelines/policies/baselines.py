@@ -24,6 +24,7 @@ from pipelines.policies.base import FeatureInputs, Policy, register_policy
 from storage_kernels.halfwords import as_words
 
 if TYPE_CHECKING:
+    from pipelines.config import PipelineConfig
     from trainer.features import FeatureSource
 
 __all__ = ["InMemory", "Mmap", "Naive"]
@@ -35,6 +36,9 @@ class InMemory(Policy):
     description = "Every feature row in RAM (the upper bound)."
     out_of_core = False
     mmap_mode: ClassVar[Literal["r"] | None] = None  # None: the feature file loaded whole
+
+    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+        return {"the feature file (in_memory)": int(feature_bytes)}
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import InMemoryFeatures
@@ -51,11 +55,17 @@ class Mmap(InMemory):
     page_cache = True
     mmap_mode = "r"
 
+    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+        return {}  # the page cache holds what the kernel lets it
+
 
 @register_policy
 class Naive(Policy):
     name = "naive"
     description = "One aligned direct read per needed row, every time, no cache (PyG+/DGL-OnDisk)."
+
+    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+        return {}  # no cache
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import NaiveDiskFeatures

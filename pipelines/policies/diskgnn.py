@@ -40,6 +40,7 @@ from pipelines.policies.tiers import frequency_plan
 from storage_kernels.packstore import CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN
 
 if TYPE_CHECKING:
+    from pipelines.config import PipelineConfig
     from trainer.features import FeatureSource
 
 __all__ = ["DiskGNN"]
@@ -53,6 +54,10 @@ class DiskGNN(Policy):
                    "(m, s) search under pack.disk_budget; each batch's other rows packed in one aligned chunk.")
     reads = frozenset({"disk_budget", "minhash_k", "disk_cache_order", "disk_cache_buffer_fraction",
                        "disk_cache_buffer_bytes", "read_gap_blocks"})
+
+    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+        return {**super().resident_bytes(cfg, feature_bytes),
+                "plan.disk_cache_buffer": int(cfg.plan.disk_cache_buffer(feature_bytes))}  # the segment window
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes
