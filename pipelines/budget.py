@@ -34,54 +34,35 @@ STAGE_MEMORY_MIN = 64 << 20
 _MB = 1 << 20
 
 
-def _section(data: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """``data[name]`` as a plain dict of the fields given (a section object gives every field)."""
-    value = data.get(name)
-    if value is None:
-        return {}
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if hasattr(value, "__pydantic_fields__"):  # a pydantic dataclass (TrainConfig)
-        return {k: getattr(value, k) for k in type(value).__pydantic_fields__}
-    return dict(value)
-
-
 def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
     """Raw configuration ``data`` (a ``PipelineConfig``'s input) with the settings of the module docstring that
     are absent or at their default sized from ``budget`` bytes; everything else as given."""
-    from pipelines.config import PackConfig, PlanConfig, ReorderConfig, SampleConfig
+    from pipelines.config import PackConfig, PlanConfig, ReorderConfig, SampleConfig, section_fields
     from trainer.config import TrainConfig
 
-    out = dict(data)
-    stage_mb = max(STAGE_MEMORY_MIN, budget // 2) // _MB
-    buffer = int(budget * (1 - CACHE_SHARE))
+    defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "reorder": ReorderConfig(), "pack": PackConfig(),
+                "train": TrainConfig()}
+    sections: dict[str, dict[str, Any]] = {}
+    for name in defaults:  # each as a plain dict of what was given (a section object gives every field)
+        given = data.get(name) or {}
+        sections[name] = {k: getattr(given, k) for k in section_fields(given)} if hasattr(
+            given, "__pydantic_fields__") else dict(given)
 
-    def default(cls: Any, key: str) -> Any:
-        fields = getattr(cls, "model_fields", None) or cls.__pydantic_fields__
-        info = fields[key]
-        return info.default_factory() if info.default_factory is not None else info.default
+    def unset(name: str, *keys: str) -> bool:
+        return all(sections[name].get(k, getattr(defaults[name], k)) == getattr(defaults[name], k) for k in keys)
 
-    def unset(section: dict[str, Any], cls: Any, *keys: str) -> bool:
-        return all(section.get(k, default(cls, k)) == default(cls, k) for k in keys)
-
-    plan = _section(data, "plan")
-    if unset(plan, PlanConfig, "cpu_cache_bytes", "cpu_cache_fraction"):
+    plan, sample = sections["plan"], sections["sample"]
+    if unset("plan", "cpu_cache_bytes", "cpu_cache_fraction"):
         plan["cpu_cache_bytes"] = int(budget * CACHE_SHARE)
-    if unset(plan, PlanConfig, "disk_cache_buffer_bytes", "disk_cache_buffer_fraction"):
-        plan["disk_cache_buffer_bytes"] = buffer
-    sample = _section(data, "sample")
-    if unset(sample, SampleConfig, "eval_batch_size"):
-        sample["eval_batch_size"] = sample.get("batch_size", default(SampleConfig, "batch_size"))
-    streaming = {"reorder": (ReorderConfig, "memory_mb"), "pack": (PackConfig, "memory_mb"),
-                 "train": (TrainConfig, "layerwise_memory_mb")}
-    sections = {"plan": plan, "sample": sample}
-    for name, (cls, key) in streaming.items():
-        section = _section(data, name)
-        if unset(section, cls, key):
-            section[key] = min(default(cls, key), stage_mb)
-        sections[name] = section
-    out.update(sections)
-    return out
+    if unset("plan", "disk_cache_buffer_bytes", "disk_cache_buffer_fraction"):
+        plan["disk_cache_buffer_bytes"] = int(budget * (1 - CACHE_SHARE))
+    if unset("sample", "eval_batch_size"):
+        sample["eval_batch_size"] = sample.get("batch_size", defaults["sample"].batch_size)
+    stage_mb = max(STAGE_MEMORY_MIN, budget // 2) // _MB
+    for name, key in (("reorder", "memory_mb"), ("pack", "memory_mb"), ("train", "layerwise_memory_mb")):
+        if unset(name, key):
+            sections[name][key] = min(getattr(defaults[name], key), stage_mb)
+    return {**data, **sections}
 
 
 def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:

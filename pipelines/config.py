@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import typing
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -134,11 +133,7 @@ def dagster_size_string(info: FieldInfo) -> bool:
     """Whether a setting is typed as a size string (``"2G"``) in Dagster's run config: ``memory_budget``. (The
     byte settings, ``Bytes``, take sizes from the CLI and config files but stay integers there, so that run
     configs written with numbers keep working.)"""
-    def parses(metadata: Iterable[Any]) -> bool:
-        return any(isinstance(m, BeforeValidator) and m.func is _budget_bytes for m in metadata)
-
-    return parses(info.metadata) or any(parses(getattr(arg, "__metadata__", ()))
-                                        for arg in typing.get_args(info.annotation))
+    return any(isinstance(m, BeforeValidator) and m.func is _budget_bytes for m in info.metadata)
 
 
 class _Section(BaseModel):

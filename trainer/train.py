@@ -588,7 +588,7 @@ def train(
 
     # ------------------------------------------------------------------ epoch loop
     threads = compute_threads(cfg.num_threads, device, cfg.sequential, source)
-    timers: dict[str, float] = {"eval_s": 0.0, "train_s": 0.0, "compute_threads": float(threads)}
+    timers: dict[str, float] = {"eval_s": 0.0, "compute_threads": float(threads)}
     epoch_timers: list[dict[str, float]] = []  # this run's epochs (a resumed run: those after the checkpoint)
     with _torch_modes(cfg.deterministic, threads):
         epoch = state.epoch + 1
@@ -636,7 +636,6 @@ def train(
             # timing and logging
             state.record_epoch(epoch, stats, val_acc)
             epoch_timers.append({**stats.timers, "epoch_s": stats.epoch_s})
-            timers.update(sum_epoch_timers(epoch_timers))
             metrics = stats.metrics()
             if not math.isnan(val_acc):
                 metrics["val_acc"] = val_acc
@@ -660,4 +659,5 @@ def train(
             timers["eval_s"] += time.perf_counter() - t0
     if ddp:
         ddp.close()
+    timers.update(sum_epoch_timers(epoch_timers))  # the stages over the run's epochs, train_s, overlap
     return state.result(timers, cfg.epochs, epoch_timers)
