@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.bench_worker import storage_read_bytes
+from pipelines.bench_worker import steady_epochs, storage_read_bytes
 from pipelines.config import PipelineConfig
 from pipelines.confine import CgroupSupport, MemoryCgroup, cgroup_support, evict_page_cache
 from pipelines.policies import POLICIES
@@ -146,8 +146,7 @@ def _steady(values: Sequence[float], last_has_eval: bool) -> float:
     vals = list(values)
     if last_has_eval and len(vals) > 2:
         vals = vals[:-1]
-    if len(vals) > 1:
-        vals = vals[1:]
+    vals = steady_epochs(vals)
     return float(statistics.median(vals)) if vals else 0.0
 
 

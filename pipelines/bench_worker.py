@@ -21,10 +21,18 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 __all__ = ["TruncatedSamples", "main", "os_io", "storage_read_bytes"]
+
+
+def steady_epochs(per_epoch: Sequence[_T]) -> list[_T]:
+    """The epochs a benchmark's times are taken over: all but the first (cold) one, or the only one."""
+    return list(per_epoch[1:] if len(per_epoch) > 1 else per_epoch)
 
 
 def storage_read_bytes(pid: int | str = "self") -> int:
@@ -132,8 +140,8 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
         "hit_rate_measured": float(result.cache_hit_rate),
         "train_rows_by_tier": {k: int(v) for k, v in result.rows_by_tier.items()},  # training batches only
         "timers": {k: float(v) for k, v in result.timers.items()},  # every epoch, the first (cold) one included
-        # the epochs epoch_s's median is taken over (bench._steady: the first left out), so ratios to it hold
-        "steady_timers": sum_epoch_timers(result.epoch_timers[1:] if epochs > 1 else result.epoch_timers),
+        # the epochs epoch_s's median is taken over, so ratios to it hold
+        "steady_timers": sum_epoch_timers(steady_epochs(result.epoch_timers)),
         "peak_rss_mb": peak_rss_mb(),
         **counters,
     }
