@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipelines.budget import check_fits
 from pipelines.config import PipelineConfig
 from pipelines.formatting import format_bytes, markdown_table
 from pipelines.links import mlflow_run_url
@@ -103,6 +104,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
+        # the plan checked its caches when it was built; a reused plan under a new memory_budget is checked here
+        check_fits(cfg, int(np.load(reorder.file("features.npy"), mmap_mode="r").nbytes))
         source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
         # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
         # a data parallel run would have to resume together: those train from scratch after a kill

@@ -99,3 +99,16 @@ def test_the_plan_stage_refuses_caches_beyond_the_budget_and_writes_nothing(tmp_
     assert not list(tmp_path.glob("tiny/plan/*"))
     fitting = StageRunner(_cfg("memory_budget=64K"), store).run_until("plan")[-1].artifact
     assert fitting.stats["cpu_budget_bytes"] == 32 << 10
+
+
+def test_training_on_a_reused_plan_checks_a_new_budget(tmp_path: Path):
+    store = StrataPaths.at(tmp_path).store()
+    chosen = ["plan.cpu_cache_bytes=1M", "plan.disk_cache_buffer_bytes=4096", "sample.eval_batch_size=1024",
+              "reorder.memory_mb=64", "pack.memory_mb=64", "train.layerwise_memory_mb=64"]
+    StageRunner(_cfg(*chosen), store).run_until("pack")
+    runner = StageRunner(_cfg(*chosen, "memory_budget=64K"), store)  # the budget changes no artifact setting
+    runner.run_until("pack")
+    assert all(r.reused for r in runner.run_until("pack"))
+    with pytest.raises(ValueError, match="'memory_budget' expected to hold the policy's resident buffers"):
+        runner.run_until("train")
+    assert not list(tmp_path.glob("tiny/train/*"))
