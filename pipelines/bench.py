@@ -310,7 +310,8 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     report.update({
         "graph": {k: graph.stats.get(k) for k in ("num_nodes", "num_edges", "feature_dim", "feature_bytes")},
         "config": {"fanouts": list(cfg.sample.fanouts), "batch_size": cfg.sample.batch_size,
-                   "eval_batch_size": cfg.sample.eval_batch_size,
+                   "eval_batch_size": int(shared.artifact("sample").stats.get("eval_batch_size",
+                                                                           cfg.sample.eval_batch_size)),
                    "epochs": cfg.train.epochs, "cpu_cache_fraction": cfg.plan.cpu_cache_fraction,
                    "gpu_cache_fraction": cfg.plan.gpu_cache_fraction, "device": cfg.train.device,
                    # what the budget sized (the fractions count only where these are null)

@@ -251,7 +251,13 @@ class SampleConfig(_Section):
     batch_size: int = setting(1024, "Seed nodes per mini-batch.", gt=0)
     epochs: int = setting(3, "Training epochs sampled offline (reused cyclically).", gt=0)
     eval_batch_size: int = setting(
-        16384, "Seeds per validation/test batch (large, because eval neighbourhoods overlap).", gt=0
+        16384, "Seeds per validation/test batch at most (large, because eval neighbourhoods overlap); fewer when "
+        "a batch's sampled feature rows would exceed sample.eval_memory_mb.", gt=0
+    )
+    eval_memory_mb: int = setting(
+        1024, "Estimated feature bytes of one validation/test batch at most (its seeds times the nodes a seed's "
+        "fanouts sample, at most every node, times the row bytes): eval_batch_size is lowered to fit, never below "
+        "batch_size. Only the resulting batch size shapes the artifact.", artifact=False, gt=0,
     )
     seed: int = setting(0, "Sampling seed.", **_SEED)
     num_threads: int = setting(0, "Sampler threads (0 = all cores); output does not depend on it.",

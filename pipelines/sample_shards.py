@@ -46,12 +46,17 @@ def _plan(cfg: PipelineConfig, reorder: Artifact, partition: Artifact) -> tuple[
         raise ValueError(f"'{reorder.path}/train_idx.npy' expected training nodes (got none)")
     parts = np.asarray(partition.array("parts.npy")) if sc.batching == "partition" else None
     return graph, sample_stage.plan_batches(graph.train_idx, graph.val_idx, graph.test_idx, sc.batch_size,
-                                            sc.eval_batch_size, sc.epochs, sc.seed, parts, sc.macro_parts)
+                                            sample_stage.eval_batch_size(sc, graph), sc.epochs, sc.seed, parts,
+                                            sc.macro_parts)
+
+
+def _derived(cfg: PipelineConfig, reorder: Artifact) -> dict[str, Any]:
+    return sample_stage.derived_params(cfg, load_graph(reorder))
 
 
 def _shard_version(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int, reorder: Artifact,
                    partition: Artifact) -> tuple[str, dict[str, Any], dict[str, str]]:
-    params = {**artifact_params(cfg, "sample"), "shard": index, "shards": shards}
+    params = {**artifact_params(cfg, "sample"), **_derived(cfg, reorder), "shard": index, "shards": shards}
     upstream = {"reorder": reorder.version, "partition": partition.version}
     return store.version_for(SHARD_STAGE, FORMAT_VERSION, params, upstream), params, upstream
 
@@ -114,6 +119,7 @@ def merge(store: ArtifactStore, cfg: PipelineConfig, shards: list[Artifact], *, 
     if shards and expected != int(shards[-1].stats["plan_batches"]):
         raise ValueError(f"'shards' expected {shards[-1].stats['plan_batches']} batches in all (got {expected})")
     sc = cfg.sample
+    derived = _derived(cfg, reorder)
 
     def build(builder: ArtifactBuilder) -> None:
         writer = SampleSetWriter(builder)
@@ -133,6 +139,7 @@ def merge(store: ArtifactStore, cfg: PipelineConfig, shards: list[Artifact], *, 
         builder.stats.update({  # the same stats as sample.run's
             "num_batches": writer.num_batches,
             "train_batches_per_epoch": num_train_batches // sc.epochs,
+            "eval_batch_size": derived["eval_batch_size"],
             "epochs": sc.epochs,
             "num_layers": len(sc.fanouts),
             "total_input_nodes": writer.total_nodes,
@@ -142,4 +149,4 @@ def merge(store: ArtifactStore, cfg: PipelineConfig, shards: list[Artifact], *, 
         })
 
     return materialize(store, cfg, "sample", sample_stage.FORMAT_VERSION, {"reorder": reorder, "partition": partition},
-                       build)
+                       build, derived=derived)

@@ -6,6 +6,10 @@ test seeds are cut in order. Each batch is sampled by the configured sampler (``
 :data:`pipelines.samplers.SAMPLERS`) with a seed derived from (seed, split, epoch, step), so the artifact is a
 pure function of its parameters whatever the thread count. The batches' node lists are the access trace the
 planner counts.
+
+Evaluation batches hold up to ``sample.eval_batch_size`` seeds, fewer when their estimated feature rows would
+exceed ``sample.eval_memory_mb`` (:func:`eval_batch_size`): on a large graph with wide features 16,384 seeds
+can sample gigabytes of rows. The batch size that results is a derived parameter of the artifact.
 """
 
 from __future__ import annotations
@@ -14,15 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.config import PipelineConfig
+from pipelines.config import PipelineConfig, SampleConfig
 from pipelines.formatting import markdown_table
 from pipelines.samplers import SAMPLERS
 from pipelines.stages.common import Progress, StageResult, materialize
-from pipelines.stages.graphio import load_graph
+from pipelines.stages.graphio import GraphArrays, load_graph
 from storage_kernels.sampleset import SPLITS, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "batch_seed", "plan_batches", "run", "summary", "train_batches"]
+__all__ = ["FORMAT_VERSION", "batch_seed", "derived_params", "eval_batch_size", "nodes_per_seed", "plan_batches", "run",
+           "summary", "train_batches"]
 
 FORMAT_VERSION = 1
 _SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
@@ -32,6 +37,37 @@ def batch_seed(seed: int, split: str, epoch: int, step: int) -> int:
     """The sampler seed of one batch (independent streams per batch, stable across runs)."""
     state = np.random.SeedSequence([seed & 0xFFFFFFFF, _SPLIT_CODE[split], epoch, step]).generate_state(2)
     return int(state[0]) << 32 | int(state[1])
+
+
+def nodes_per_seed(fanouts: list[int], mean_degree: float) -> float:
+    """Sampled nodes per seed at most, hop by hop (1 + f1 + f1*f2 + ...; a fanout of -1, every neighbour,
+    counts as ``mean_degree``): an upper bound when every sampled node is new, which overlap only lowers."""
+    total, frontier = 1.0, 1.0
+    for f in fanouts:
+        frontier *= mean_degree if f < 0 else float(f)
+        total += frontier
+    return total
+
+
+def eval_batch_size(sc: SampleConfig, graph: GraphArrays) -> int:
+    """Seeds per validation/test batch: ``sc.eval_batch_size``, lowered while one batch's estimated feature rows
+    (``min(num_nodes, seeds x nodes_per_seed)`` rows of ``graph.row_bytes``) exceed ``sc.eval_memory_mb``, but
+    never below ``sc.batch_size`` (what a training batch already holds)."""
+    per_seed = nodes_per_seed(list(sc.fanouts), graph.num_edges / max(graph.num_nodes, 1))
+    row_bytes, limit = max(graph.row_bytes, 1), sc.eval_memory_mb << 20
+
+    def block_bytes(seeds: int) -> float:
+        return min(float(graph.num_nodes), seeds * per_seed) * row_bytes
+
+    if block_bytes(sc.eval_batch_size) <= limit:
+        return sc.eval_batch_size
+    fits = int(limit // (per_seed * row_bytes))
+    return max(min(sc.batch_size, sc.eval_batch_size), min(fits, sc.eval_batch_size))
+
+
+def derived_params(cfg: PipelineConfig, graph: GraphArrays) -> dict[str, Any]:
+    """The artifact parameters the stage computes from its input: the evaluation batch size it uses."""
+    return {"eval_batch_size": eval_batch_size(cfg.sample, graph)}
 
 
 def train_batches(train_idx: np.ndarray, batch_size: int, epoch: int, seed: int, parts: np.ndarray | None,
@@ -82,15 +118,16 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partiti
     """Write the ``sample`` artifact (see ``storage_kernels.sampleset`` for the layout)."""
     sc = cfg.sample
     sampler = SAMPLERS.get(sc.sampler)
+    graph = load_graph(reorder)
+    derived = derived_params(cfg, graph)
 
     def build(builder: ArtifactBuilder) -> None:
-        graph = load_graph(reorder)
         if len(graph.train_idx) == 0:
             raise ValueError(f"'{reorder.path}/train_idx.npy' expected training nodes (got none)")
         fanouts = np.asarray(sc.fanouts, dtype=np.int64)
         parts = np.asarray(partition.array("parts.npy")) if sc.batching == "partition" else None
         plan = plan_batches(graph.train_idx, graph.val_idx, graph.test_idx, sc.batch_size,
-                            sc.eval_batch_size, sc.epochs, sc.seed, parts, sc.macro_parts)
+                            derived["eval_batch_size"], sc.epochs, sc.seed, parts, sc.macro_parts)
         writer = SampleSetWriter(builder)
         train_seeds = train_inputs = 0
         for i, (split, epoch, step, seeds) in enumerate(plan):
@@ -110,6 +147,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partiti
             {
                 "num_batches": writer.num_batches,
                 "train_batches_per_epoch": num_train_batches // sc.epochs,
+                "eval_batch_size": derived["eval_batch_size"],
                 "epochs": sc.epochs,
                 "num_layers": len(fanouts),
                 "total_input_nodes": writer.total_nodes,
@@ -120,7 +158,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partiti
             }
         )
 
-    return materialize(store, cfg, "sample", FORMAT_VERSION, {"reorder": reorder, "partition": partition}, build)
+    return materialize(store, cfg, "sample", FORMAT_VERSION, {"reorder": reorder, "partition": partition}, build,
+                       derived=derived)
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:

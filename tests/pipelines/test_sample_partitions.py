@@ -45,8 +45,14 @@ def test_shard_bounds_cover_the_plan() -> None:
         shard_bounds(3, 0)
 
 
-def test_merged_shards_equal_the_unpartitioned_sample(tmp_path: Path) -> None:
-    cfg = _config()
+# 1.3 MB of features and 1 MiB for an evaluation batch: its 512 seeds are cut to the training batch's 256
+_CUT_EVAL = PipelineConfig.load(dataset="synthetic:nodes=2500,degree=10,dim=128,classes=6,seed=0",
+                                overrides=["sample.epochs=2", "sample.batch_size=256", "sample.eval_batch_size=512",
+                                           "sample.eval_memory_mb=1"])
+
+
+@pytest.mark.parametrize("cfg", [_config(), _CUT_EVAL], ids=["tiny", "eval-batches-cut-by-memory"])
+def test_merged_shards_equal_the_unpartitioned_sample(tmp_path: Path, cfg: PipelineConfig) -> None:
     reference = StageRunner(cfg, StrataPaths.at(tmp_path / "a").store()).artifact("sample")
     runner = StageRunner(cfg, StrataPaths.at(tmp_path / "b").store())
     reorder, partition = runner.artifact("reorder"), runner.artifact("partition")
@@ -59,6 +65,7 @@ def test_merged_shards_equal_the_unpartitioned_sample(tmp_path: Path) -> None:
     _assert_same(merged.artifact, reference)
     assert run_shard(runner.store, cfg, 1, 3, reorder=reorder, partition=partition).reused
     assert runner.artifact("sample").version == reference.version
+    assert merged.artifact.stats["eval_batch_size"] == (256 if cfg.sample.eval_memory_mb == 1 else 512)
 
 
 def test_dagster_partitions_build_the_sample_strata_job_reuses(tmp_path: Path) -> None:
