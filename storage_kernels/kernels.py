@@ -31,6 +31,9 @@ __all__ = [
     "belady_changesets",
     "window_schedule",
     "WindowSchedule",
+    "rows_in_blocks",
+    "window_split",
+    "window_update",
     "bucket_rows",
     "build_csr",
     "cache_update",
@@ -925,6 +928,31 @@ def window_schedule(batch_ptr, rows, num_rows: int, row_bytes: int, buffer_rows:
     out = _native.window_schedule(batch_ptr=_index_array("batch_ptr", batch_ptr), rows=_index_array("rows", rows),
                                   num_rows=int(num_rows), row_bytes=int(row_bytes), buffer_rows=int(buffer_rows))
     return WindowSchedule(*out)
+
+
+def window_split(slots, pos, row_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's rows of a segment disk cache split by the window's table ``row_slot`` (row -> buffer slot, -1
+    when not held): ``(held_slots, held_pos, unheld_rows, unheld_pos)``, each in the order of ``slots``, where
+    ``pos`` are the rows' positions in the batch. IndexError naming ``k`` for a row outside the table."""
+    return _native.window_split(slots=_index_array("slots", slots), pos=_index_array("pos", pos),
+                                row_slot=_int64_array("row_slot", row_slot))
+
+
+def rows_in_blocks(blocks, rows, base: int, row_bytes: int) -> np.ndarray | None:
+    """Where rows start in a buffer holding ``blocks`` (sorted, distinct 4096-byte block numbers) back to back:
+    row ``r`` spans file bytes ``[base + r * row_bytes, + row_bytes)``; ``None`` when some row has a block not
+    in ``blocks``. ValueError for unsorted blocks, IndexError for a negative row."""
+    return _native.rows_in_blocks(blocks=_index_array("blocks", blocks), rows=_index_array("rows", rows),
+                                  base=int(base), row_bytes=int(row_bytes))
+
+
+def window_update(row_slot: np.ndarray, slot_row: np.ndarray, out_rows, in_rows, in_slots) -> None:
+    """The segment window's changes after a batch, in place on its tables ``row_slot`` (row -> slot) and
+    ``slot_row`` (slot -> row), both writable int64 with -1 for none: every out row leaves; then in order
+    ``in_rows[k]`` takes slot ``in_slots[k]``, evicting the slot's previous row and freeing any other slot the
+    row held. Every index is checked first (IndexError naming the entry; nothing changed then)."""
+    _native.window_update(row_slot=row_slot, slot_row=slot_row, out_rows=_index_array("out_rows", out_rows),
+                          in_rows=_index_array("in_rows", in_rows), in_slots=_index_array("in_slots", in_slots))
 
 
 def cache_update(cache: np.ndarray, address_table: np.ndarray, batch_rows: np.ndarray, in_ids, out_ids,

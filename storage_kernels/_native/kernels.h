@@ -90,6 +90,10 @@ PyObject *sk_csr_aggregate(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_belady_changesets(PyObject *self, PyObject *args, PyObject *kwargs);
 /* cache/window.c: the segment window's schedule (Belady over a segment disk cache's rows, block reads) */
 PyObject *sk_window_schedule(PyObject *self, PyObject *args, PyObject *kwargs);
+/* cache/window_lookup.c: the segment window's per-batch bookkeeping at training time */
+PyObject *sk_window_split(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_rows_in_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_window_update(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* cache/update.c: in-place cache update from a batch's rows through the address table */
 PyObject *sk_cache_update(PyObject *self, PyObject *args, PyObject *kwargs);

@@ -113,6 +113,14 @@ static PyMethodDef methods[] = {
     SK_METHOD(window_schedule, "batch_ptr, rows, num_rows, row_bytes, buffer_rows",
               "The segment window's per-batch block reads and buffer changes (Belady over the rows of one segment\n"
               "disk cache). Returns (read_ptr, read_blocks, in_ptr, in_rows, in_slots, out_ptr, out_rows, hits)."),
+    SK_METHOD(window_split, "slots, pos, row_slot",
+              "A batch's segment-cache rows split by the window's row -> slot table (-1: not held).\n"
+              "Returns (held_slots, held_pos, unheld_rows, unheld_pos)."),
+    SK_METHOD(rows_in_blocks, "blocks, rows, base, row_bytes",
+              "Where each row (file bytes base + row * row_bytes) starts in a buffer of the sorted blocks read back\n"
+              "to back; None when some row has a block that was not read."),
+    SK_METHOD(window_update, "row_slot, slot_row, out_rows, in_rows, in_slots",
+              "The window's changes after a batch, in place: out rows leave, in_rows[k] takes slot in_slots[k]."),
 
     /* ---- nn/: training-time model operations on the CPU ---- */
     SK_METHOD(csr_sum, "indptr, cols, src, out, mean=False, num_threads=0",

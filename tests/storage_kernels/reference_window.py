@@ -57,3 +57,41 @@ def window_schedule_ref(batches: list[np.ndarray], num_rows: int, row_bytes: int
     as64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
     return (as64(read_ptr), as64(read_blocks), as64(in_ptr), as64(in_rows), as64(in_slots), as64(out_ptr),
             as64(out_rows), as64(hits), states)
+
+
+# ---- window_lookup.c: the window's per-batch bookkeeping at training time ----------------------------------
+
+
+def window_split_ref(slots: np.ndarray, pos: np.ndarray, row_slot: np.ndarray):
+    """``(held_slots, held_pos, unheld_rows, unheld_pos)``: the NumPy form the reader used before the kernel."""
+    where = row_slot[slots]
+    held = where >= 0
+    return where[held], pos[held], slots[~held], pos[~held]
+
+
+def rows_in_blocks_ref(blocks: np.ndarray, rows: np.ndarray, base: int, row_bytes: int) -> np.ndarray | None:
+    """Row by row: every block of the row must be in ``blocks``; the row starts where its first block landed."""
+    index = {int(b): k for k, b in enumerate(blocks)}
+    at = []
+    for r in rows:
+        off = base + int(r) * row_bytes
+        first, last = off // BLOCK, (off + row_bytes - 1) // BLOCK
+        if any(b not in index for b in range(first, last + 1)):
+            return None
+        at.append(index[first] * BLOCK + off % BLOCK)
+    return np.asarray(at, dtype=np.int64)
+
+
+def window_update_ref(row_slot: np.ndarray, slot_row: np.ndarray, out_rows, in_rows, in_slots) -> None:
+    """The rule in plain steps, in place."""
+    for r in out_rows:
+        if row_slot[r] >= 0:
+            slot_row[row_slot[r]] = -1
+        row_slot[r] = -1
+    for r, s in zip(in_rows, in_slots, strict=True):
+        if slot_row[s] >= 0:
+            row_slot[slot_row[s]] = -1
+        if row_slot[r] >= 0:
+            slot_row[row_slot[r]] = -1
+        slot_row[s] = r
+        row_slot[r] = s

@@ -31,7 +31,7 @@ from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.iobackend import resolve_backend
 
 __all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "block_positions", "block_runs", "check_rows",
-           "positions_if_read", "read_blocks"]
+           "read_blocks"]
 
 
 class NodeBatch(Protocol):
@@ -278,23 +278,6 @@ def read_blocks(file: DirectFile, blocks: np.ndarray, buffer: np.ndarray,
     nbytes = file.pread(blocks[run_start] * DATA_ALIGN, run_len * DATA_ALIGN, buffer, run_start * DATA_ALIGN,
                         num_threads)
     return buffer, nbytes, len(run_start)
-
-
-def positions_if_read(blocks: np.ndarray, row_off: np.ndarray, row_bytes: int) -> np.ndarray | None:
-    """:func:`block_positions` of the rows at ``row_off`` when ``blocks`` (sorted, distinct) holds every block
-    of each of them, else None: one search per row does the membership test and the lookup. A row's first and
-    last blocks both present at the expected distance means every block between them is too."""
-    if not len(row_off):
-        return np.empty(0, dtype=np.int64)
-    first = row_off // DATA_ALIGN
-    last = (row_off + row_bytes - 1) // DATA_ALIGN
-    idx = np.searchsorted(blocks, first)  # (k,)
-    end = idx + (last - first)
-    if int(end.max()) >= len(blocks):
-        return None
-    if not (np.array_equal(blocks[idx], first) and np.array_equal(blocks[end], last)):
-        return None
-    return idx * DATA_ALIGN + row_off % DATA_ALIGN
 
 
 def block_positions(blocks: np.ndarray, row_off: np.ndarray) -> np.ndarray:

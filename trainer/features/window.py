@@ -9,7 +9,7 @@ from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, blocks_of_rows
 from storage_kernels.packstore import BatchAddresses, PackedStore
 from storage_kernels.windowstore import SegmentWindow
-from trainer.features.base import FeatureTier, TierRead, block_positions, positions_if_read, read_blocks
+from trainer.features.base import FeatureTier, TierRead, read_blocks
 from trainer.features.diskcache import DiskCacheTier
 
 __all__ = ["WindowedDiskCacheTier"]
@@ -66,38 +66,30 @@ class WindowedDiskCacheTier(DiskCacheTier):
         segment = int(self.store.batch_segment[addr.batch])
         if segment != self._segment:  # a new segment: nothing of the old one is ever read again
             self._reset(segment)
-        row_bytes = self.store.row_bytes
-        slots = part.slot  # (k,) rows of the segment cache
-        where = self._row_slot[slots]  # (k,) buffer slot or -1
-        held = where >= 0
+        row_bytes, base = self.store.row_bytes, addr.cache_offset
+        # the part's rows of the segment cache: buffer slots of those held, the others to read
+        held_slots, held_pos, unheld, unheld_pos = kernels.window_split(part.slot, part.pos, self._row_slot)
         blocks = self.window.reads(addr.batch)  # (m,) absolute blocks, sorted
-        hits = int(held.sum())
-        unheld = slots[~held] if hits else slots
-        unheld_off = addr.cache_offset + unheld * row_bytes
-        at = positions_if_read(blocks, unheld_off, row_bytes)
+        at = kernels.rows_in_blocks(blocks, unheld, base, row_bytes)
         if at is None:  # out of the schedule's order: some rows' blocks are not scheduled, read them too
-            blocks = np.union1d(blocks, blocks_of_rows(unheld, row_bytes, addr.cache_offset, DATA_ALIGN))
-            at = block_positions(blocks, unheld_off)
+            blocks = np.union1d(blocks, blocks_of_rows(unheld, row_bytes, base, DATA_ALIGN))
+            at = kernels.rows_in_blocks(blocks, unheld, base, row_bytes)
         self._buffer, nbytes, runs = read_blocks(self._file, blocks, self._buffer, self.num_threads)
         self.bytes_read += nbytes
         self.read_requests += runs
 
         # buffered rows and rows read, each straight to its node-order row of the staging block
-        if hits:
-            kernels.gather_rows_into(self._rows, where[held], part.staging, part.pos[held], self.num_threads)
-        kernels.gather_rows_at_into(self._buffer, at, part.staging, part.pos[~held] if hits else part.pos,
-                                    self.num_threads)
-        self.window_hits += hits
+        if len(held_slots):
+            kernels.gather_rows_into(self._rows, held_slots, part.staging, held_pos, self.num_threads)
+        kernels.gather_rows_at_into(self._buffer, at, part.staging, unheld_pos, self.num_threads)
+        self.window_hits += len(held_slots)
         out_rows, in_rows, in_slots = self.window.changes(addr.batch)
-        gone = self._row_slot[out_rows]
-        self._slot_row[gone[gone >= 0]] = -1
-        self._row_slot[out_rows] = -1
-        if len(in_rows):
-            previous = self._slot_row[in_slots]  # off schedule a slot may still hold another row
-            self._row_slot[previous[previous >= 0]] = -1
-            self._slot_row[in_slots] = in_rows
-            self._row_slot[in_rows] = in_slots
-            at = block_positions(blocks, addr.cache_offset + in_rows * row_bytes)
+        kernels.window_update(self._row_slot, self._slot_row, out_rows, in_rows, in_slots)
+        if len(in_rows):  # rows entering the buffer, from the blocks just read (each comes whole with them)
+            at = kernels.rows_in_blocks(blocks, in_rows, base, row_bytes)
+            if at is None:
+                raise ValueError(f"'{self.store.path}/window_in_rows.npy' expected rows of batch {addr.batch}'s "
+                                 f"scheduled blocks (got a row whose blocks were not read)")
             kernels.gather_rows_at_into(self._buffer, at, self._rows, in_slots, self.num_threads)
 
     def stats(self) -> dict[str, float]:
