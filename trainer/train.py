@@ -147,8 +147,7 @@ class EpochStats:
         """Flat per-epoch metrics for the tracker (validation accuracy is added by the caller)."""
         return {"loss": self.loss, "train_acc": self.train_acc, "epoch_s": self.epoch_s,
                 "bytes_read": float(self.bytes_read), "read_requests": float(self.read_requests),
-                "cache_hit_rate": self.cache_hit_rate, "overlap": overlap(self.epoch_s, self.timers), **self.timers,
-                **gpu_step_share(self.epoch_s, self.timers)}
+                "cache_hit_rate": self.cache_hit_rate, **self.timers, **stage_ratios(self.epoch_s, self.timers)}
 
 
 #: The pipeline's stages, by busy timer (``BatchLoader`` and :func:`train_epoch`).
@@ -172,9 +171,14 @@ def sum_epoch_timers(per_epoch: Sequence[Mapping[str, float]]) -> dict[str, floa
         for k, v in timers.items():
             key = "train_s" if k == "epoch_s" else k
             total[key] = total.get(key, 0.0) + float(v)
-    total["overlap"] = overlap(total["train_s"], total)
-    total.update(gpu_step_share(total["train_s"], total))
+    total.update(stage_ratios(total["train_s"], total))
     return total
+
+
+def stage_ratios(epoch_s: float, timers: dict[str, float]) -> dict[str, float]:
+    """The ratios the timers of ``epoch_s`` seconds of training give: ``overlap`` and, on CUDA,
+    ``gpu_step_share`` (of one epoch's timers, or of several epochs' sums: ratios are not summed)."""
+    return {"overlap": overlap(epoch_s, timers), **gpu_step_share(epoch_s, timers)}
 
 
 def gpu_step_share(epoch_s: float, timers: dict[str, float]) -> dict[str, float]:
