@@ -71,6 +71,8 @@ __all__ = [
     "relabel_ids",
     "sample_blocks",
     "sample_dense",
+    "split_by_code",
+    "TierGroups",
     "uring_read_ranges",
 ]
 
@@ -597,6 +599,29 @@ def gather_rows_at_into(src: np.ndarray, offsets, out: np.ndarray, pos, num_thre
     _native.gather_rows_at_into(src=src, offsets=_index_array("offsets", offsets), out=out,
                                 pos=_index_array("pos", pos), num_threads=num_threads)
     return out
+
+
+class TierGroups(NamedTuple):
+    """A batch's nodes grouped by tier code (:func:`split_by_code`): code ``c``'s positions (ascending)
+    ``order[ptr[c]:ptr[c + 1]]``, their slots ``slots[ptr[c]:ptr[c + 1]]``, and ``lo[c]`` / ``hi[c]`` the
+    smallest and largest of those slots (0 and -1 for a code without nodes)."""
+
+    order: np.ndarray
+    slots: np.ndarray
+    ptr: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def split_by_code(codes: np.ndarray, slots, num_codes: int) -> TierGroups:
+    """Group positions ``0..n-1`` by ``codes`` (int8, each in ``[0, num_codes)``; a stable counting sort, one
+    C pass to count and one to place). ValueError naming the first position with a code out of range."""
+    codes = np.asarray(codes)
+    if codes.dtype != np.int8 or codes.ndim != 1:
+        raise ValueError(f"'codes' expected a 1-D int8 array (got {codes.dtype} array of shape {codes.shape})")
+    codes = np.ascontiguousarray(codes)
+    return TierGroups(*_native.split_by_code(codes=codes, slots=_index_array("slots", slots),
+                                             num_codes=int(num_codes)))
 
 
 # ---- segment disk caches (DiskGNN, diskcache.c) -----------------------------------------------------------

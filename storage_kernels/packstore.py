@@ -35,6 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
+from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows
 
 __all__ = [
@@ -192,6 +193,15 @@ class BatchAddresses:
         nodes = np.asarray(nodes, dtype=np.int64)
         return cls(batch=int(batch), tier=np.full(len(nodes), int(tier), dtype=np.int8), slot=nodes,
                    chunk_offset=0, chunk_rows=0, chunk_bytes=0)
+
+    def groups(self) -> kernels.TierGroups:
+        """The nodes grouped by tier code (:func:`storage_kernels.kernels.split_by_code`), positions ascending
+        within a tier; ``ValueError`` as :meth:`check_tiers` for a code that is not a readable :class:`Tier`."""
+        try:
+            return kernels.split_by_code(self.tier, self.slot, len(Tier.readable()))
+        except ValueError:
+            self.check_tiers()  # the message naming the batch and the node
+            raise
 
     def check_tiers(self) -> None:
         """``ValueError`` naming the first node whose tier code is not a readable :class:`Tier`."""

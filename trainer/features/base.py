@@ -155,24 +155,26 @@ class FeatureTier:
         return [self, *(self.fallback.chain() if self.fallback is not None else [])]
 
     # ------------------------------------------------------------------------------------------ read stage
-    def select(self, addr: BatchAddresses, unserved: np.ndarray) -> list[TierRead]:
+    def select(self, addr: BatchAddresses, groups: kernels.TierGroups, taken: set[int] | None = None) -> list[TierRead]:
         """Every tier's part of the batch, this tier and its fallbacks, outermost first.
 
-        ``unserved`` (n,) bool marks the nodes no outer tier took; this tier takes those addressed to it
-        (clearing them in place), checks their slots, and hands the rest on.
+        ``groups`` are the batch's nodes by tier code (``addr.groups()``); this tier takes those addressed to it,
+        unless an outer tier of the same code took them (``taken``: the codes taken so far), checks their slots,
+        and hands the rest on.
         """
-        mine = unserved & (addr.tier == self.tier)
-        unserved &= ~mine
-        pos = np.flatnonzero(mine)  # (k,) positions in node order
-        part = TierRead(self, pos, addr.slot[pos])
-        if len(pos):
+        taken = set() if taken is None else taken
+        code = int(self.tier)
+        lo, hi = (int(groups.ptr[code]), int(groups.ptr[code + 1])) if code not in taken else (0, 0)
+        taken.add(code)
+        part = TierRead(self, groups.order[lo:hi], groups.slots[lo:hi])  # positions ascending, their slots
+        if hi > lo:
             limit = self.num_slots(addr)
-            lo, hi = int(part.slot.min()), int(part.slot.max())
-            if lo < 0 or hi >= limit:
+            first, last = int(groups.lo[code]), int(groups.hi[code])
+            if first < 0 or last >= limit:
                 raise IndexError(f"'addr_slot' of batch {addr.batch} expected slots in [0, {limit}) for tier "
-                                 f"{int(self.tier)} ({self.tier.label}) (got {lo}..{hi})")
-            self.rows_served += len(pos)
-        rest = self.fallback.select(addr, unserved) if self.fallback is not None else []
+                                 f"{code} ({self.tier.label}) (got {first}..{last})")
+            self.rows_served += hi - lo
+        rest = self.fallback.select(addr, groups, taken) if self.fallback is not None else []
         return [part, *rest]
 
     def num_slots(self, addr: BatchAddresses) -> int:  # pragma: no cover - abstract

@@ -198,8 +198,8 @@ class TieredSource:
         is the batch (``rows = arange(n)``). A source that reads only some of a batch's nodes (pruned rows)
         lays them out in the whole batch's block this way, with no copy after."""
         addr = self.addresses(batch)
-        addr.check_tiers()
-        counts = np.bincount(addr.tier.astype(np.intp), minlength=len(Tier.readable()))  # rows per tier code
+        groups = addr.groups()  # the nodes by tier code (checks every code)
+        counts = np.diff(groups.ptr)  # rows per tier code
         for t in Tier.readable():
             if counts[t] and t not in self._served:
                 if t == Tier.FILE:
@@ -208,7 +208,7 @@ class TieredSource:
                 raise ValueError(f"'{self.name}' expected a {t.label} tier for the {counts[t]} tier-{int(t)} "
                                  f"({t.label}) rows of batch {addr.batch} (got tiers "
                                  f"{[s.tier.label for s in self.tiers]})")
-        parts = self.top.select(addr, np.ones(len(addr.tier), dtype=bool))
+        parts = self.top.select(addr, groups)
         n = len(addr.tier) if num_rows is None else int(num_rows)
         if rows is not None:
             if len(rows) != len(addr.tier):
