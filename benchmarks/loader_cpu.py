@@ -30,8 +30,10 @@ def _open(args: argparse.Namespace, policy: str) -> tuple[Any, list[Any]]:
     from pipelines.settings import StrataPaths
     from pipelines.stages.train import open_features
     from storage_kernels.sampleset import SampleSet
+    from trainer.features.iobackend import set_io_defaults
 
     cfg = PipelineConfig.load(dataset=args.dataset, overrides=[*args.overrides, f"policy={policy}"])
+    set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # as the train stage does
     runner = StageRunner(cfg, StrataPaths.at(str(args.root)).store())
     runner.run_until("pack", checks=False)
     samples = SampleSet(runner.artifact("sample").path)

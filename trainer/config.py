@@ -112,7 +112,9 @@ class TrainConfig:
                             "with bfloat16; for CUDA GPUs with bf16 support, also runs under CPU autocast).")
     io_backend: str = setting("auto", "Feature-file reads: uring (io_uring, queue_depth requests in flight), pread "
                               "(thread pool) or auto (uring when the kernel allows it).", artifact=False)
-    io_queue_depth: int = setting(64, "io_uring reads in flight per read call (1..4096).", artifact=False)
+    io_queue_depth: int = setting(
+        256, "io_uring reads in flight per read call (1..4096); deeper queues reap more completions per system "
+        "call.", artifact=False)
     # checkpoints
     checkpoint_path: str = setting("", "Write a checkpoint here after every epoch ('' = none).", artifact=False)
     checkpoint_every: int = setting(0, "Also checkpoint every N training batches (steps), mid-epoch; 0 = only "

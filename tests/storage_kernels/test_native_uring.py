@@ -89,7 +89,7 @@ def test_disabled_by_environment(monkeypatch):
     assert kernels.io_uring_available() == (False, "io_uring disabled by STRATA_DISABLE_IO_URING=1")
 
 
-@pytest.mark.parametrize("queue_depth", [1, 4, 16, 64])
+@pytest.mark.parametrize("queue_depth", [1, 4, 16, 64, 256])
 @pytest.mark.parametrize("merge", [True, False])
 def test_random_direct_ranges(direct_fd, file_bytes, queue_depth, merge):
     """Many more aligned ranges than the queue depth, repeats and neighbours included, O_DIRECT."""

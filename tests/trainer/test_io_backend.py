@@ -71,7 +71,7 @@ def test_train_config_declares_the_settings() -> None:
 
     fields = TrainConfig.__pydantic_fields__
     assert artifact_effect(fields["io_backend"]) is False and artifact_effect(fields["io_queue_depth"]) is False
-    assert TrainConfig().io_backend == "auto" and TrainConfig().io_queue_depth == 64
+    assert TrainConfig().io_backend == "auto" and TrainConfig().io_queue_depth == 256
     with pytest.raises(ValueError, match="'TrainConfig.io_backend' expected a value in range"):
         TrainConfig(io_backend="aio")
     with pytest.raises(ValueError, match="'TrainConfig.io_queue_depth' expected a value in range"):
