@@ -72,6 +72,7 @@ __all__ = [
     "sample_blocks",
     "sample_dense",
     "split_by_code",
+    "blocks_for_rows",
     "TierGroups",
     "uring_read_ranges",
 ]
@@ -599,6 +600,22 @@ def gather_rows_at_into(src: np.ndarray, offsets, out: np.ndarray, pos, num_thre
     _native.gather_rows_at_into(src=src, offsets=_index_array("offsets", offsets), out=out,
                                 pos=_index_array("pos", pos), num_threads=num_threads)
     return out
+
+
+def blocks_for_rows(rows, base: int, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(blocks, at)``: the sorted distinct 4096-byte blocks holding ``rows`` of a file (row ``r`` at bytes
+    ``base + r * row_bytes``), and where each row starts in a buffer of those blocks read back to back. In C
+    over a dense table of the blocks' span; rows far apart (a span beyond 16 blocks a row) are sorted by NumPy
+    instead. IndexError for a negative row."""
+    rows = _index_array("rows", rows)
+    out = _native.blocks_for_rows(rows=rows, base=int(base), row_bytes=int(row_bytes))
+    if out is not None:
+        return out
+    start = int(base) + rows * int(row_bytes)  # (k,) the rows are far apart: a few, so NumPy's sort is cheap
+    first = start // DIRECT_ALIGN
+    span = (start + int(row_bytes) - 1) // DIRECT_ALIGN - first + 1  # blocks per row
+    blocks = np.unique(np.repeat(first, span) + (np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)))
+    return blocks, np.searchsorted(blocks, first) * DIRECT_ALIGN + start % DIRECT_ALIGN
 
 
 class TierGroups(NamedTuple):

@@ -40,6 +40,9 @@ PyObject *sk_gather_rows_at_into(PyObject *self, PyObject *args, PyObject *kwarg
 /* io/split.c: a batch's address table grouped by tier code (the source's read stage) */
 PyObject *sk_split_by_code(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* io/blocks.c: the blocks a set of rows needs and where each row lands in them (merged reads) */
+PyObject *sk_blocks_for_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* io/diskcache.c: DiskGNN's segment disk caches: MinHash signatures (Alg. 1), distinct blocks per read */
 PyObject *sk_minhash_signatures(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_count_blocks(PyObject *self, PyObject *args, PyObject *kwargs);

@@ -38,6 +38,9 @@ static PyMethodDef methods[] = {
               "out[pos[k]] = src[idx[k]] for 2-D C-contiguous arrays (distinct pos)."),
     SK_METHOD(gather_rows_at_into, "src, offsets, out, pos, num_threads=0",
               "out[pos[k]] = the row at byte offsets[k] of src (uint8 src; distinct pos)."),
+    SK_METHOD(blocks_for_rows, "rows, base, row_bytes",
+              "The sorted distinct 4096-byte blocks holding rows (file bytes base + row * row_bytes) and where each\n"
+              "row starts in them read back to back: (blocks, at); None when the rows are too far apart."),
     SK_METHOD(split_by_code, "codes, slots, num_codes",
               "Nodes grouped by their int8 code (stable counting sort). Returns (order, sorted_slots, ptr, lo, hi):\n"
               "code c's positions order[ptr[c]:ptr[c+1]], their slots, and the smallest and largest slot per code."),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN
-from storage_kernels.packstore import BatchAddresses, PackedStore, Tier, cache_blocks
-from trainer.features.base import DirectFile, FeatureTier, TierRead, block_positions, read_blocks
+from storage_kernels.packstore import BatchAddresses, PackedStore, Tier
+from trainer.features.base import DirectFile, FeatureTier, TierRead, read_blocks
 
 __all__ = ["DiskCacheTier"]
 
@@ -43,15 +43,13 @@ class DiskCacheTier(FeatureTier):
 
     def fetch(self, addr: BatchAddresses, part: TierRead) -> None:
         assert part.staging is not None  # reserved by the source before the I/O
-        row_bytes = self.store.row_bytes
-        row_off = addr.cache_offset + part.slot * row_bytes  # (k,) byte offset of each row in the file
-        blocks = cache_blocks(part.slot, row_bytes, addr.cache_offset)  # (m,) distinct blocks, sorted
+        # the distinct blocks of the part's rows (sorted; packstore.cache_blocks's) and each row's place in them
+        blocks, at = kernels.blocks_for_rows(part.slot, addr.cache_offset, self.store.row_bytes)
         # the buffer grows to at most the largest segment cache
         self._buffer, nbytes, runs = read_blocks(self._file, blocks, self._buffer, self.num_threads)
         self.bytes_read += nbytes
         self.read_requests += runs
-        kernels.gather_rows_at_into(self._buffer, block_positions(blocks, row_off), part.staging, part.pos,
-                                    self.num_threads)
+        kernels.gather_rows_at_into(self._buffer, at, part.staging, part.pos, self.num_threads)
 
     def gather(self, part: TierRead) -> None:
         """Nothing to do: the read stage put the rows in place."""

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from storage_kernels import kernels
-from storage_kernels.arrays import DATA_ALIGN, align_up, blocks_of_rows, read_header
+from storage_kernels.arrays import DATA_ALIGN, align_up, read_header
 from storage_kernels.packstore import BatchAddresses, Tier
-from trainer.features.base import DirectFile, FeatureTier, TierRead, block_positions, read_blocks
+from trainer.features.base import DirectFile, FeatureTier, TierRead, read_blocks
 
 __all__ = ["FileRows", "FileTier"]
 
@@ -109,10 +109,9 @@ class FileRows:
         return nbytes
 
     def _read_merged(self, ids: np.ndarray, out: np.ndarray, pos: np.ndarray) -> int:
-        row_off = self.data_offset + ids * self.row_bytes  # (k,)
-        blocks = blocks_of_rows(ids, self.row_bytes, self.data_offset, DATA_ALIGN)  # (m,) needed, sorted
+        blocks, at = kernels.blocks_for_rows(ids, self.data_offset, self.row_bytes)  # (m,) needed, sorted; (k,)
         buffer, nbytes, _ = read_blocks(self._file, blocks, self._ensure(len(blocks) * DATA_ALIGN), self.num_threads)
-        self._extract(buffer, block_positions(blocks, row_off), out, pos)
+        self._extract(buffer, at, out, pos)
         return nbytes
 
     def _extract(self, buffer: np.ndarray, byte_pos: np.ndarray, out: np.ndarray, pos: np.ndarray) -> None:
