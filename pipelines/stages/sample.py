@@ -39,12 +39,15 @@ def batch_seed(seed: int, split: str, epoch: int, step: int) -> int:
     return int(state[0]) << 32 | int(state[1])
 
 
-def nodes_per_seed(fanouts: list[int], mean_degree: float) -> float:
-    """Sampled nodes per seed at most, hop by hop (1 + f1 + f1*f2 + ...; a fanout of -1, every neighbour,
-    counts as ``mean_degree``): an upper bound when every sampled node is new, which overlap only lowers."""
+def nodes_per_seed(fanouts: list[int], mean_degree: float, neighbour_degree: float | None = None) -> float:
+    """Sampled nodes per seed, hop by hop (1 + f1 + f1*f2 + ...), counting every sampled node as new (overlap
+    only lowers it). A fanout of -1, every neighbour, counts as ``mean_degree`` at the first hop and as
+    ``neighbour_degree`` (the expected degree of a neighbour, E[d^2]/E[d]: hubs are reached more often;
+    ``mean_degree`` when None) after it."""
     total, frontier = 1.0, 1.0
-    for f in fanouts:
-        frontier *= mean_degree if f < 0 else float(f)
+    for hop, f in enumerate(fanouts):
+        every = mean_degree if hop == 0 or neighbour_degree is None else neighbour_degree
+        frontier *= every if f < 0 else float(f)
         total += frontier
     return total
 
@@ -53,7 +56,13 @@ def eval_batch_size(sc: SampleConfig, graph: GraphArrays) -> int:
     """Seeds per validation/test batch: ``sc.eval_batch_size``, lowered while one batch's estimated feature rows
     (``min(num_nodes, seeds x nodes_per_seed)`` rows of ``graph.row_bytes``) exceed ``sc.eval_memory_mb``, but
     never below ``sc.batch_size`` (what a training batch already holds)."""
-    per_seed = nodes_per_seed(list(sc.fanouts), graph.num_edges / max(graph.num_nodes, 1))
+    fanouts = list(sc.fanouts)
+    mean = graph.num_edges / max(graph.num_nodes, 1)
+    neighbour = None
+    if any(f < 0 for f in fanouts[1:]):  # every neighbour beyond the first hop: the degrees' second moment
+        degrees = graph.degrees().astype(np.float64)
+        neighbour = float(np.dot(degrees, degrees)) / max(float(degrees.sum()), 1.0)
+    per_seed = nodes_per_seed(fanouts, mean, neighbour)
     row_bytes, limit = max(graph.row_bytes, 1), sc.eval_memory_mb << 20
 
     def block_bytes(seeds: int) -> float:

@@ -29,7 +29,21 @@ def _sample_cfg(*sets: str) -> PipelineConfig:
 def test_nodes_per_seed_counts_every_hop():
     assert sample.nodes_per_seed([10, 10], 3.0) == 111
     assert sample.nodes_per_seed([-1, 5], 4.0) == 1 + 4 + 20  # -1: every neighbour, the mean degree
-    assert sample.nodes_per_seed([], 4.0) == 1
+    assert sample.nodes_per_seed([-1, -1], 4.0, 10.0) == 1 + 4 + 40  # then a neighbour's degree E[d^2]/E[d]
+
+
+def test_every_neighbour_beyond_the_first_hop_counts_the_hubs():
+    # a star: hub 0 with 999 leaves; mean degree 1.998, a neighbour's degree (999^2 + 999) / 1998 = 500
+    indptr = np.concatenate([[0, 999], 999 + np.arange(1, 1000)]).astype(np.int64)
+    graph = GraphArrays(indptr, np.empty(0, np.int64), np.broadcast_to(np.float32(0), (1000, 1_000_000)),
+                        *[np.empty(0, np.int64)] * 4)  # 4 MB rows: 4 GB in all, above the 1 GiB limit
+    sc = _sample_cfg("sample.fanouts=[-1,-1]", "sample.batch_size=1").sample
+    limit = sc.eval_memory_mb << 20
+    # by the mean degree a seed would sample 1 + 2 + 4 = 7 rows and 38 seeds would fit; with the hubs counted
+    # it samples ~1,002 rows (the whole graph), so not even 2 seeds fit: the training batch size, 1
+    assert limit // (sample.nodes_per_seed([-1, -1], 1.998) * 4_000_000) == 38
+    assert sample.nodes_per_seed([-1, -1], 1.998, 500.0) == pytest.approx(1 + 1.998 + 1.998 * 500)
+    assert sample.eval_batch_size(sc, graph) == 1
 
 
 def test_wide_features_on_a_large_graph_lower_the_eval_batch_to_fit():
