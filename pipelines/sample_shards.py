@@ -38,7 +38,8 @@ def shard_bounds(num_batches: int, shards: int) -> list[int]:
     return [i * num_batches // shards for i in range(shards + 1)]
 
 
-def _plan(cfg: PipelineConfig, reorder: Artifact, partition: Artifact) -> tuple[Any, list[tuple]]:
+def _plan(cfg: PipelineConfig, reorder: Artifact, partition: Artifact, derived: dict[str, Any]
+          ) -> tuple[Any, list[tuple]]:
     """The graph and the sample stage's batch plan (same call as ``sample.run``)."""
     sc = cfg.sample
     graph = load_graph(reorder)
@@ -46,17 +47,17 @@ def _plan(cfg: PipelineConfig, reorder: Artifact, partition: Artifact) -> tuple[
         raise ValueError(f"'{reorder.path}/train_idx.npy' expected training nodes (got none)")
     parts = np.asarray(partition.array("parts.npy")) if sc.batching == "partition" else None
     return graph, sample_stage.plan_batches(graph.train_idx, graph.val_idx, graph.test_idx, sc.batch_size,
-                                            sample_stage.eval_batch_size(sc, graph), sc.epochs, sc.seed, parts,
-                                            sc.macro_parts)
+                                            derived["eval_batch_size"], sc.epochs, sc.seed, parts, sc.macro_parts)
 
 
 def _derived(cfg: PipelineConfig, reorder: Artifact) -> dict[str, Any]:
+    """The sample stage's derived parameters (``sample_stage.derived_params``): computed once per call here."""
     return sample_stage.derived_params(cfg, load_graph(reorder))
 
 
 def _shard_version(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int, reorder: Artifact,
-                   partition: Artifact) -> tuple[str, dict[str, Any], dict[str, str]]:
-    params = {**artifact_params(cfg, "sample"), **_derived(cfg, reorder), "shard": index, "shards": shards}
+                   partition: Artifact, derived: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+    params = {**artifact_params(cfg, "sample"), **derived, "shard": index, "shards": shards}
     upstream = {"reorder": reorder.version, "partition": partition.version}
     return store.version_for(SHARD_STAGE, FORMAT_VERSION, params, upstream), params, upstream
 
@@ -66,7 +67,8 @@ def run_shard(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int
     """Sample shard ``index`` of ``shards`` (reused when it exists)."""
     if not 0 <= index < shards:
         raise ValueError(f"'shard' expected 0 <= index < {shards} (got {index})")
-    version, params, upstream = _shard_version(store, cfg, index, shards, reorder, partition)
+    derived = _derived(cfg, reorder)
+    version, params, upstream = _shard_version(store, cfg, index, shards, reorder, partition, derived)
     existing = store.find(cfg.dataset_name, SHARD_STAGE, version)
     if existing is not None:
         return StageResult(existing, reused=True, metadata={"version": version, "path": str(existing.path)})
@@ -75,7 +77,7 @@ def run_shard(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int
     start = time.perf_counter()
     with store.builder(cfg.dataset_name, SHARD_STAGE, version, params, upstream,
                        format_version=FORMAT_VERSION) as builder:
-        graph, plan = _plan(cfg, reorder, partition)
+        graph, plan = _plan(cfg, reorder, partition, derived)
         lo, hi = shard_bounds(len(plan), shards)[index : index + 2]
         fanouts = np.asarray(sc.fanouts, dtype=np.int64)
         writer = SampleSetWriter(builder)
@@ -102,8 +104,9 @@ def run_shard(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int
 def find_shards(store: ArtifactStore, cfg: PipelineConfig, shards: int, *, reorder: Artifact,
                 partition: Artifact) -> list[Artifact | None]:
     """Every shard of this configuration, None where it was not sampled yet."""
-    return [store.find(cfg.dataset_name, SHARD_STAGE, _shard_version(store, cfg, i, shards, reorder, partition)[0])
-            for i in range(shards)]
+    derived = _derived(cfg, reorder)
+    return [store.find(cfg.dataset_name, SHARD_STAGE,
+                       _shard_version(store, cfg, i, shards, reorder, partition, derived)[0]) for i in range(shards)]
 
 
 def merge(store: ArtifactStore, cfg: PipelineConfig, shards: list[Artifact], *, reorder: Artifact,

@@ -607,15 +607,14 @@ def blocks_for_rows(rows, base: int, row_bytes: int) -> tuple[np.ndarray, np.nda
     ``base + r * row_bytes``), and where each row starts in a buffer of those blocks read back to back. In C
     over a dense table of the blocks' span; rows far apart (a span beyond 16 blocks a row) are sorted by NumPy
     instead. IndexError for a negative row."""
+    from storage_kernels.arrays import blocks_of_rows
+
     rows = _index_array("rows", rows)
     out = _native.blocks_for_rows(rows=rows, base=int(base), row_bytes=int(row_bytes))
     if out is not None:
         return out
-    start = int(base) + rows * int(row_bytes)  # (k,) the rows are far apart: a few, so NumPy's sort is cheap
-    first = start // DIRECT_ALIGN
-    span = (start + int(row_bytes) - 1) // DIRECT_ALIGN - first + 1  # blocks per row
-    blocks = np.unique(np.repeat(first, span) + (np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)))
-    return blocks, np.searchsorted(blocks, first) * DIRECT_ALIGN + start % DIRECT_ALIGN
+    blocks = blocks_of_rows(rows, int(row_bytes), int(base), DIRECT_ALIGN)  # far apart: a few rows, a cheap sort
+    return blocks, rows_in_blocks(blocks, rows, base, row_bytes)
 
 
 class TierGroups(NamedTuple):

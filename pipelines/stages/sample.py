@@ -64,11 +64,7 @@ def eval_batch_size(sc: SampleConfig, graph: GraphArrays) -> int:
         neighbour = float(np.dot(degrees, degrees)) / max(float(degrees.sum()), 1.0)
     per_seed = nodes_per_seed(fanouts, mean, neighbour)
     row_bytes, limit = max(graph.row_bytes, 1), sc.eval_memory_mb << 20
-
-    def block_bytes(seeds: int) -> float:
-        return min(float(graph.num_nodes), seeds * per_seed) * row_bytes
-
-    if block_bytes(sc.eval_batch_size) <= limit:
+    if min(float(graph.num_nodes), sc.eval_batch_size * per_seed) * row_bytes <= limit:
         return sc.eval_batch_size
     fits = int(limit // (per_seed * row_bytes))
     return max(min(sc.batch_size, sc.eval_batch_size), min(fits, sc.eval_batch_size))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -175,3 +176,15 @@ def test_packed_on_cuda_equals_cpu(dataset, packed_dir: Path) -> None:
         for batch in _all_batches(dataset.samples):
             x = gpu.load(batch)
             assert x.is_cuda and torch.equal(x.cpu(), cpu.load(batch))
+
+
+def test_a_chain_with_two_tiers_of_one_code_is_refused():
+    from storage_kernels.packstore import Tier
+    from trainer.features.cache import MemoryTier
+    from trainer.features.source import TieredSource
+
+    rows = np.zeros((4, 3), np.float32)
+    inner = MemoryTier(rows, tier=Tier.CPU, name="inner")
+    outer = MemoryTier(rows, inner, tier=Tier.CPU, name="outer")
+    with pytest.raises(ValueError, match=r"expected tiers of distinct codes \(got \['outer: cpu', 'inner: cpu'\]\)"):
+        TieredSource(outer, "cpu", store=SimpleNamespace(feature_dim=3))  # type: ignore[arg-type]

@@ -155,17 +155,14 @@ class FeatureTier:
         return [self, *(self.fallback.chain() if self.fallback is not None else [])]
 
     # ------------------------------------------------------------------------------------------ read stage
-    def select(self, addr: BatchAddresses, groups: kernels.TierGroups, taken: set[int] | None = None) -> list[TierRead]:
+    def select(self, addr: BatchAddresses, groups: kernels.TierGroups) -> list[TierRead]:
         """Every tier's part of the batch, this tier and its fallbacks, outermost first.
 
-        ``groups`` are the batch's nodes by tier code (``addr.groups()``); this tier takes those addressed to it,
-        unless an outer tier of the same code took them (``taken``: the codes taken so far), checks their slots,
-        and hands the rest on.
+        ``groups`` are the batch's nodes by tier code (``addr.groups()``; the chain's codes are distinct, as
+        ``TieredSource`` checks): this tier takes those addressed to it, checks their slots, and hands on.
         """
-        taken = set() if taken is None else taken
         code = int(self.tier)
-        lo, hi = (int(groups.ptr[code]), int(groups.ptr[code + 1])) if code not in taken else (0, 0)
-        taken.add(code)
+        lo, hi = int(groups.ptr[code]), int(groups.ptr[code + 1])
         part = TierRead(self, groups.order[lo:hi], groups.slots[lo:hi])  # positions ascending, their slots
         if hi > lo:
             limit = self.num_slots(addr)
@@ -174,7 +171,7 @@ class FeatureTier:
                 raise IndexError(f"'addr_slot' of batch {addr.batch} expected slots in [0, {limit}) for tier "
                                  f"{code} ({self.tier.label}) (got {first}..{last})")
             self.rows_served += hi - lo
-        rest = self.fallback.select(addr, groups, taken) if self.fallback is not None else []
+        rest = self.fallback.select(addr, groups) if self.fallback is not None else []
         return [part, *rest]
 
     def num_slots(self, addr: BatchAddresses) -> int:  # pragma: no cover - abstract

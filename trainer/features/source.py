@@ -93,6 +93,9 @@ class TieredSource:
             raise ValueError(f"'{store.path}' expected {top.feature_dim} columns like {top.name} "
                              f"(got {store.feature_dim})")
         self._served = {t.tier for t in self.tiers}
+        if len(self._served) < len(self.tiers):  # an address names a tier code: one tier serves each
+            raise ValueError(f"'{self.name}' expected tiers of distinct codes (got "
+                             f"{[f'{t.name}: {t.tier.label}' for t in self.tiers]})")
         self.read_s = 0.0
         self.assemble_s = 0.0
         self._lock = threading.Lock()
