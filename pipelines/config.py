@@ -85,7 +85,7 @@ def _policies() -> Registry[Any]:
 
 
 def _models() -> Registry[Any]:
-    from trainer.models import MODELS
+    from trainer.architectures import MODELS  # names declared without torch; trainer.models registers them
 
     return MODELS
 
@@ -154,7 +154,7 @@ class _Section(BaseModel):
             value: Any = self
             for part in path.split("."):
                 value = getattr(value, part)
-            registry().get(value)  # ValueError: "'<registry kind>' expected one of ... (got ...)"
+            registry().check(value)  # ValueError: "'<registry kind>' expected one of ... (got ...)"
         return self
 
     def selected_reads(self) -> frozenset[str]:

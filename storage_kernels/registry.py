@@ -13,6 +13,18 @@ known ones. Adding a method is one new module that registers its entry, plus one
 >>> ORDERS.get("reverse") is reverse
 True
 
+A registry may name a ``provider``: the module that registers its built-in entries, imported on the first
+lookup instead of by whoever defines the registry, with the names it registers declared up front
+(:meth:`Registry.declare`).
+:meth:`Registry.check` accepts a declared name without importing the provider, so validating a
+configuration does not import what the entries need (``train.model``'s provider imports torch, which a
+preprocessing step never uses):
+
+>>> MODELS = Registry("train.model", provider="trainer.models")
+>>> MODELS.declare("graphsage", "gcn", "gat")
+>>> MODELS.check("gat")                   # no import
+>>> MODELS.get("gat")                     # imports trainer.models, which registers the three
+
 Plugins: every ``strata.plugins`` entry point (``[project.entry-points."strata.plugins"]``) is imported once,
 the first time any registry is searched, so a separately installed package can register entries without
 touching Strata's files.
@@ -23,6 +35,7 @@ choices here, stages and policies in ``pipelines``); it imports nothing of ours.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import threading
 from collections.abc import Callable, Iterator
@@ -68,10 +81,34 @@ class Registry(Generic[T]):
     what the user wrote.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, provider: str | None = None) -> None:
         self.kind = kind
+        self.provider = provider
         self._entries: dict[str, T] = {}
+        self._declared: tuple[str, ...] = ()
+        self._provided = provider is None
         self._lock = threading.Lock()
+
+    def declare(self, *names: str) -> None:
+        """Names the ``provider`` module registers: :meth:`check` accepts them before it is imported. The first
+        import of the provider checks that it registered every one of them."""
+        self._declared = (*self._declared, *names)
+
+    def _load_provider(self) -> None:
+        if self._provided:
+            return
+        importlib.import_module(self.provider)  # type: ignore[arg-type]  # registers the built-ins
+        self._provided = True
+        missing = [n for n in self._declared if n not in self._entries]
+        if missing:
+            raise ImportError(f"'{self.kind}' expected {self.provider} to register the declared names "
+                              f"{', '.join(missing)} (it registered {', '.join(self._entries) or 'none'})")
+
+    def check(self, name: str) -> None:
+        """``ValueError`` listing the known names unless ``name`` is registered or declared; does not import the
+        provider for a declared name (configuration validation uses this)."""
+        if name not in self._entries and name not in self._declared:
+            self.get(name)
 
     @overload
     def register(self, name: str) -> Callable[[T], T]: ...
@@ -105,6 +142,7 @@ class Registry(Generic[T]):
         """The entry registered as ``name``; ``ValueError`` listing the known names otherwise."""
         entry = self._entries.get(name)
         if entry is None:
+            self._load_provider()
             load_plugins()
             entry = self._entries.get(name)
         if entry is None:
@@ -112,16 +150,19 @@ class Registry(Generic[T]):
         return entry
 
     def names(self) -> tuple[str, ...]:
-        """Registered names, in registration order (plugins included)."""
+        """Registered names, in registration order (the provider's and plugins' included)."""
+        self._load_provider()
         load_plugins()
         return tuple(self._entries)
 
     def items(self) -> list[tuple[str, T]]:
+        self._load_provider()
         load_plugins()
         return list(self._entries.items())
 
     def __contains__(self, name: object) -> bool:
         if name not in self._entries:
+            self._load_provider()
             load_plugins()
         return name in self._entries
 

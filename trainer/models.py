@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from storage_kernels.registry import Registry
+from trainer.architectures import MODELS as _ARCHITECTURES
 from trainer.gat import GAT
 from trainer.gcn import GCN
 from trainer.native_ops import csr_mean, dropout, native_applies
@@ -313,8 +314,9 @@ class ModelConstructor(Protocol):
                  ) -> GraphModel: ...
 
 
-#: Architectures by name (``TrainConfig.model``); register one with ``@MODELS.register("name")``.
-MODELS: Registry[ModelConstructor] = Registry("train.model")
+#: Architectures by name (``TrainConfig.model``; :mod:`trainer.architectures` declares the built-in names so that
+#: configurations validate without torch); register one with ``@MODELS.register("name")``.
+MODELS: Registry[ModelConstructor] = _ARCHITECTURES
 MODELS.register("graphsage", GraphSAGE)
 MODELS.register("gcn", GCN)
 MODELS.register("gat", GAT)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -200,6 +202,18 @@ def strata_job_for_multiprocess() -> dg.JobDefinition:
 
 
 @pytest.mark.skipif(_stages_available() is not None, reason=str(_stages_available()))
+def test_loading_the_definitions_and_a_config_does_not_import_torch() -> None:
+    """Every step process of the multiprocess executor and every run the UI launches imports the definitions
+    and validates a config; torch (2-3 s to import) is for the train and export steps only."""
+    code = ("import sys; import pipelines.definitions; from pipelines.config import PipelineConfig; "
+            "PipelineConfig.load(overrides=['train.model=gat', 'policy=ginex']); "
+            "print(sorted(m for m in ('torch', 'mlflow', 'onnx') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    with pytest.raises(ValueError, match=r"'train.model' expected one of graphsage, gcn, gat.* \(got 'mlp'\)"):
+        PipelineConfig.load(overrides=["train.model=mlp"])
+
+
 def test_multiprocess_executor_runs_independent_steps_in_parallel(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """No process-global memo: each step resolves its artifacts in its own process, and the checks of

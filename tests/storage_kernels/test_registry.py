@@ -61,3 +61,35 @@ def test_a_broken_plugin_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatch) 
         registry.load_plugins(force=True)
     monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [])
     registry.load_plugins(force=True)
+
+
+def _provider(tmp_path, monkeypatch: pytest.MonkeyPatch, name: str, body: str) -> None:
+    """A module ``name`` on ``sys.path`` whose import runs ``body`` (with ``reg`` bound to the registry)."""
+    (tmp_path / f"{name}.py").write_text(f"from {__name__} import PROVIDED as reg\n{body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+PROVIDED: Registry[str] = Registry("unused")  # the providers below register into whatever the test binds here
+
+
+def test_declared_names_check_without_importing_the_provider(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reg: Registry[str] = Registry("train.model", provider="strata_toy_provider")
+    reg.declare("sage", "gat")
+    monkeypatch.setattr(sys.modules[__name__], "PROVIDED", reg)
+    _provider(tmp_path, monkeypatch, "strata_toy_provider", "reg.register('sage', 'S')\nreg.register('gat', 'G')")
+    reg.check("gat")
+    assert "strata_toy_provider" not in sys.modules  # a declared name needs no import
+    with pytest.raises(ValueError, match=r"'train.model' expected one of sage, gat \(got 'mlp'\)"):
+        reg.check("mlp")  # an unknown one imports the provider, then lists what it registered
+    assert "strata_toy_provider" in sys.modules and reg.get("sage") == "S" and reg.names() == ("sage", "gat")
+
+
+def test_a_provider_missing_a_declared_name_is_an_error(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reg: Registry[str] = Registry("train.model", provider="strata_short_provider")
+    reg.declare("sage", "gat")
+    monkeypatch.setattr(sys.modules[__name__], "PROVIDED", reg)
+    _provider(tmp_path, monkeypatch, "strata_short_provider", "reg.register('sage', 'S')")
+    with pytest.raises(ImportError, match=r"strata_short_provider to register the declared names gat \(it "
+                                          r"registered sage\)"):
+        reg.get("sage")
