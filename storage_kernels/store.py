@@ -301,7 +301,8 @@ class Artifact:
         """Read ``<name>.parquet`` (memory-mapped)."""
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path / self._resolve(name, ".parquet"), memory_map=True)
+        # ParquetFile, not read_table: that imports pyarrow.dataset (0.7 s a process)
+        return pq.ParquetFile(self.path / self._resolve(name, ".parquet"), memory_map=True).read()
 
     def json(self, name: str) -> Any:
         """Read ``<name>.json``."""
