@@ -16,7 +16,7 @@ from storage_kernels import kernels
 __all__ = ["DEFAULT_QUEUE_DEPTH", "IO_BACKENDS", "IoBackend", "io_defaults", "resolve_backend", "set_io_defaults"]
 
 IO_BACKENDS = ("auto", "uring", "pread")
-DEFAULT_QUEUE_DEPTH = 256  # train.io_queue_depth's default
+DEFAULT_QUEUE_DEPTH = kernels.URING_QUEUE_DEPTH  # train.io_queue_depth's default
 MAX_QUEUE_DEPTH = 4096  # uring_read_ranges's limit
 
 _defaults: dict[str, object] = {"backend": "auto", "queue_depth": DEFAULT_QUEUE_DEPTH}

@@ -436,7 +436,7 @@ PyObject *sk_uring_read_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
                              NULL};
     PyObject *offsets_obj, *lengths_obj, *out_obj, *out_offsets_obj;
     int fd, direct, merge = 1;
-    Py_ssize_t queue_depth = 64;
+    Py_ssize_t queue_depth = 256; /* kernels.URING_QUEUE_DEPTH */
     Py_buffer offsets = {0}, lengths = {0}, out = {0}, out_offsets = {0};
     sk_status st = {0};
     plan_t p = {0};
