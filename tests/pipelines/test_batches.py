@@ -58,6 +58,24 @@ def test_batches_hold_the_source_rows_under_the_source_ids(root: Path, policy: s
     assert seen > 0
 
 
+@pytest.mark.parametrize("policy", ["diskgnn", "ginex", "hyperbatch"])
+def test_any_order_and_early_exits_keep_the_rows_right(root: Path, policy: str) -> None:
+    """The policies' schedules (the segment window, Ginex's changesets, the hotset's refreshes) follow the
+    training order; a loop of one's own may go back, repeat an epoch or leave one early."""
+    with open_training_data("tiny", root=root, overrides=[*FAST, "sample.batch_size=64"], policy=policy) as data:
+        reorder = data.artifacts["reorder"]
+        relabelled, inverse = np.asarray(reorder.array("features.npy")), np.asarray(reorder.array("inverse.npy"))
+        seen = 0
+        for split, epoch, stop in (("train", 1, None), ("val", 0, None), ("train", 0, 2), ("train", 0, None),
+                                   ("test", 0, None), ("train", 1, 1)):
+            for i, b in enumerate(data.batches(split, epoch)):
+                np.testing.assert_array_equal(b.x.numpy(), relabelled[inverse[b.n_id.numpy()]])
+                seen += 1
+                if i == stop:
+                    break
+        assert seen > 10 and data.bytes_read > 0
+
+
 def test_edges_follow_neighbor_loader_conventions(root: Path) -> None:
     """Each node's neighbours once, sampled at the hop after the one that reached it, the seeds' first; the
     repeat samples of Strata's layered blocks (earlier nodes are destinations of every hop) are left out."""
