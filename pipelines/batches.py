@@ -110,8 +110,7 @@ class TrainingData:
         self._perm = reorder.array("perm.npy")  # Strata's id -> the source's id
         self.num_nodes = int(len(self.labels))
         self.num_features = int(reorder.stats.get("feature_dim", reorder.array("features.npy").shape[1]))
-        labelled = self.labels[self.labels >= 0]
-        self.num_classes = int(labelled.max()) + 1 if len(labelled) else 0
+        self.num_classes = cfg.train.num_classes or int(self.labels.max()) + 1  # as strata run's model sizes it
         self._hook = getattr(source, "train_hook", None)
         self._closed = False
 
