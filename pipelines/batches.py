@@ -141,29 +141,28 @@ class TrainingData:
 
     def batches(self, split: str = "train", epoch: int = 0, prefetch: int | None = None) -> Iterator[Batch]:
         """The batches of ``split`` (and, for ``train``, of ``epoch``) in order, read and assembled ahead of the
-        loop on the loader's threads (``prefetch`` batches ahead; default ``train.prefetch``). Leaving the loop
-        early stops them."""
+        loop on the loader's threads (``prefetch`` batches ahead; default ``train.prefetch``), their PyG form
+        included. Leaving the loop early stops them."""
         from trainer.loader import BatchLoader
 
         ids = self.batch_ids(split, epoch)
         samples = self._hook.samples if split == "train" and self._hook is not None else self.samples
-        loader = BatchLoader(samples, self.source, ids, self.labels,
-                             prefetch=prefetch or self.cfg.train.prefetch, device=self.device)
+        loader = BatchLoader(samples, self.source, ids, self.labels, prefetch=prefetch or self.cfg.train.prefetch,
+                             device=self.device, extra=self._pyg_form)
         with contextlib.closing(loader):
             for lb in loader:
-                yield self._batch(samples, lb)
+                yield Batch(x=lb.x, y=lb.y, batch_size=lb.num_seeds, blocks=list(lb.blocks), batch_id=int(lb.batch_id),
+                            **lb.extra)
 
-    def _batch(self, samples: Any, lb: Any) -> Batch:
+    def _pyg_form(self, record: SampledBatch, device: torch.device) -> dict[str, Any]:
+        """``edge_index``, ``n_id`` and the per-hop counts of a batch (the loader's assemble stage runs this)."""
         import torch
 
-        record = samples.batch(lb.batch_id)  # memory-mapped: ids and topology
         edge_index, num_nodes, num_edges = pyg_topology(record)
-        n_id = np.asarray(self._perm[np.asarray(record.nodes)], dtype=np.int64)
-        device = lb.x.device
-        return Batch(x=lb.x, edge_index=torch.from_numpy(edge_index).to(device, non_blocking=True),
-                     n_id=torch.from_numpy(n_id).to(device, non_blocking=True), y=lb.y, batch_size=lb.num_seeds,
-                     num_sampled_nodes=num_nodes, num_sampled_edges=num_edges, blocks=list(lb.blocks),
-                     batch_id=int(lb.batch_id))
+        n_id = np.asarray(self._perm[np.asarray(record.nodes)], dtype=np.int64)  # the source's ids
+        return {"edge_index": torch.from_numpy(edge_index).to(device, non_blocking=True),
+                "n_id": torch.from_numpy(n_id).to(device, non_blocking=True),
+                "num_sampled_nodes": num_nodes, "num_sampled_edges": num_edges}
 
     def _check_open(self) -> None:
         if self._closed:

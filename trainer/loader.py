@@ -30,8 +30,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,6 +61,7 @@ class LoadedBatch:
     y: torch.Tensor  # (num_seeds,) int64, -1 = unlabelled
     blocks: list[TensorBlock]  # input layer first
     ready: torch.cuda.Event | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the loader's ``extra(batch, device)``, if it has one
 
     @property
     def num_seeds(self) -> int:
@@ -91,13 +92,18 @@ class BatchLoader:
     >>> for lb in BatchLoader(samples, source, samples.batch_ids("train", 0), labels, prefetch=2):
     ...     loss = F.cross_entropy(model(lb.x, lb.blocks), lb.y)
 
+    ``extra(batch, device)`` (optional) derives more of each batch in the assemble stage, off the consumer's
+    thread, into ``LoadedBatch.extra`` (``pipelines.batches``: PyG's ``edge_index`` and node ids); its tensors
+    are treated as ``x`` is on a side CUDA stream.
+
     Each iteration starts fresh stage threads; leaving the loop early (``break``, an exception, or
     :meth:`close`) stops and joins them. A stage's exception is re-raised in the consumer as
     :class:`BatchLoaderError` chained (``from``) to the original.
     """
 
     def __init__(self, samples: Samples, source: FeatureSource, batch_ids: Sequence[int], labels: np.ndarray,
-                 prefetch: int = 2, device: torch.device | str = "cpu", sequential: bool = False) -> None:
+                 prefetch: int = 2, device: torch.device | str = "cpu", sequential: bool = False,
+                 extra: Callable[[SampledBatch, torch.device], dict[str, Any]] | None = None) -> None:
         if prefetch < 1:
             raise ValueError(f"'prefetch' expected >= 1 (got {prefetch})")
         labels = np.asarray(labels)
@@ -106,6 +112,7 @@ class BatchLoader:
         self.samples, self.source, self.labels = samples, source, labels
         self.batch_ids = [int(b) for b in batch_ids]
         self.prefetch, self.sequential = int(prefetch), bool(sequential)
+        self.extra = extra
         self.device = torch.device(device)
         self.split = callable(getattr(source, "read", None)) and callable(getattr(source, "assemble", None))
         self.timers = dict.fromkeys(("load_busy_s", "assemble_busy_s", "load_cpu_s", "assemble_cpu_s", "graph_s",
@@ -148,6 +155,7 @@ class BatchLoader:
             x = data
         t1 = time.perf_counter()
         blocks = to_tensor_blocks(batch.blocks(), self.device)
+        extra = self.extra(batch, self.device) if self.extra is not None else {}
         t2 = time.perf_counter()
         seeds = np.asarray(batch.nodes[: int(batch.hop_counts[0])])  # (num_seeds,)
         y = torch.from_numpy(self.labels[seeds])  # (num_seeds,)
@@ -158,7 +166,7 @@ class BatchLoader:
         self.timers["label_s"] += t3 - t2
         self.timers["assemble_busy_s"] += t3 - t0
         self.timers["assemble_cpu_s"] += time.thread_time() - c0
-        return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks)
+        return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks, extra=extra)
 
     def _load_one(self, batch_id: int) -> LoadedBatch:
         """Every stage of one batch in turn (the sequential mode)."""
@@ -261,7 +269,8 @@ class BatchLoader:
                 if item.ready is not None:
                     current = torch.cuda.current_stream(self.device)
                     current.wait_event(item.ready)  # GPU-side wait, no host sync
-                    for t in [item.x, item.y, *(e for b in item.blocks for e in (b.edge_src, b.edge_dst))]:
+                    extra = [v for v in item.extra.values() if isinstance(v, torch.Tensor)]
+                    for t in [item.x, item.y, *(e for b in item.blocks for e in (b.edge_src, b.edge_dst)), *extra]:
                         t.record_stream(current)  # allocated on the side stream, used on this one
                 yield item
         finally:

@@ -53,6 +53,24 @@ def test_loader_yields_batches_in_order_with_features_and_labels(dataset, sequen
     assert loader.timers["read_s"] > 0 and loader.timers["graph_s"] > 0
 
 
+@pytest.mark.parametrize("sequential", [False, True])
+def test_extra_derives_more_of_each_batch_in_the_assemble_stage(dataset, sequential: bool) -> None:
+    threads: set[str] = set()
+
+    def extra(batch, device):
+        threads.add(threading.current_thread().name)
+        return {"seeds": torch.from_numpy(np.array(batch.seeds)).to(device), "hops": len(batch.indptrs)}
+
+    ids = dataset.samples.batch_ids("train", 0)
+    loader = BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels,
+                         sequential=sequential, extra=extra)
+    for lb in loader:
+        batch = dataset.samples.batch(lb.batch_id)
+        assert lb.extra["seeds"].tolist() == batch.seeds.tolist() and lb.extra["hops"] == batch.num_layers
+    assert threads == ({threading.current_thread().name} if sequential else {"strata-assemble"})
+    assert next(iter(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels))).extra == {}
+
+
 def test_an_unsplit_source_loads_in_the_load_stage(dataset) -> None:
     source = FlakySource(dataset.features)
     list(BatchLoader(dataset.samples, source, [0, 1], dataset.labels))
