@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -168,6 +169,16 @@ def test_pyg_models_train_on_them_and_trim_to_layer_agrees(root: Path) -> None:
                 correct += int((full.argmax(1) == batch.y).sum())
                 total += batch.batch_size
     assert correct / total > 0.8, correct / total
+
+
+def test_the_pyg_example_runs(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch_geometric", reason="torch_geometric is not installed (pip install .[pyg])")
+    from examples.pyg_graphsage import main
+
+    report = main(["--dataset", "tiny", "--root", str(root), "--epochs", "20", "--set", "sample.epochs=2",
+                   "--set", "train.device=cpu"])
+    assert report["policy"] == "diskgnn" and report["bytes_read"] > 0 and report["test_acc"] > 0.8, report
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
 
 
 def test_policies_with_their_own_training_step_and_bad_splits_are_refused(root: Path) -> None:
