@@ -195,6 +195,7 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
     present). ``root`` defaults to ``STRATA_HOME`` or ``./strata_data``. ``ValueError`` names a bad setting or a
     policy whose training step is Strata's own; a failing blocking check raises as it does in ``strata run``.
     """
+    from pipelines.budget import check_fits
     from pipelines.config import PipelineConfig
     from pipelines.runner import StageRunner
     from pipelines.settings import StrataPaths
@@ -218,6 +219,8 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
         runner = StageRunner(cfg, paths.store())
         runner.run_until("pack")
         artifacts = {name: runner.artifact(name) for name in ("reorder", "sample", "pack")}
+        # the plan checked its caches when it was built; a reused plan under a new memory_budget is checked here
+        check_fits(cfg, int(np.load(artifacts["reorder"].file("features.npy"), mmap_mode="r").nbytes))
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)
         resolved = resolve_device(device or cfg.train.device)
         source = open_features(cfg, cfg.policy, artifacts["reorder"], artifacts["pack"],

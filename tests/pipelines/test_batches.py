@@ -186,6 +186,10 @@ def test_policies_with_their_own_training_step_and_bad_splits_are_refused(root: 
         open_training_data("tiny", root=root, policy="outre")
     with pytest.raises(ValueError, match=r"'train.task' expected node \(got 'link'"):
         open_training_data("tiny", root=root, overrides=["train.task=link"])
+    cache = [*FAST, "plan.cpu_cache_bytes=300K"]
+    open_training_data("tiny", root=root, overrides=cache).close()  # a plan built without a budget ...
+    with pytest.raises(ValueError, match=r"'memory_budget' expected to hold the policy's resident buffers"):
+        open_training_data("tiny", root=root, overrides=[*cache, "memory_budget=100K"])  # ... reused under one
     with open_training_data("tiny", root=root, overrides=FAST) as data:
         with pytest.raises(ValueError, match="'split' expected one of"):
             list(data.batches("holdout"))
