@@ -22,7 +22,7 @@ static PyMethodDef methods[] = {
               "K complete preads into out[out_offsets[k]:]; returns the bytes read."),
     SK_METHOD(aligned_empty, "nbytes, alignment=" SK_STR(SK_DIRECT_ALIGN),
               "Uninitialised uint8 buffer (numpy.ndarray) at an aligned address."),
-    SK_METHOD(uring_read_ranges, "fd, offsets, lengths, out, out_offsets, direct, queue_depth=64, merge=True",
+    SK_METHOD(uring_read_ranges, "fd, offsets, lengths, out, out_offsets, direct, queue_depth=256, merge=True",
               "pread_ranges through an io_uring: up to queue_depth reads in flight, same-page and adjacent ranges\n"
               "merged first (merge=True). Returns (bytes read, reads issued after merging)."),
     SK_METHOD(io_uring_available, "",
