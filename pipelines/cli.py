@@ -401,14 +401,16 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
 
 def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, overrides: list[str] | None,
                   json_out: bool, verbose: bool, until: str | None,
-                  after: Callable[[dict[str, Any]], None] | None = None, memory_budget: str | None = None) -> None:
+                  after: Callable[[dict[str, Any]], None] | None = None, memory_budget: str | None = None,
+                  policy: str | None = None) -> None:
     """Materialize the stages up to ``until`` (default: all) through Dagster, in process, and print a summary
-    (``after(summary)`` first, a stage command's extra step, e.g. ``export --web``). ``memory_budget`` is
-    the setting of that name (after ``overrides``)."""
+    (``after(summary)`` first, a stage command's extra step, e.g. ``export --web``). ``memory_budget`` and
+    ``policy`` are the settings of those names (after ``overrides``)."""
     if dataset is None and config is None:
         _fail("'--dataset' expected a built-in name or source spec (got none; see `strata datasets`)", code=2)
-    budget = [f"memory_budget={memory_budget}"] if memory_budget is not None else []
-    cfg = _load_config(dataset, config, [*(overrides or []), *budget])
+    flags = [f"{key}={value}" for key, value in (("memory_budget", memory_budget), ("policy", policy))
+             if value is not None]
+    cfg = _load_config(dataset, config, [*(overrides or []), *flags])
     from pipelines.graph import STAGE_NAMES
     from pipelines.graph import until as stages_until
 
@@ -509,6 +511,9 @@ VerboseOption = typer.Option(False, "--verbose", "-v", help="Dagster logs and fu
 MemoryBudgetOption = typer.Option(
     None, "--memory-budget", help="RAM for the graph's data, e.g. 2G: sizes the caches, buffers and streaming "
     "stages left at their defaults (the setting memory_budget; docs/USAGE.md, 'Memory budget').")
+PolicyOption = typer.Option(
+    None, "--policy", "-p", help="Cache/batching policy (the setting policy): diskgnn (default), ginex, hyperbatch, "
+    "mariusgnn, outre, in_memory, mmap, naive, or a plugin's (README, 'Choosing a policy').")
 
 
 @app.command()
@@ -520,6 +525,7 @@ def run(
     json_out: bool = JsonOption,
     verbose: bool = VerboseOption,
     memory_budget: str | None = MemoryBudgetOption,
+    policy: str | None = PolicyOption,
     until: str | None = typer.Option(None, "--until", "-u", help="Stop after this stage (it and its upstream "
                                      "stages run); default: every stage, ingest to export."),
 ) -> None:
@@ -528,7 +534,7 @@ def run(
     Unchanged stages are reused; blocking checks gate each stage; the run shows in `strata ui`.
     """
     _run_pipeline(dataset=dataset, root=root, config=config, overrides=overrides, json_out=json_out,
-                  verbose=verbose, until=until, memory_budget=memory_budget)
+                  verbose=verbose, until=until, memory_budget=memory_budget, policy=policy)
 
 
 def _stage_command(name: str, description: str) -> None:

@@ -211,6 +211,16 @@ def test_a_stage_verb_takes_the_memory_budget_and_the_plan_is_sized_by_it(tmp_pa
     assert bad.exit_code == 2 and "'memory_budget' expected a size such as 512M" in bad.stderr
 
 
+def test_policy_flag_is_the_policy_setting(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", "--dataset", "tiny", "--root", str(tmp_path), "--json", "--policy", "ginex",
+                                 "--set", "sample.epochs=1", "--set", "policy=naive"])  # the flag comes last: it wins
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(next((tmp_path / "tiny" / "plan").glob("*/manifest.json")).read_text())
+    assert plan["params"]["policy"] == "ginex"
+    bad = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path), "-p", "lru"])
+    assert bad.exit_code == 2 and "'policy' expected one of in_memory, mmap, naive, diskgnn" in bad.stderr
+
+
 def test_run_rejects_an_unknown_until(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path), "--until", "bake"])
     assert result.exit_code == 2 and "'--until' expected one of ingest, reorder" in result.stderr
