@@ -54,7 +54,7 @@ bench() {  # bench NAME TIMEOUT ARGS...: strata bench, its report copied to $OUT
 for part in ${GPU_CHECK_PARTS:-tests ooc tiny demo}; do
   case $part in
     tests)  # the GPU tests (marked gpu; each skips without CUDA)
-      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -ra tests/trainer \
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -ra tests/trainer tests/pipelines/test_batches.py \
         --ignore=tests/trainer/test_mlflow_model.py --ignore=tests/trainer/test_tracking.py 2>&1 \
         | tee "$OUT_DIR/gpu_tests.log" | tail -25
       stamp tests ;;

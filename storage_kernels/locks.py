@@ -62,20 +62,20 @@ def file_lock(path: str | Path, on_wait: Callable[[int | None], None] | None = N
     path = Path(path)
     key = str(path.resolve())
     with _guard:
-        if key in _held:  # re-entry from this process: count it, do not lock again
+        reentered = key in _held
+        if reentered:  # re-entry from this process: count it, do not lock again
             fd, depth = _held[key]
             _held[key] = (fd, depth + 1)
-            reentered = True
-        else:
-            reentered = False
-    if reentered:
-        try:
-            yield
-        finally:
-            with _guard:
-                fd, depth = _held[key]
-                _held[key] = (fd, depth - 1)
-        return
+    if not reentered:
+        _acquire(path, key, on_wait, wait)
+    try:
+        yield
+    finally:
+        _release(key)
+
+
+def _acquire(path: Path, key: str, on_wait: Callable[[int | None], None] | None, wait: bool) -> None:
+    """Take the ``flock`` on ``path`` and record it in ``_held`` with depth 1."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -91,15 +91,24 @@ def file_lock(path: str | Path, on_wait: Callable[[int | None], None] | None = N
             fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder finishes (or dies)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        with _guard:
-            _held[key] = (fd, 1)
-        try:
-            yield
-        finally:
-            with _guard:
-                _held.pop(key, None)
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+    except BaseException:
+        os.close(fd)
+        raise
+    with _guard:
+        _held[key] = (fd, 1)
+
+
+def _release(key: str) -> None:
+    """Drop one hold of ``key``; the last one, whichever block it was (holds may end out of order), unlocks."""
+    with _guard:
+        fd, depth = _held[key]
+        if depth > 1:
+            _held[key] = (fd, depth - 1)
+            return
+        del _held[key]
+    try:
+        os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 

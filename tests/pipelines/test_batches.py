@@ -197,6 +197,19 @@ def test_policies_with_their_own_training_step_and_bad_splits_are_refused(root: 
         data.batch_ids("train")
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")
+def test_batches_on_cuda_equal_the_cpu_ones(root: Path) -> None:
+    with open_training_data("tiny", root=root, overrides=FAST) as cpu, \
+            open_training_data("tiny", root=root, overrides=FAST, device="cuda") as gpu:
+        for split, epoch in (("train", 0), ("test", 0)):
+            for a, b in zip(cpu.batches(split, epoch), gpu.batches(split, epoch), strict=True):
+                assert b.x.is_cuda and b.edge_index.is_cuda and b.n_id.is_cuda and b.y.is_cuda
+                for name in ("x", "edge_index", "n_id", "y"):
+                    torch.testing.assert_close(getattr(b, name).cpu(), getattr(a, name))
+                assert (b.num_sampled_nodes, b.num_sampled_edges) == (a.num_sampled_nodes, a.num_sampled_edges)
+
+
 def test_the_dataset_run_lock_is_held_while_open(root: Path) -> None:
     probe = ("import sys; from storage_kernels.locks import LockHeld, dataset_lock\n"
              "try:\n    with dataset_lock(sys.argv[1], 'tiny', wait=False): print('free')\n"

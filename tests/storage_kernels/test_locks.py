@@ -69,6 +69,26 @@ def test_locks_are_reentrant_within_a_process(tmp_path: Path) -> None:
         pass  # released: no wait
 
 
+def test_a_lock_held_twice_is_released_by_its_last_hold_in_any_order(tmp_path: Path) -> None:
+    """Two holds in one process that end out of order (two opened datasets closed first-opened first): the
+    lock stays taken until the last one ends."""
+    probe = ("import sys; from storage_kernels.locks import LockHeld, dataset_lock\n"
+             "try:\n    with dataset_lock(sys.argv[1], 'tiny', wait=False): print('free')\n"
+             "except LockHeld: print('held')")
+
+    def state() -> str:
+        return subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True,
+                              check=True, cwd=REPO).stdout.strip()
+
+    first, second = dataset_lock(tmp_path, "tiny"), dataset_lock(tmp_path, "tiny")
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert state() == "held"
+    second.__exit__(None, None, None)
+    assert state() == "free"
+
+
 def test_owner_identity_guards_pid_reuse() -> None:
     me = Owner.me()
     assert me.alive() and me.start == process_start(os.getpid())
