@@ -74,18 +74,18 @@ def test_resident_buffers_count_the_window_only_for_the_policy_that_has_one():
         assert resident_bytes(_cfg("memory_budget=100M", f"policy={cacheless}"), 1 << 30) == {}
     check_fits(diskgnn, 1 << 30)  # exactly the budget
     check_fits(_cfg("plan.cpu_cache_bytes=8G"), 1 << 30, machine_bytes=4 << 30)  # (sizes parse: 8 GiB)
-    with pytest.raises(ValueError, match=r"'plan' expected caches that fit this machine's 1024 MiB of memory "
-                                         r"\(got plan.cpu_cache 1024 MiB \+ plan.disk_cache_buffer 1024 MiB"):
+    with pytest.raises(ValueError, match=r"'plan' expected caches that fit this machine's 1.0 GiB of memory "
+                                         r"\(got plan.cpu_cache 1.0 GiB \+ plan.disk_cache_buffer 1.0 GiB"):
         check_fits(_cfg(), 10 << 30, machine_bytes=1 << 30)  # no budget: 10% + 10% of 10 GiB on a 1 GiB machine
     check_fits(_cfg(), 10 << 30)  # this machine has more than 2 GiB
     chosen = _cfg("memory_budget=100M", "plan.cpu_cache_bytes=80M")
-    with pytest.raises(ValueError, match=r"plan.cpu_cache 80 MiB \+ plan.disk_cache_buffer 50 MiB = 130 MiB "
-                                         r"\(got 100 MiB\)"):
+    with pytest.raises(ValueError, match=r"plan.cpu_cache 80.0 MiB \+ plan.disk_cache_buffer 50.0 MiB = 130.0 MiB "
+                                         r"\(got 100.0 MiB\)"):
         check_fits(chosen, 1 << 30)
     check_fits(chosen, 40 << 20)  # no buffer holds more than the feature file: 40 + 40 MiB fit
     in_memory = _cfg("memory_budget=100M", "policy=in_memory")  # holds the whole file
     check_fits(in_memory, 100 << 20)
-    with pytest.raises(ValueError, match=r"the feature file \(in_memory\) 200 MiB = 200 MiB"):
+    with pytest.raises(ValueError, match=r"the feature file \(in_memory\) 200.0 MiB = 200.0 MiB"):
         check_fits(in_memory, 200 << 20)
 
 
