@@ -21,9 +21,9 @@ seeds' labels), ``num_sampled_nodes`` and ``num_sampled_edges`` per hop (for PyG
 ``blocks``, Strata's per-layer form (DGL's message flow graphs, which ``strata run``'s models take).
 
 Training batches are the sample stage's offline batches of sampled epoch ``epoch % sample.epochs`` (as
-``strata run`` trains). ``mariusgnn`` trains on its own per-partition-set batches, served here too. ``outre``
-is refused: its historical embeddings replace part of the model's input inside Strata's own training step,
-which a model of yours does not have (train it with ``strata run``).
+``strata run`` trains). ``mariusgnn`` trains on its own per-partition-set batches, served here too. A policy
+whose batches only train inside Strata's own step is refused (``Policy.own_training_step``: ``outre``, whose
+historical embeddings replace part of the model's input; train it with ``strata run``).
 
 The dataset's run lock is held while the data is open: ``strata run`` and ``strata gc`` on the same dataset and
 root wait (or skip it) until :meth:`TrainingData.close`.
@@ -43,15 +43,10 @@ if TYPE_CHECKING:
     import torch
 
     from pipelines.config import PipelineConfig
-    from storage_kernels.sampleset import SampledBatch
+    from storage_kernels.sampleset import SampledBatch, SampleSet
     from trainer.models import TensorBlock
 
 __all__ = ["Batch", "TrainingData", "open_training_data", "pyg_topology"]
-
-#: Policies whose training step is Strata's own (see the module docstring).
-_OWN_STEP = {"outre": "its historical embeddings replace part of the last layer's input inside Strata's training "
-                      "step"}
-
 
 @dataclass
 class Batch:
@@ -96,20 +91,19 @@ def pyg_topology(record: SampledBatch) -> tuple[np.ndarray, list[int], list[int]
 class TrainingData:
     """An opened configuration's batches (:func:`open_training_data`); close it (or use ``with``)."""
 
-    def __init__(self, cfg: PipelineConfig, root: Path, device: str, artifacts: dict[str, Any], source: Any,
-                 lock: contextlib.ExitStack) -> None:
-        from storage_kernels.sampleset import SampleSet
+    def __init__(self, cfg: PipelineConfig, root: Path, device: str, artifacts: dict[str, Any], samples: SampleSet,
+                 source: Any, lock: contextlib.ExitStack) -> None:
+        from pipelines.stages.graphio import feature_dim
 
         self.cfg, self.root, self.device = cfg, root, device
         self.artifacts = artifacts
-        self.source = source
+        self.samples, self.source = samples, source
         self._lock = lock
         reorder = artifacts["reorder"]
-        self.samples = SampleSet(artifacts["sample"].path)
         self.labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
         self._perm = reorder.array("perm.npy")  # Strata's id -> the source's id
         self.num_nodes = int(len(self.labels))
-        self.num_features = int(reorder.stats.get("feature_dim", reorder.array("features.npy").shape[1]))
+        self.num_features = feature_dim(reorder)
         self.num_classes = cfg.train.num_classes or int(self.labels.max()) + 1  # as strata run's model sizes it
         self._hook = getattr(source, "train_hook", None)
         self._closed = False
@@ -195,20 +189,21 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
     present). ``root`` defaults to ``STRATA_HOME`` or ``./strata_data``. ``ValueError`` names a bad setting or a
     policy whose training step is Strata's own; a failing blocking check raises as it does in ``strata run``.
     """
-    from pipelines.budget import check_fits
     from pipelines.config import PipelineConfig
+    from pipelines.policies import POLICIES
     from pipelines.runner import StageRunner
     from pipelines.settings import StrataPaths
-    from pipelines.stages.train import open_features
+    from pipelines.stages.train import check_reused_plan, open_features
     from storage_kernels.locks import dataset_lock
     from storage_kernels.sampleset import SampleSet
     from trainer.device import resolve_device
     from trainer.features.iobackend import set_io_defaults
 
     cfg = PipelineConfig.load(config, overrides, dataset=dataset, policy=policy)
-    if cfg.policy in _OWN_STEP:
-        raise ValueError(f"'policy' expected one whose batches train any model (got {cfg.policy!r}: "
-                         f"{_OWN_STEP[cfg.policy]}; train it with `strata run`)")
+    own_step = POLICIES.get(cfg.policy).own_training_step
+    if own_step:
+        raise ValueError(f"'policy' expected one whose batches train any model (got {cfg.policy!r}: {own_step}; "
+                         "train it with `strata run`)")
     if cfg.train.task != "node":
         raise ValueError(f"'train.task' expected node (got {cfg.train.task!r}: link prediction trains with "
                          "`strata run`)")
@@ -219,17 +214,16 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
         runner = StageRunner(cfg, paths.store())
         runner.run_until("pack")
         artifacts = {name: runner.artifact(name) for name in ("reorder", "sample", "pack")}
-        # the plan checked its caches when it was built; a reused plan under a new memory_budget is checked here
-        check_fits(cfg, int(np.load(artifacts["reorder"].file("features.npy"), mmap_mode="r").nbytes))
+        check_reused_plan(cfg, artifacts["reorder"])
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)
         resolved = resolve_device(device or cfg.train.device)
-        source = open_features(cfg, cfg.policy, artifacts["reorder"], artifacts["pack"],
-                               SampleSet(artifacts["sample"].path), resolved)
+        samples = SampleSet(artifacts["sample"].path)
+        source = open_features(cfg, cfg.policy, artifacts["reorder"], artifacts["pack"], samples, resolved)
     except BaseException:
         lock.close()
         raise
     try:
-        return TrainingData(cfg, paths.root, resolved, artifacts, source, lock)
+        return TrainingData(cfg, paths.root, resolved, artifacts, samples, source, lock)
     except BaseException:
         source.close()
         lock.close()

@@ -99,6 +99,9 @@ class Policy(ABC):
     out_of_core: ClassVar[bool] = True
     #: True when the policy's cache is the OS page cache (a memory map): it has no cache of its own to size.
     page_cache: ClassVar[bool] = False
+    #: Why the policy's batches train only inside Strata's own training step ("" when they train any model):
+    #: ``pipelines.batches`` refuses to serve them to a loop of the user's own, with this reason.
+    own_training_step: ClassVar[str] = ""
     #: The ``artifact="selected"`` settings of the plan/pack/train sections this policy reads: they change
     #: this policy's artifacts only (``pipelines.config.artifact_params``).
     reads: ClassVar[frozenset[str]] = frozenset()

@@ -92,6 +92,7 @@ class Outre(Policy):
     description = ("OUTRE: historical embeddings of the last layer's inputs reused for plan.staleness iterations, "
                    "their subtrees pruned from the batches; the CPU budget split (Eq. 5) with a feature cache.")
     reads = frozenset({"staleness"})
+    own_training_step = "its historical embeddings replace part of the last layer's input inside Strata's training step"
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         graph, samples, cfg = inputs.graph, inputs.samples, inputs.cfg

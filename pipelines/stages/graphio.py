@@ -9,7 +9,7 @@ import numpy as np
 from storage_kernels.halfwords import as_words
 from storage_kernels.store import Artifact
 
-__all__ = ["GraphArrays", "feature_values", "load_graph"]
+__all__ = ["GraphArrays", "feature_dim", "feature_values", "load_graph"]
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,15 @@ def load_graph(artifact: Artifact) -> GraphArrays:
     )
 
 
+def feature_dim(artifact: Artifact) -> int:
+    """The real feature width of an ``ingest`` or ``reorder`` artifact (its stats; else the stored width)."""
+    dim = artifact.stats.get("feature_dim")
+    return int(dim) if dim is not None else int(artifact.array("features.npy").shape[1])
+
+
 def feature_values(artifact: Artifact) -> np.ndarray:
     """The feature matrix of an ``ingest`` or ``reorder`` artifact at its real width ``(N, feature_dim)``,
     memory-mapped: float32 as stored, or float16 without the pad column a file of an odd width carries (its
     rows are whole 4-byte words). For code that reads values, not the rows the tiers move."""
-    features = artifact.array("features.npy")
-    dim = int(artifact.stats.get("feature_dim", features.shape[1]))
+    features, dim = artifact.array("features.npy"), feature_dim(artifact)
     return features[:, :dim] if features.shape[1] > dim else features

@@ -25,6 +25,7 @@ from pipelines.policies import POLICIES, FeatureInputs
 from pipelines.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
 from pipelines.settings import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize, stage_version
+from pipelines.stages.graphio import feature_dim
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from trainer.layerwise import LayerwiseGraph
 
 __all__ = ["ALSO_READS", "FORMAT_VERSION", "HEADLINE_METRICS", "LINK_HEADLINE_METRICS",
-           "full_graph", "load_model", "open_features", "run",
+           "check_reused_plan", "full_graph", "load_model", "open_features", "run",
            "summary", "train_rank", "version"]
 
 FORMAT_VERSION = 1
@@ -58,6 +59,12 @@ def open_features(cfg: PipelineConfig, policy: str, reorder: Artifact, pack: Art
     return source
 
 
+def check_reused_plan(cfg: PipelineConfig, reorder: Artifact) -> None:
+    """The plan checked its caches when it was built; a plan reused under a new ``memory_budget`` is checked
+    here, before a source opens its caches (``pipelines.budget.check_fits``)."""
+    check_fits(cfg, int(np.load(reorder.file("features.npy"), mmap_mode="r").nbytes))
+
+
 def full_graph(cfg: PipelineConfig, reorder: Artifact, labels: np.ndarray, scratch: Path) -> LayerwiseGraph | None:
     """The full graph ``train.eval_mode=layerwise`` evaluates on (the reorder artifact's CSR, feature file and
     val/test nodes; inference works in ``train.layerwise_memory_mb``, its scratch tables under ``scratch``), else
@@ -69,7 +76,7 @@ def full_graph(cfg: PipelineConfig, reorder: Artifact, labels: np.ndarray, scrat
     scratch.mkdir(parents=True, exist_ok=True)
     return LayerwiseGraph(
         np.asarray(reorder.array("indptr.npy")), reorder.array("indices.npy"), reorder.file("features.npy"),
-        int(reorder.stats.get("feature_dim", reorder.array("features.npy").shape[1])), labels,
+        feature_dim(reorder), labels,
         {s: np.asarray(reorder.array(f"{s}_idx.npy")) for s in ("val", "test")}, scratch,
         memory_bytes=cfg.train.layerwise_memory_mb << 20, num_threads=cfg.train.num_threads)
 
@@ -104,8 +111,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
-        # the plan checked its caches when it was built; a reused plan under a new memory_budget is checked here
-        check_fits(cfg, int(np.load(reorder.file("features.npy"), mmap_mode="r").nbytes))
+        check_reused_plan(cfg, reorder)
         source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
         # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
         # a data parallel run would have to resume together: those train from scratch after a kill

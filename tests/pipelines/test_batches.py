@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ from torch import nn
 
 from pipelines.batches import open_training_data
 from pipelines.settings import StrataPaths
+from tests.storage_kernels.test_locks import lock_state
 
 FAST = ["sample.epochs=2", "train.device=cpu"]
 
@@ -211,14 +210,7 @@ def test_batches_on_cuda_equal_the_cpu_ones(root: Path) -> None:
 
 
 def test_the_dataset_run_lock_is_held_while_open(root: Path) -> None:
-    probe = ("import sys; from storage_kernels.locks import LockHeld, dataset_lock\n"
-             "try:\n    with dataset_lock(sys.argv[1], 'tiny', wait=False): print('free')\n"
-             "except LockHeld: print('held')")
-
-    def state() -> str:
-        return subprocess.run([sys.executable, "-c", probe, str(StrataPaths.at(root).root)], capture_output=True,
-                              text=True, check=True).stdout.strip()
-
+    lock_root = StrataPaths.at(root).root
     with open_training_data("tiny", root=root, overrides=FAST):
-        assert state() == "held"  # strata run waits, strata gc skips the dataset
-    assert state() == "free"
+        assert lock_state(lock_root, "tiny") == "held"  # strata run waits, strata gc skips the dataset
+    assert lock_state(lock_root, "tiny") == "free"

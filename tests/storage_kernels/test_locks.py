@@ -25,6 +25,15 @@ with dataset_lock(sys.argv[1], "tiny"):
 """
 
 
+def lock_state(root: Path, dataset: str) -> str:
+    """``held`` or ``free``: whether another process could take ``dataset``'s run lock under ``root`` now."""
+    probe = ("import sys; from storage_kernels.locks import LockHeld, dataset_lock\n"
+             "try:\n    with dataset_lock(sys.argv[1], sys.argv[2], wait=False): print('free')\n"
+             "except LockHeld: print('held')")
+    return subprocess.run([sys.executable, "-c", probe, str(root), dataset], capture_output=True, text=True,
+                          check=True, cwd=REPO).stdout.strip()
+
+
 def _holder(root: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
@@ -72,21 +81,13 @@ def test_locks_are_reentrant_within_a_process(tmp_path: Path) -> None:
 def test_a_lock_held_twice_is_released_by_its_last_hold_in_any_order(tmp_path: Path) -> None:
     """Two holds in one process that end out of order (two opened datasets closed first-opened first): the
     lock stays taken until the last one ends."""
-    probe = ("import sys; from storage_kernels.locks import LockHeld, dataset_lock\n"
-             "try:\n    with dataset_lock(sys.argv[1], 'tiny', wait=False): print('free')\n"
-             "except LockHeld: print('held')")
-
-    def state() -> str:
-        return subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True,
-                              check=True, cwd=REPO).stdout.strip()
-
     first, second = dataset_lock(tmp_path, "tiny"), dataset_lock(tmp_path, "tiny")
     first.__enter__()
     second.__enter__()
     first.__exit__(None, None, None)
-    assert state() == "held"
+    assert lock_state(tmp_path, "tiny") == "held"
     second.__exit__(None, None, None)
-    assert state() == "free"
+    assert lock_state(tmp_path, "tiny") == "free"
 
 
 def test_owner_identity_guards_pid_reuse() -> None:
