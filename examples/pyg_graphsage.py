@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     torch.manual_seed(args.seed)
     with open_training_data(args.dataset, root=args.root, overrides=args.overrides, policy=args.policy) as data:
+        torch.set_num_threads(data.compute_threads)  # on the CPU, a core for the loader when it reads the disk
         model = GraphSAGE(data.num_features, args.hidden, num_layers=len(data.cfg.sample.fanouts),
                           out_channels=data.num_classes, dropout=0.5).to(data.device)
         optimiser = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)

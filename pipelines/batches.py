@@ -93,7 +93,10 @@ class TrainingData:
 
     def __init__(self, cfg: PipelineConfig, root: Path, device: str, artifacts: dict[str, Any], samples: SampleSet,
                  source: Any, lock: contextlib.ExitStack) -> None:
+        import torch
+
         from pipelines.stages.graphio import feature_dim
+        from trainer.train import compute_threads
 
         self.cfg, self.root, self.device = cfg, root, device
         self.artifacts = artifacts
@@ -107,6 +110,12 @@ class TrainingData:
         self.num_classes = cfg.train.num_classes or int(self.labels.max()) + 1  # as strata run's model sizes it
         self._hook = getattr(source, "train_hook", None)
         self._closed = False
+        # fixed at opening: asking again after torch.set_num_threads(...) would count one core fewer again
+        self.compute_threads = compute_threads(cfg.train.num_threads, torch.device(device), False, source)
+        """torch's intra-op threads ``strata run`` would train with here: ``train.num_threads`` when set; else,
+        on the CPU over a source that reads the disk, one fewer than torch's own, leaving the loader's reads and
+        gathers a core (``BENCHMARKS.md``: 11% faster ``diskgnn`` epochs on 2 vCPUs). The data leaves torch's
+        setting alone; a loop applies it with ``torch.set_num_threads(data.compute_threads)``."""
 
     @property
     def sample_epochs(self) -> int:

@@ -214,3 +214,14 @@ def test_the_dataset_run_lock_is_held_while_open(root: Path) -> None:
     with open_training_data("tiny", root=root, overrides=FAST):
         assert lock_state(lock_root, "tiny") == "held"  # strata run waits, strata gc skips the dataset
     assert lock_state(lock_root, "tiny") == "free"
+
+
+def test_compute_threads_leave_the_loader_a_core_only_when_it_reads_the_disk(root: Path) -> None:
+    cores = torch.get_num_threads()
+    with open_training_data("tiny", root=root, overrides=FAST) as data:  # diskgnn: packed chunks from disk
+        assert data.compute_threads == max(cores - 1, 1)
+        assert torch.get_num_threads() == cores  # advice only: torch's setting is the user's
+    with open_training_data("tiny", root=root, overrides=FAST, policy="in_memory") as data:
+        assert data.compute_threads == cores
+    with open_training_data("tiny", root=root, overrides=[*FAST, "train.num_threads=3"]) as data:
+        assert data.compute_threads == 3
