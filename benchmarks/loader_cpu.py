@@ -9,6 +9,9 @@ requests per pass::
 
     python benchmarks/loader_cpu.py --root strata_data --dataset demo --policies diskgnn,in_memory --repeats 2
 
+An entry may carry its own settings after a colon, ``;``-separated, to compare variants of one policy in the
+same process: ``--policies "diskgnn,diskgnn:pack.read_gap_blocks=8"``.
+
 ``--profile`` adds a cProfile of one more pass of each policy (top functions by own time).
 """
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _open(args: argparse.Namespace, policy: str) -> tuple[Any, list[Any]]:
+def _open(args: argparse.Namespace, entry: str) -> tuple[Any, list[Any]]:
     from pipelines.config import PipelineConfig
     from pipelines.runner import StageRunner
     from pipelines.settings import StrataPaths
@@ -32,7 +35,9 @@ def _open(args: argparse.Namespace, policy: str) -> tuple[Any, list[Any]]:
     from storage_kernels.sampleset import SampleSet
     from trainer.features.iobackend import set_io_defaults
 
-    cfg = PipelineConfig.load(dataset=args.dataset, overrides=[*args.overrides, f"policy={policy}"])
+    policy, _, own = entry.partition(":")
+    own_sets = [item for item in own.split(";") if item]
+    cfg = PipelineConfig.load(dataset=args.dataset, overrides=[*args.overrides, *own_sets, f"policy={policy}"])
     set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # as the train stage does
     runner = StageRunner(cfg, StrataPaths.at(str(args.root)).store())
     runner.run_until("pack", checks=False)
@@ -55,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path("strata_data"))
     parser.add_argument("--dataset", default="demo")
-    parser.add_argument("--policies", default="diskgnn,in_memory", help="comma-separated policy names")
+    parser.add_argument("--policies", default="diskgnn,in_memory",
+                        help="comma-separated policy names, each optionally NAME:KEY=VALUE;KEY=VALUE")
     parser.add_argument("--epochs", type=int, default=3, help="training epochs of batches per pass")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override KEY=VALUE")

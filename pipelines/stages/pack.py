@@ -21,8 +21,8 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["ALSO_READS", "FORMAT_VERSION", "run", "summary"]
 
-FORMAT_VERSION = 3  # 2: segment disk caches (disk_cache.bin, segment_*.npy, batch_segment.npy); 3: the disk
-# budget counts the feature file in whole 4 KiB blocks
+FORMAT_VERSION = 4  # 2: segment disk caches (disk_cache.bin, segment_*.npy, batch_segment.npy); 3: the disk
+# budget counts the feature file in whole 4 KiB blocks; 4: the (m, s) search refines m between powers of two
 #: Configuration this stage reads beyond its own section (it enters the artifact version).
 ALSO_READS = ("policy",)
 

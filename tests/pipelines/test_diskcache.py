@@ -107,7 +107,7 @@ def test_search_picks_the_brute_force_minimum(budget_fraction: float | None) -> 
     if budget is None or pure <= budget:  # pure packing fits: chosen without a search, nothing reads less
         assert got == (pure, pure, 12, 0) and not choice.grid
         return
-    assert sorted(choice.grid) == m_grid(trace.num_batches) == [2, 4, 8, 12]
+    assert set(choice.grid) >= set(m_grid(trace.num_batches)) == {2, 4, 8, 12}
     brute = []
     for m, grid in choice.grid.items():
         assert set(s_grid(segments(trace, m).max_pairs)) <= set(grid)  # the grid, plus the budget's edge
@@ -116,6 +116,29 @@ def test_search_picks_the_brute_force_minimum(budget_fraction: float | None) -> 
     assert got == best and choice.store_bytes <= budget < pure
     assert min(c[0] for c in brute) >= pure  # no layout reads less than pure packing
     assert choice.evaluated <= choice.feasible <= choice.candidates
+
+
+def _fits(trace: Trace, m: int, budget: int) -> bool:
+    """Whether segments of ``m`` batches have a layout within ``budget``: the smallest store, every row of a
+    segment cached once (reference costs)."""
+    return _reference_total(trace, m, segments(trace, m).max_pairs)[1] <= budget
+
+
+@pytest.mark.parametrize("budget_fraction", [0.7, 0.5, 0.4])  # the smallest fitting m: 5, 12, 19
+def test_search_refines_the_segment_size_between_powers_of_two(budget_fraction: float) -> None:
+    trace = _trace(num_batches=40, num_nodes=600, seed=5)
+    pure = int(chunk_bytes(trace.rows, ROW_BYTES).sum())
+    budget = int(budget_fraction * pure)
+    choice = search(trace, ROW_BYTES, budget)
+    powers = m_grid(trace.num_batches)  # [2, 4, 8, 16, 32, 40]
+    smallest_power = min(m for m in powers if _fits(trace, m, budget))
+    assert smallest_power > 2, "the trace must leave a gap to refine"
+    refined = sorted(set(choice.grid) - set(powers))
+    assert refined and all(max(m for m in powers if m < smallest_power) < m < smallest_power for m in refined)
+    boundary = min(m for m in [*refined, smallest_power] if _fits(trace, m, budget))
+    assert not _fits(trace, boundary - 1, budget)  # the bisection's boundary: one batch shorter fits no layout
+    grid_only = search(trace, ROW_BYTES, budget, segment_sizes=powers)  # the powers of two alone
+    assert choice.read_bytes <= grid_only.read_bytes and choice.store_bytes <= budget
 
 
 def _reference_total(trace: Trace, m: int, s: int) -> tuple[int, int]:
