@@ -348,8 +348,8 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     sizes = list(segment_sizes) if segment_sizes is not None else m_grid(nt)
     fitting = [m for m in sizes if add(m)]
     if segment_sizes is None and budget_bytes is not None and fitting:
-        refined = _refine_segment_size(sizes, min(fitting),
-                                       lambda m: _smallest_store(trace, m, row_bytes) <= budget_bytes)
+        limit = budget_bytes
+        refined = _refine_segment_size(sizes, min(fitting), lambda m: _smallest_store(trace, m, row_bytes) <= limit)
         if refined is not None:
             add(refined)
     fits = [c for c in candidates if budget_bytes is None or c[3] <= budget_bytes]
@@ -378,7 +378,8 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
 
 def _smallest_store(trace: Trace, m: int, row_bytes: int) -> int:
     """Store bytes of segments of ``m`` batches at their largest cache (every row of a segment cached once, no
-    packed chunk): the least any ``s`` of the grid needs (:func:`s_grid` starts at the largest segment's rows)."""
+    packed chunk): about the least any ``s`` needs (only the 4 KiB padding of chunks and caches can differ), and
+    the largest ``s`` of :func:`s_grid` is exactly this layout."""
     keys = (trace.position // m) * max(trace.num_nodes, 1) + trace.nodes
     distinct = np.bincount(np.unique(keys) // max(trace.num_nodes, 1), minlength=-(-trace.num_batches // m))
     return int(align_up(distinct.astype(np.int64) * row_bytes, CHUNK_ALIGN).sum())
@@ -398,8 +399,6 @@ def _refine_segment_size(grid: Sequence[int], smallest_fitting: int, fits: Calla
     if not below:
         return None
     lo, hi = max(below), smallest_fitting  # lo: no layout fits; hi: one does
-    if hi - lo <= 1:
-        return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if fits(mid):
