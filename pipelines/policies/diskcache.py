@@ -38,9 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.policies.window import WindowPlan, schedule_windows
+from pipelines.policies.window import WindowPlan, schedule_windows, segment_block_offsets
 from storage_kernels import kernels
-from storage_kernels.arrays import align_up
 from storage_kernels.packstore import CHUNK_ALIGN, Tier, chunk_bytes
 
 __all__ = [
@@ -143,6 +142,11 @@ def uses_signatures(entry_pair: np.ndarray, position: np.ndarray, num_pairs: int
     return sig
 
 
+def _pair_keys(trace: Trace, m: int) -> np.ndarray:
+    """(T,) the key of every trace entry's (segment of ``m`` batches, node) pair: ``segment * N + node``."""
+    return (trace.position // m) * max(trace.num_nodes, 1) + trace.nodes
+
+
 def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str = "minhash") -> Segments:
     """Cut ``trace`` into segments of ``m`` batches; count, rank and order each segment's rows: by MinHash
     signature (``order="minhash"``, Alg. 1, ``k`` hashes) or by their first :data:`USES_K` reads (``"uses"``)."""
@@ -152,9 +156,7 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str 
         raise ValueError(f"'pack.disk_cache_order' expected one of {', '.join(ORDERS)} (got {order!r})")
     nt = trace.num_batches
     num_segments = -(-nt // m)
-    seg_of_entry = trace.position // m  # (T,)
-    keys = seg_of_entry * max(trace.num_nodes, 1) + trace.nodes  # (T,) unique per (segment, node)
-    uniq, entry_pair, count = np.unique(keys, return_inverse=True, return_counts=True)
+    uniq, entry_pair, count = np.unique(_pair_keys(trace, m), return_inverse=True, return_counts=True)
     pair_segment, pair_node = np.divmod(uniq, max(trace.num_nodes, 1))
     segment_ptr = np.searchsorted(pair_segment, np.arange(num_segments + 1)).astype(np.int64)
     # pairs are sorted by (segment, node): a stable sort on (segment, count descending) ties by node
@@ -226,8 +228,7 @@ def evaluate(trace: Trace, segs: Segments, caches: SegmentCaches, row_bytes: int
     else:  # the segment caches start at aligned offsets, so blocks of the cache region are blocks of the file
         blocks = kernels.count_blocks(entry_slot, trace.ptr, row_bytes, num_threads)  # (NT,)
     read = chunk_bytes(chunk_rows, row_bytes) + blocks * CHUNK_ALIGN
-    store = int(align_up(caches.segment_rows * row_bytes, CHUNK_ALIGN).sum() + chunk_bytes(chunk_rows,
-                                                                                          row_bytes).sum())
+    store = int(chunk_bytes(caches.segment_rows, row_bytes).sum() + chunk_bytes(chunk_rows, row_bytes).sum())
     return Cost(chunk_rows.astype(np.int64), blocks, read.astype(np.int64), store, window)
 
 
@@ -278,9 +279,9 @@ def _bounds(trace: Trace, segs: Segments, grid: Sequence[int], row_bytes: int) -
     cached = np.cumsum(hist, axis=1)[:, :n]  # (NT, n) cached rows per batch for each s
     packed = trace.rows[:, None] - cached  # (NT, n)
     chunks = chunk_bytes(packed, row_bytes).sum(axis=0)  # (n,)
-    lower = chunks + (align_up(cached * row_bytes, CHUNK_ALIGN)).sum(axis=0)  # cached rows packed perfectly
+    lower = chunks + chunk_bytes(cached, row_bytes).sum(axis=0)  # cached rows packed perfectly
     sizes = np.diff(segs.segment_ptr)  # (G,)
-    caches = np.array([int(align_up(np.minimum(sizes, s) * row_bytes, CHUNK_ALIGN).sum()) for s in grid], np.int64)
+    caches = np.array([int(chunk_bytes(np.minimum(sizes, s), row_bytes).sum()) for s in grid], np.int64)
     return caches + chunks, lower
 
 
@@ -380,9 +381,9 @@ def _smallest_store(trace: Trace, m: int, row_bytes: int) -> int:
     """Store bytes of segments of ``m`` batches at their largest cache (every row of a segment cached once, no
     packed chunk): about the least any ``s`` needs (only the 4 KiB padding of chunks and caches can differ), and
     the largest ``s`` of :func:`s_grid` is exactly this layout."""
-    keys = (trace.position // m) * max(trace.num_nodes, 1) + trace.nodes
-    distinct = np.bincount(np.unique(keys) // max(trace.num_nodes, 1), minlength=-(-trace.num_batches // m))
-    return int(align_up(distinct.astype(np.int64) * row_bytes, CHUNK_ALIGN).sum())
+    distinct = np.bincount(np.unique(_pair_keys(trace, m)) // max(trace.num_nodes, 1),
+                           minlength=-(-trace.num_batches // m))
+    return int(chunk_bytes(distinct, row_bytes).sum())
 
 
 def _refine_segment_size(grid: Sequence[int], smallest_fitting: int, fits: Callable[[int], bool]) -> int | None:
@@ -423,8 +424,7 @@ def write_segment_caches(features: np.ndarray, segs: Segments, caches: SegmentCa
     ``CHUNK_ALIGN``, the file padded to one; rows gathered from ``features`` (a memmap) ``memory_bytes`` at a
     time. Returns the segment offsets (G,) int64."""
     row_bytes = int(features.shape[1]) * features.dtype.itemsize
-    padded = align_up(caches.segment_rows * row_bytes, CHUNK_ALIGN)  # (G,)
-    offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64) if len(padded) else padded
+    offsets = segment_block_offsets(caches.segment_rows, row_bytes) * CHUNK_ALIGN  # (G,) bytes
     ordered = segs.sig_order[caches.pair_slot[segs.sig_order] >= 0]  # cached pairs by (segment, slot)
     nodes = segs.pair_node[ordered]  # (sum of rows,) in file order
     starts = np.concatenate([[0], np.cumsum(caches.segment_rows)]).astype(np.int64)
@@ -436,5 +436,5 @@ def write_segment_caches(features: np.ndarray, segs: Segments, caches: SegmentCa
                 rows = kernels.gather_rows(features, nodes[lo:hi], num_threads=num_threads)  # (hi - lo, F)
                 f.seek(int(offsets[g]) + (lo - int(starts[g])) * row_bytes)
                 f.write(rows.data)
-        f.truncate(int(padded.sum()))
+        f.truncate(int(chunk_bytes(caches.segment_rows, row_bytes).sum()))
     return offsets

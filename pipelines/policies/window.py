@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_kernels import kernels
-from storage_kernels.arrays import align_up, segment_ranges
-from storage_kernels.packstore import CHUNK_ALIGN
+from storage_kernels.arrays import segment_ranges
+from storage_kernels.packstore import CHUNK_ALIGN, chunk_bytes
 
 __all__ = ["WindowPlan", "buffer_rows_for", "fill_gaps", "schedule_windows", "segment_block_offsets"]
 
@@ -64,7 +64,7 @@ def buffer_rows_for(buffer_bytes: int, row_bytes: int, segment_rows: np.ndarray)
 
 def segment_block_offsets(segment_rows: np.ndarray, row_bytes: int) -> np.ndarray:
     """(G,) first block of every segment cache in ``disk_cache.bin`` (each starts at a multiple of 4096)."""
-    padded = align_up(np.asarray(segment_rows, np.int64) * row_bytes, CHUNK_ALIGN) // CHUNK_ALIGN
+    padded = chunk_bytes(segment_rows, row_bytes) // CHUNK_ALIGN
     return np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64) if len(padded) else padded
 
 
