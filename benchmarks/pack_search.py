@@ -6,7 +6,10 @@ powers of two) and with the default refinement, alternating, in one process. Pri
 seconds, the chosen ``(m, s)``, the exact read bytes over the trace, and the candidates evaluated::
 
     python benchmarks/pack_search.py --root strata_data --dataset demo --repeats 2
-"""
+
+``--scan 16,19,32`` also prints, for each segment size given, whether a layout fits the budget and, for the
+``s`` the search picks at that size, the exact bytes read per epoch and the read requests per
+batch of the disk-cache reads through the segment window (runs of consecutive blocks, plus one packed chunk)."""
 
 from __future__ import annotations
 
@@ -25,11 +28,12 @@ def main() -> None:
     parser.add_argument("--dataset", default="demo")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override KEY=VALUE")
+    parser.add_argument("--scan", default="", help="comma-separated segment sizes to cost one by one")
     parser.add_argument("--out", type=Path, help="write the report as JSON")
     args = parser.parse_args()
 
     from pipelines.config import PipelineConfig
-    from pipelines.policies.diskcache import m_grid, search, training_trace
+    from pipelines.policies.diskcache import cache_layout, evaluate, m_grid, search, training_trace
     from pipelines.runner import StageRunner
     from pipelines.settings import StrataPaths
     from pipelines.stages.graphio import feature_dim
@@ -66,6 +70,34 @@ def main() -> None:
             report["runs"][name].append(run)
             print(f"{name}: {run['seconds']:.2f} s, m = {choice.segment_batches}, s = {choice.cache_rows}, "
                   f"{choice.read_bytes / 2**20:.1f} MiB read over the trace, {choice.evaluated} evaluated")
+    report["scan"] = []
+    epochs = max(samples.epochs, 1)
+    for m in [int(v) for v in args.scan.split(",") if v.strip()]:
+        try:  # the search restricted to this size: its best s within the budget
+            only = search(trace, row_bytes, budget, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
+                          buffer_rows=buffer_rows, order=cfg.pack.disk_cache_order,
+                          gap_blocks=cfg.pack.read_gap_blocks, segment_sizes=[m])
+            s_fit = only.cache_rows if only.segment_batches == m else None  # else pure packing fits
+        except ValueError:  # no layout of this size fits
+            s_fit = None
+        row: dict[str, Any] = {"m": m, "fits": s_fit is not None}
+        if s_fit is not None:
+            cost = evaluate(trace, only.segments, cache_layout(only.segments, s_fit), row_bytes,
+                            cfg.pack.num_threads, buffer_rows, cfg.pack.read_gap_blocks)
+            requests = trace.num_batches  # one packed chunk a batch
+            if cost.window is not None:  # runs of consecutive disk-cache blocks, per batch
+                blocks, ptr = cost.window.read_blocks, cost.window.read_ptr
+                starts = np.ones(len(blocks), bool)
+                starts[1:] = blocks[1:] != blocks[:-1] + 1
+                starts[ptr[:-1][np.diff(ptr) > 0]] = True
+                requests += int(starts.sum())
+            row.update(s=int(s_fit), store_bytes=cost.store_bytes, epoch_read_bytes=cost.total_read_bytes / epochs,
+                       requests_per_batch=requests / trace.num_batches)
+            print(f"m = {m}: s = {s_fit}, {row['epoch_read_bytes'] / 2**20:.1f} MiB an epoch, "
+                  f"{row['requests_per_batch']:.1f} requests a batch, store {cost.store_bytes / 2**20:.1f} MiB")
+        else:
+            print(f"m = {m}: no layout fits the budget")
+        report["scan"].append(row)
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1))
 
