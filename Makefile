@@ -34,10 +34,10 @@ test-all: install
 test-asan: install
 	PYTHON=$(BIN)/python .ci/asan
 
-# onnxruntime-web (the version pipelines/webapp.py pins) into Strata's npm cache: `strata export --web DIR`
+# onnxruntime-web (the version pipelines/web/app.py pins) into Strata's npm cache: `strata export --web DIR`
 # copies it into DIR/ort/ so the folder works offline.
 NPM_CACHE ?= $(HOME)/.cache/strata/npm
-ORT_WEB_VERSION := $(shell sed -n 's/^ORT_WEB_VERSION = "\(.*\)"/\1/p' pipelines/webapp.py)
+ORT_WEB_VERSION := $(shell sed -n 's/^ORT_WEB_VERSION = "\(.*\)"/\1/p' pipelines/web/app.py)
 
 web-runtime:
 	npm install --prefix $(NPM_CACHE) --no-audit --no-fund onnxruntime-web@$(ORT_WEB_VERSION)

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.sources import parse_source_spec
-from pipelines.sources.base import dedupe_csr_rows
+from pipelines.methods.sources import parse_source_spec
+from pipelines.methods.sources.base import dedupe_csr_rows
 from storage_kernels import kernels
 
 SAMPLERS = {"uniform": kernels.sample_blocks, "dense": kernels.sample_dense}

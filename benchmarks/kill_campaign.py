@@ -10,7 +10,7 @@ stage's window, measured by a calibration run per dataset: the window starts whe
 kill actually landed in is read back from the lines the victim printed before it died.
 
 After the kill: no half-written artifact is visible (every ``<dataset>/<stage>/<version>`` directory has a
-manifest, and :func:`pipelines.verify.verify_root` finds every artifact OK). Then the same command reruns, and:
+manifest, and :func:`pipelines.ops.verify.verify_root` finds every artifact OK). Then the same command reruns, and:
 it succeeds; it reuses exactly the artifacts that were published before the kill and builds the others; every
 artifact verifies; the catalog lists exactly the artifacts on disk, without duplicate metric rows; ``.tmp``
 holds no temp dir (and no resume checkpoint) afterwards; no MLflow run is left RUNNING and the victim's runs are
@@ -187,7 +187,7 @@ def published(root: Path, dataset: str) -> dict[str, set[str]]:
 
 def half_written(root: Path, dataset: str) -> list[str]:
     """Artifact directories visible without a manifest, and artifacts that do not verify."""
-    from pipelines.verify import verify_root
+    from pipelines.ops.verify import verify_root
 
     bad = [str(d) for d in (root / dataset).glob("*/*") if d.is_dir() and not (d / "manifest.json").is_file()]
     result = verify_root(root, dataset, mode="full", threads=2)
@@ -243,7 +243,7 @@ def tmp_leftovers(root: Path) -> list[str]:
 def mlflow_state(root: Path, dataset: str, victim_pid: int) -> tuple[dict[str, str], list[str], Counter]:
     """``(victim's run id -> status, ids of every RUNNING run, train artifact -> registered versions)``; read
     only (nothing is created when the store or the experiment does not exist yet)."""
-    from pipelines.recovery import MLFLOW_OWNER_PREFIX
+    from pipelines.ops.recovery import MLFLOW_OWNER_PREFIX
     from trainer.tracking import ARTIFACT_VERSION_TAG, _mlflow
 
     if not (root / "mlflow" / "mlflow.db").exists():
@@ -271,7 +271,7 @@ def dagster_state(root: Path, victim_pid: int) -> tuple[dict[str, str], list[str
     """``(victim's run id -> status, ids of every STARTED/STARTING run)``."""
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-    from pipelines.recovery import DAGSTER_OWNER_PREFIX
+    from pipelines.ops.recovery import DAGSTER_OWNER_PREFIX
 
     home = root / "dagster_home"
     if not home.is_dir():

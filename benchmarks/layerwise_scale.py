@@ -2,7 +2,7 @@
 
 The stages up to ``reorder`` run first in an unconfined child (their artifacts are reused when they exist); the
 files are then evicted from the page cache and a second child joins a fresh memory cgroup
-(:class:`pipelines.confine.MemoryCgroup`, v1 or v2, page cache counted) before it imports anything heavy. It
+(:class:`pipelines.core.confine.MemoryCgroup`, v1 or v2, page cache counted) before it imports anything heavy. It
 builds the model (untrained, seeded: time and traffic do not depend on the weights; the equality with the
 model's forward is the tests' job) and runs :func:`trainer.layerwise.layerwise_logits` on each split's nodes
 (``--splits val,test``: a pass each; ``val+test``: one pass over their union, as training's last evaluation).
@@ -32,8 +32,8 @@ DEFAULT_DATASET = "synthetic:nodes=10000000,degree=10,dim=128,classes=16,seed=1,
 def _worker(args: argparse.Namespace) -> None:
     """Prepare (``--worker reorder``) or evaluate (``--worker evaluate``); print one JSON line."""
     from pipelines.config import PipelineConfig
+    from pipelines.core.paths import StrataPaths
     from pipelines.runner import StageRunner
-    from pipelines.settings import StrataPaths
 
     cfg = PipelineConfig.load(dataset=args.dataset, overrides=[
         "verify.on_reuse=sampled", "train.eval_mode=layerwise", f"train.layerwise_memory_mb={args.memory_mb}",
@@ -47,7 +47,7 @@ def _worker(args: argparse.Namespace) -> None:
         import numpy as np
         import torch
 
-        from pipelines.bench_worker import storage_read_bytes
+        from pipelines.bench.worker import storage_read_bytes
         from pipelines.stages.train import full_graph
         from trainer.layerwise import layerwise_logits
         from trainer.models import build_model
@@ -73,7 +73,7 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _child(args: argparse.Namespace, worker: str, preexec: Any = None) -> dict[str, Any]:
-    from pipelines.confine import json_child
+    from pipelines.core.confine import json_child
 
     argv = [sys.executable, __file__, "--worker", worker, "--root", str(args.root), "--dataset", args.dataset,
             "--memory-mb", str(args.memory_mb), "--model", args.model, "--layers", str(args.layers),
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         _worker(args)
         return 0
 
-    from pipelines.confine import evict_page_cache, run_within
+    from pipelines.core.confine import evict_page_cache, run_within
 
     prepared = _child(args, "reorder")
     if prepared.get("failed"):

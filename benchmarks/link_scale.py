@@ -3,7 +3,7 @@ embeddings, the train stage confined to a budget with the page cache counted.
 
 The stages up to ``pack`` run first in an unconfined child (their artifacts are reused when they exist); the
 files they wrote are then evicted from the page cache, and the ``train`` stage runs in a second child that
-joins a fresh memory cgroup (:class:`pipelines.confine.MemoryCgroup`, v1 or v2) before it executes a single
+joins a fresh memory cgroup (:class:`pipelines.core.confine.MemoryCgroup`, v1 or v2) before it executes a single
 instruction. The report (JSON on stdout and in ``--out``) holds the train stage's metrics and traffic, the
 cgroup's limit, peak charge and OOM kills, and the table size against the budget::
 
@@ -39,8 +39,8 @@ STATS = ("mrr", "hits@1", "hits@10", "sampled_mrr", "val_mrr", "random_mrr", "ep
 def _worker(root: str, dataset: str, overrides: list[str], until: str) -> None:
     """Run the stage graph up to ``until``; print one JSON line (the train stage's stats when it ran)."""
     from pipelines.config import PipelineConfig
+    from pipelines.core.paths import StrataPaths
     from pipelines.runner import StageRunner
-    from pipelines.settings import StrataPaths
 
     cfg = PipelineConfig.load(dataset=dataset, overrides=overrides)
     runner = StageRunner(cfg, StrataPaths.at(root).store())
@@ -57,7 +57,7 @@ def _worker(root: str, dataset: str, overrides: list[str], until: str) -> None:
 
 
 def _child(args: argparse.Namespace, overrides: list[str], until: str, preexec: Any = None) -> dict[str, Any]:
-    from pipelines.confine import json_child
+    from pipelines.core.confine import json_child
 
     argv = [sys.executable, __file__, "--worker", until, "--root", str(args.root), "--dataset", args.dataset,
             *[x for o in overrides for x in ("--set", o)]]
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         _worker(str(args.root), args.dataset, args.overrides, args.worker)
         return 0
 
-    from pipelines.confine import evict_page_cache, run_within
+    from pipelines.core.confine import evict_page_cache, run_within
 
     overrides = [*BASE, f"policy={args.policy}", f"train.epochs={args.epochs}",
                  f"train.embedding_dim={args.embedding_dim}", *args.overrides]

@@ -29,8 +29,8 @@ from typing import Any
 
 def _open(args: argparse.Namespace, entry: str) -> tuple[Any, list[Any]]:
     from pipelines.config import PipelineConfig
+    from pipelines.core.paths import StrataPaths
     from pipelines.runner import StageRunner
-    from pipelines.settings import StrataPaths
     from pipelines.stages.train import open_features
     from storage_kernels.sampleset import SampleSet
     from trainer.features.iobackend import set_io_defaults

@@ -1,7 +1,8 @@
 """DiskGNN's (m, s) search alone: the powers-of-two grid of segment sizes against the refined search.
 
 Runs the stages up to ``plan`` for ``diskgnn`` (reusing what is built), builds the training trace the pack stage
-searches, then times :func:`pipelines.policies.diskcache.search` with the grid alone (``segment_sizes`` = the
+searches, then times :func:`pipelines.methods.policies.diskgnn.search.search` with the grid alone (``segment_sizes``
+= the
 powers of two) and with the default refinement, alternating, in one process. Prints and reports each run's
 seconds, the chosen ``(m, s)``, the exact read bytes over the trace, and the candidates evaluated::
 
@@ -33,10 +34,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from pipelines.config import PipelineConfig
-    from pipelines.policies.diskcache import cache_layout, evaluate, m_grid, search, training_trace
+    from pipelines.core.graphio import feature_dim
+    from pipelines.core.paths import StrataPaths
+    from pipelines.methods.policies.diskgnn.search import cache_layout, evaluate, m_grid, search, training_trace
     from pipelines.runner import StageRunner
-    from pipelines.settings import StrataPaths
-    from pipelines.stages.graphio import feature_dim
     from storage_kernels.packstore import store_budget_bytes
     from storage_kernels.sampleset import SampleSet
 

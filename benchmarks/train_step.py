@@ -30,8 +30,8 @@ import torch
 
 def _batches(args: argparse.Namespace) -> tuple[list[tuple[torch.Tensor, list, torch.Tensor]], int, int]:
     from pipelines.config import PipelineConfig
+    from pipelines.core.paths import StrataPaths
     from pipelines.runner import StageRunner
-    from pipelines.settings import StrataPaths
     from storage_kernels.sampleset import SampleSet
     from trainer.models import to_tensor_blocks
 

@@ -95,7 +95,7 @@ class TrainingData:
                  source: Any, lock: contextlib.ExitStack) -> None:
         import torch
 
-        from pipelines.stages.graphio import feature_dim
+        from pipelines.core.graphio import feature_dim
         from trainer.train import compute_threads
 
         self.cfg, self.root, self.device = cfg, root, device
@@ -199,9 +199,9 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
     policy whose training step is Strata's own; a failing blocking check raises as it does in ``strata run``.
     """
     from pipelines.config import PipelineConfig
-    from pipelines.policies import POLICIES
+    from pipelines.core.paths import StrataPaths
+    from pipelines.methods.policies import POLICIES
     from pipelines.runner import StageRunner
-    from pipelines.settings import StrataPaths
     from pipelines.stages.train import check_reused_plan, open_features
     from storage_kernels.locks import dataset_lock
     from storage_kernels.sampleset import SampleSet

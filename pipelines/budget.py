@@ -68,7 +68,7 @@ def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
 def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:
     """The RAM buffers ``cfg``'s policy holds for a graph of ``feature_bytes`` feature bytes, by setting
     (``Policy.resident_bytes``: the CPU cache, ``diskgnn``'s segment window, ``in_memory``'s feature file)."""
-    from pipelines.policies import POLICIES
+    from pipelines.methods.policies import POLICIES
 
     return POLICIES.get(cfg.policy)().resident_bytes(cfg, feature_bytes)
 
@@ -77,8 +77,8 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
     """``ValueError`` naming the settings when the resident buffers of :func:`resident_bytes` (each counted at
     most ``feature_bytes``: no buffer holds more rows than the feature file has) exceed ``cfg.memory_budget``,
     or, with no budget, the memory this process may use (``machine_bytes``, default
-    :func:`pipelines.confine.memory_limit`): a run that could only end in an out-of-memory kill."""
-    from pipelines.formatting import format_bytes as size
+    :func:`pipelines.core.confine.memory_limit`): a run that could only end in an out-of-memory kill."""
+    from pipelines.core.formatting import format_bytes as size
 
     parts = {k: min(v, feature_bytes) for k, v in resident_bytes(cfg, feature_bytes).items()}
     total = sum(parts.values())
@@ -91,7 +91,7 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
                              "their defaults, which the budget sizes (or choose an out-of-core policy)")
         return
     if machine_bytes is None:
-        from pipelines.confine import memory_limit
+        from pipelines.core.confine import memory_limit
 
         machine_bytes = memory_limit()
     if total > machine_bytes:

@@ -3,7 +3,7 @@
 :class:`PipelineConfig` holds the dataset, the cache/batching ``policy`` and one section per stage of the
 stage graph (``ingest``, ``reorder``, ``partition``, ``sample``, ``plan``, ``pack``, ``train``, ``export``).
 The CLI parses it once (file, then ``--set section.key=value`` overrides, then keywords) and hands the typed
-object on; Dagster runs carry the same fields as typed run config (:mod:`pipelines.resources`).
+object on; Dagster runs carry the same fields as typed run config (:mod:`pipelines.orchestration.resources`).
 
 Every field is declared with :func:`trainer.config.setting`, which says whether it changes the artifact of
 its stage. :func:`artifact_params` turns those declarations into the parameters an artifact version is hashed
@@ -61,25 +61,25 @@ __all__ = [
 
 # The registries that setting values name, imported when first needed (they import the stages' code).
 def _orders() -> Registry[Any]:
-    from pipelines.orders import REORDER_STRATEGIES
+    from pipelines.methods.orders import REORDER_STRATEGIES
 
     return REORDER_STRATEGIES
 
 
 def _partitioners() -> Registry[Any]:
-    from pipelines.partitioners import PARTITIONERS
+    from pipelines.methods.partitioners import PARTITIONERS
 
     return PARTITIONERS
 
 
 def _samplers() -> Registry[Any]:
-    from pipelines.samplers import SAMPLERS
+    from pipelines.methods.samplers import SAMPLERS
 
     return SAMPLERS
 
 
 def _policies() -> Registry[Any]:
-    from pipelines.policies import POLICIES
+    from pipelines.methods.policies import POLICIES
 
     return POLICIES
 
@@ -106,14 +106,14 @@ Fanouts = Annotated[list[int], AfterValidator(_fanouts_valid)]
 
 
 def _budget_bytes(value: Any) -> int | None:
-    from pipelines.confine import parse_bytes
+    from pipelines.core.confine import parse_bytes
 
     return None if value is None else parse_bytes(value, "memory_budget")
 
 
 def _size(value: Any) -> Any:
     """A byte count given as a size string (``"2G"``) -> int; anything else for the field's own checks."""
-    from pipelines.confine import parse_bytes
+    from pipelines.core.confine import parse_bytes
 
     if isinstance(value, str) and re.search(r"[A-Za-z]", value):
         try:
@@ -182,7 +182,7 @@ class ReorderConfig(_Section):
 
     strategy: str = setting(
         "degree",
-        "Vertex order (pipelines.orders): identity, random (baseline), degree (hot first), bfs (from the top "
+        "Vertex order (pipelines.methods.orders): identity, random (baseline), degree (hot first), bfs (from the top "
         "hub), rcm (reverse Cuthill-McKee), community (Rabbit Order: hierarchical communities, hubs first) or "
         "partition (nodes of each partition contiguous).",
     )
@@ -214,7 +214,7 @@ class PartitionConfig(_Section):
 
     method: str = setting(
         "range",
-        "Partitioner (pipelines.partitioners): range (contiguous ids), metis (pymetis, in memory), fennel "
+        "Partitioner (pipelines.methods.partitioners): range (contiguous ids), metis (pymetis, in memory), fennel "
         "(streaming, OUTRE's variant) or grem (streaming recursive bisection).",
     )
     num_parts: int = setting(16, "Number of partitions.", gt=0)
@@ -244,7 +244,7 @@ class PartitionConfig(_Section):
 class SampleConfig(_Section):
     NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"sampler": _samplers}
 
-    sampler: str = setting("uniform", "Neighbour sampler (pipelines.samplers): uniform (per-layer, without "
+    sampler: str = setting("uniform", "Neighbour sampler (pipelines.methods.samplers): uniform (per-layer, without "
                            "replacement) or dense (MariusGNN's DENSE: one-hop samples reused across hops).")
     fanouts: Fanouts = setting(default_factory=lambda: [10, 10],
                                description="Neighbours per hop, seeds first (each >= 1, or -1 for all).")
@@ -383,7 +383,7 @@ class PipelineConfig(_Section):
     dataset: str = setting("tiny", "Built-in dataset name or a source spec (see `strata datasets`).")
     policy: str = setting(
         "diskgnn",
-        "Cache/batching policy, an entry of pipelines.policies.POLICIES (the seed systems and the baselines "
+        "Cache/batching policy, an entry of pipelines.methods.policies.POLICIES (the seed systems and the baselines "
         "in_memory, mmap, naive; README 'Choosing a policy' compares them).",
     )
     memory_budget: MemoryBudget = setting(
@@ -492,7 +492,7 @@ def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -
     reads = section.selected_reads() if hasattr(section, "selected_reads") else frozenset()  # train: its model's
     own = section_fields(section)
     if "policy" in also:  # a stage shaped by the policy: the policy's own knobs of this section count too
-        from pipelines.policies import POLICIES
+        from pipelines.methods.policies import POLICIES
 
         reads = reads | (frozenset(POLICIES.get(cfg.policy).reads) & frozenset(own))
     params = _section_params(section, reads)

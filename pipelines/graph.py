@@ -3,7 +3,7 @@
 One name per node: the stage ``reorder`` is the function ``pipelines.stages.reorder.run``, the config section
 ``reorder``, the artifact directory ``<root>/<dataset>/reorder/<version>/``, the Dagster asset ``reorder`` and
 the CLI verb ``strata reorder``. Everything that walks the pipeline derives from :data:`STAGES`: the Dagster
-assets and asset checks (:mod:`pipelines.assets`), the Dagster-free runner (:mod:`pipelines.runner`), the
+assets and asset checks (:mod:`pipelines.orchestration.assets`), the Dagster-free runner (:mod:`pipelines.runner`), the
 benchmarks and the CLI (``strata run --until STAGE``).
 
 A stage function has one shape: ``run(store, cfg, *, <upstream artifacts by stage name>, progress=None) ->
@@ -38,8 +38,8 @@ from pipelines.checks import (
     SEEDS_MATCH_SPLIT,
     StageCheck,
 )
-from pipelines.checks_aligned import ALIGNED_LAYOUT
-from pipelines.checks_model import ACCURACY_RECORDED, EXPORT_FILES, ONNX_MATCHES_TORCH
+from pipelines.checks.aligned import ALIGNED_LAYOUT
+from pipelines.checks.model import ACCURACY_RECORDED, EXPORT_FILES, ONNX_MATCHES_TORCH
 from pipelines.stages import export, ingest, pack, partition, plan, reorder, sample, train
 from pipelines.stages.common import StageResult
 from storage_kernels.store import Artifact

@@ -8,7 +8,8 @@ nothing is shared between processes, so Dagster's multiprocess executor can reso
 parallel, each in its own process.
 
 The Dagster steps of one run share the run resource's runner within a process
-(:meth:`pipelines.resources.StrataResource.runner`); the benchmarks use one directly (``run_until``, which also
+(:meth:`pipelines.orchestration.resources.StrataResource.runner`); the benchmarks use one directly (``run_until``,
+which also
 runs each stage's checks and stops at the first failing one).
 """
 

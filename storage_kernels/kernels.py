@@ -288,7 +288,7 @@ def prune_blocks(hop_counts, indptrs: Sequence[np.ndarray], cols: Sequence[np.nd
 
     Hop ``h >= 1`` keeps the in-edges of the destinations still needed at that hop; a node is kept when a
     layer reads it or it is a last-layer source (hop 0 is untouched); order is preserved, so destinations
-    stay prefixes. In C without the GIL; ``pipelines.policies.outre_trace.prune_batch_numpy`` is the
+    stay prefixes. In C without the GIL; ``pipelines.methods.policies.outre.trace.prune_batch_numpy`` is the
     reference. Raises ValueError on malformed blocks, IndexError on out-of-range positions.
     """
     hc = _int64_array("hop_counts", hop_counts)

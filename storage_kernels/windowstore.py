@@ -55,7 +55,8 @@ def _by_batch(ptr: np.ndarray, data: np.ndarray, batches: np.ndarray, num_batche
 
 
 def write_window(builder: ArtifactBuilder, plan: Any, batches: np.ndarray, num_batches: int, row_bytes: int) -> None:
-    """Write a schedule in trace order (``plan``: a ``pipelines.policies.window.WindowPlan``; position ``p`` is
+    """Write a schedule in trace order (``plan``: a ``pipelines.methods.policies.diskgnn.window.WindowPlan``;
+    position ``p`` is
     batch ``batches[p]``) as the window files of ``builder``'s packed store."""
     batches = np.asarray(batches, np.int64)
     builder.write_json(WINDOW_META, {"format": FORMAT_VERSION, "buffer_rows": int(plan.buffer_rows),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipelines.orders import REORDER_STRATEGIES
-from pipelines.partitioners import PARTITIONERS
-from pipelines.policies import POLICIES
-from pipelines.samplers import SAMPLERS
-from pipelines.sources import SOURCE_KINDS
+from pipelines.methods.orders import REORDER_STRATEGIES
+from pipelines.methods.partitioners import PARTITIONERS
+from pipelines.methods.policies import POLICIES
+from pipelines.methods.samplers import SAMPLERS
+from pipelines.methods.sources import SOURCE_KINDS
 from trainer.models import MODELS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "EXTENDING.md"

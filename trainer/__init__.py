@@ -10,6 +10,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from storage_kernels.moved import install_moved
+
+#: Modules renamed so that no two share a name with two meanings.
+MOVED = {
+    "trainer.split": "trainer.split_forward",
+    "trainer.pruned": "trainer.pruned_samples",
+    "trainer.features.pruned": "trainer.features.outre",
+}
+install_moved(MOVED)
+
 __all__ = [
     "BatchLoader",
     "BatchLoaderError",

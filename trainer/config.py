@@ -122,7 +122,7 @@ class TrainConfig:
                                        "train stage checkpoints into its resume dir.", artifact=False)
     resume: str = setting("", "Continue from this checkpoint ('' = train from scratch).", artifact=False)
     warm_start: Literal["none", "champion"] = setting(
-        "none", "Initial weights (read by the train stage, pipelines.warmstart): none (seeded random init) or "
+        "none", "Initial weights (read by the train stage, pipelines.tracking.warmstart): none (seeded random init) or "
         "champion (the registered model's 'champion' version when its architecture and weight shapes match; "
         "the retrain schedule and the source sensor set it).")
     # data parallel (trainer.distributed; the world size enters the train artifact's version)

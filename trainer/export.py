@@ -1,7 +1,7 @@
 """Export a trained model to ONNX with dynamic subgraph shapes.
 
 Any :data:`trainer.models.MODELS` architecture exports to ONNX (through its ``forward_dst_pos``); its fp16 and
-int8 variants are :mod:`trainer.export_variants`, the browser app that runs them :mod:`pipelines.webapp`.
+int8 variants are :mod:`trainer.export_variants`, the browser app that runs them :mod:`pipelines.web.app`.
 
 ONNX graph (``export_onnx``): inputs ``x`` (num_nodes, in_dim) float32 and, per layer ``i`` (input layer
 first), ``edge_src_i`` / ``edge_dst_i`` (num_edges_i,) int64 and ``dst_pos_i`` (num_dst_i,) int64, the positions

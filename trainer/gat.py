@@ -23,7 +23,7 @@ from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, edge_softmax, scatter_sum
 from trainer.native_ops import dropout, gat_attend, native_applies
-from trainer.split import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
+from trainer.split_forward import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
 
 __all__ = ["GAT", "GATConv"]
 
@@ -34,7 +34,7 @@ class GATConv(nn.Module):
     """One multi-head attention layer over a block: ``heads`` heads of ``head_dim`` channels, concatenated
     (``concat=True``, output ``heads * head_dim``) or averaged (output ``head_dim``)."""
 
-    takes_csr = True  # trainer.split passes the block's indptr
+    takes_csr = True  # trainer.split_forward passes the block's indptr
 
     def __init__(self, in_dim: int, head_dim: int, heads: int, concat: bool, attn_dropout: float = 0.0) -> None:
         super().__init__()

@@ -16,7 +16,7 @@ from torch import nn
 
 from trainer.message_passing import add_self_loops, check_layer_dims, count_into, scatter_sum
 from trainer.native_ops import csr_sum, native_applies
-from trainer.split import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
+from trainer.split_forward import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
 
 __all__ = ["GCN", "GCNConv"]
 
@@ -30,7 +30,7 @@ class GCNConv(nn.Module):
     (``indptr``) on the CPU in float32, the sum runs in C (:func:`trainer.native_ops.csr_sum`).
     """
 
-    takes_csr = True  # trainer.split passes the block's indptr
+    takes_csr = True  # trainer.split_forward passes the block's indptr
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()

@@ -11,7 +11,7 @@ slots its own FSM found fresh (tests compare them with the schedule).
 A model takes part by splitting its forward in two (:class:`HistoryModel`): ``forward_lower(x, blocks[:-1])``
 -> h^{L-1}, and ``forward_last(h, blocks[-1])`` -> logits; ``forward_last(forward_lower(...))`` must equal
 ``forward`` (``trainer.models.GraphSAGE`` has them; GCN and GAT inherit them from
-``trainer.split.LayerwiseSplit``; another model adds the same two methods).
+``trainer.split_forward.LayerwiseSplit``; another model adds the same two methods).
 
 :class:`HistoryHook` is what ``trainer.train`` picks up as a feature source's ``train_hook``: the pruned
 training topology (``samples``) and the training step's ``forward``.
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from trainer.models import TensorBlock
-from trainer.pruned import HistoryLists, PrunedSamples
+from trainer.pruned_samples import HistoryLists, PrunedSamples
 
 if TYPE_CHECKING:
     from trainer.loader import LoadedBatch

@@ -276,7 +276,7 @@ class GraphModel(Protocol):
     **module.model_args)`` builds the same architecture. Optional, for ``policy=outre``:
     ``forward_lower(x, blocks[:-1])`` -> the last layer's input and ``forward_last(h, blocks[-1])`` -> logits
     (``trainer.history.HistoryModel``; :class:`GraphSAGE` has both, GCN and GAT through
-    ``trainer.split.LayerwiseSplit``).
+    ``trainer.split_forward.LayerwiseSplit``).
     """
 
     in_dim: int

@@ -525,7 +525,7 @@ def train(
     ``progress(epoch, metrics)`` is called after each epoch, ``on_step(epoch, batch)`` after each training
     step (``batch`` steps of ``epoch`` done) and after the checkpoint that step may write. ``init(model,
     model_args)`` may set the freshly built model's weights before the optimizer sees them (a warm start,
-    ``pipelines.warmstart``; ``cfg.resume`` still wins). With ``cfg.eval_mode="layerwise"``, validation and
+    ``pipelines.tracking.warmstart``; ``cfg.resume`` still wins). With ``cfg.eval_mode="layerwise"``, validation and
     test accuracy come from full-neighbourhood layer-wise inference over ``layerwise`` (the full graph,
     ``trainer.layerwise``) instead of the sampled eval batches. Under torchrun (or
     ``cfg.distributed``) every rank calls this and trains its share of the batches data parallel

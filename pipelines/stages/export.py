@@ -1,12 +1,12 @@
 """Export stage: ONNX (checked in onnxruntime), its fp16 and int8 variants and the browser app, registered
 in MLflow.
 
-The ``export`` artifact is a deployable web folder (:mod:`pipelines.webapp`): ``model.onnx`` (fp32, verified
+The ``export`` artifact is a deployable web folder (:mod:`pipelines.web.app`): ``model.onnx`` (fp32, verified
 against PyTorch), ``model.fp16.onnx``, ``model.int8.onnx`` (QDQ), a sample ``subgraph.json`` + ``subgraph.bin``
 of validation nodes, ``web.json`` and the page (``index.html``, ``app.mjs``, ``strata.mjs``), which runs the
 models in onnxruntime-web. Each variant's size and validation-accuracy delta (vs fp32, onnxruntime on every
 validation batch) are in the stats. The training run gains an MLflow model (pyfunc + ONNX flavor,
-:mod:`pipelines.model_registry`) that becomes a new version of the registered model; the ``champion`` alias
+:mod:`pipelines.tracking.model_registry`) that becomes a new version of the registered model; the ``champion`` alias
 moves only when validation accuracy improves.
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.config import PipelineConfig
-from pipelines.formatting import markdown_table
-from pipelines.links import mlflow_model_version_url, mlflow_run_url
-from pipelines.model_registry import log_and_register
-from pipelines.settings import StrataPaths
+from pipelines.core.formatting import markdown_table
+from pipelines.core.paths import StrataPaths
 from pipelines.stages.common import Progress, StageResult, materialize
 from pipelines.stages.train import load_model
+from pipelines.tracking.links import mlflow_model_version_url, mlflow_run_url
+from pipelines.tracking.model_registry import log_and_register
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "ONNX_TOLERANCE", "model_name_for", "run", "summary"]
@@ -36,13 +36,13 @@ def model_name_for(cfg: PipelineConfig) -> str:
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, train: Artifact,
         progress: Progress | None = None) -> StageResult:
     """Export the trained model, verify it, write its variants and the web app, and register it."""
-    from pipelines.webapp import build_web
+    from pipelines.web.app import build_web
     from trainer.export import export_onnx, random_subgraph, verify_onnx
     from trainer.tracking import MlflowTracker
 
     paths = StrataPaths(store.root)
-    if train.stats.get("task") == "link":  # a link predictor: pipelines/stages/link.py
-        from pipelines.stages import link
+    if train.stats.get("task") == "link":  # a link predictor: pipelines/stages/train_link.py
+        from pipelines.stages import train_link as link
 
         return link.export(store, cfg, upstream={"reorder": reorder, "sample": sample, "train": train},
                            format_version=FORMAT_VERSION, progress=progress)

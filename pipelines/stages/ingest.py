@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import PipelineConfig
-from pipelines.formatting import markdown_table
-from pipelines.sources.base import GraphSource, dedupe_csr_rows
-from pipelines.sources.fingerprint import fingerprint_files
-from pipelines.sources.linksplit import write_link_split
-from pipelines.sources.spec import parse_source_spec
-from pipelines.sources.validate import validate_source
+from pipelines.core.formatting import markdown_table
+from pipelines.methods.sources.base import GraphSource, dedupe_csr_rows
+from pipelines.methods.sources.fingerprint import fingerprint_files
+from pipelines.methods.sources.linksplit import write_link_split
+from pipelines.methods.sources.spec import parse_source_spec
+from pipelines.methods.sources.validate import validate_source
 from pipelines.stages.common import Progress, StageResult, materialize
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, row_ranges
@@ -29,7 +29,7 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "open_source", "run", "summary"]
 
-FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipelines.sources.fingerprint)
+FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipelines.methods.sources.fingerprint)
 _DEDUPE_BLOCK_EDGES = 8_000_000
 
 
@@ -40,7 +40,7 @@ def open_source(cfg: PipelineConfig) -> GraphSource:
 
 def _fingerprint(source: GraphSource, root: Path) -> dict[str, Any]:
     """Path, size and content digest of every input file, so a changed file gives a new version (even one
-    rewritten with the same size and mtime); see :mod:`pipelines.sources.fingerprint`."""
+    rewritten with the same size and mtime); see :mod:`pipelines.methods.sources.fingerprint`."""
     return fingerprint_files(source.files, root)
 
 
@@ -143,7 +143,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 "test_nodes": len(source.test_idx),
             }
         )
-        if source.link_split is not None:  # the source's own edge split (pipelines.sources.linksplit)
+        if source.link_split is not None:  # the source's own edge split (pipelines.methods.sources.linksplit)
             builder.stats.update(write_link_split(builder, source.link_split, source.num_nodes))
 
     return materialize(store, cfg, "ingest", FORMAT_VERSION, {}, build, derived=derived)

@@ -1,6 +1,6 @@
 """Pack stage: the on-disk layout training reads, written by the policy (DiskGNN: batched packing).
 
-``cfg.policy`` (an entry of :data:`pipelines.policies.POLICIES`) writes the files; the default policy's layout
+``cfg.policy`` (an entry of :data:`pipelines.methods.policies.POLICIES`) writes the files; the default policy's layout
 is ``storage_kernels.packstore``'s (cache blocks, per-segment disk caches within ``pack.disk_budget``, per-batch
 aligned chunks in ``packed.bin``, address tables aligned with the samples). A policy that reads the feature file
 or RAM directly lays out nothing (stats ``layout: none``). The version carries the policy's name;
@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.config import PipelineConfig
-from pipelines.formatting import format_bytes, markdown_table
-from pipelines.policies import POLICIES, PackInputs
+from pipelines.core.formatting import format_bytes, markdown_table
+from pipelines.core.graphio import load_graph
+from pipelines.methods.policies import POLICIES, PackInputs
 from pipelines.stages.common import Progress, StageResult, materialize
-from pipelines.stages.graphio import load_graph
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 

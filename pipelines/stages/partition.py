@@ -1,11 +1,11 @@
 """Partition stage: split the (reordered) nodes into parts, and describe the parts for batch construction.
 
-The method is ``partition.method``, an entry of :data:`pipelines.partitioners.PARTITIONERS` (``range``,
+The method is ``partition.method``, an entry of :data:`pipelines.methods.partitioners.PARTITIONERS` (``range``,
 ``metis``, ``fennel``, ``grem``; each documented in its module), run by
-:func:`pipelines.partitioners.partition_graph_info`.
+:func:`pipelines.methods.partitioners.partition_graph_info`.
 
 ``multilevel`` (``partition.multilevel``, default on; fennel and grem)
-    :mod:`pipelines.partitioners.multilevel`: size-constrained label propagation coarsens the graph (the finest
+    :mod:`pipelines.methods.partitioners.multilevel`: size-constrained label propagation coarsens the graph (the finest
     level streamed from disk in chunks), the method above partitions the coarsest weighted graph (a few
     thousand nodes: FENNEL with node, edge and training weights; GREM with weighted METIS seeds), and
     label-propagation refinement improves the labels level by level on the way back, the finest level
@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import PipelineConfig
-from pipelines.formatting import markdown_table
-from pipelines.partitioners import partition_graph_info
+from pipelines.core.formatting import markdown_table
+from pipelines.core.graphio import GraphArrays, load_graph
+from pipelines.methods.partitioners import partition_graph_info
 from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
-from pipelines.stages.graphio import GraphArrays, load_graph
 from storage_kernels.arrays import release_pages, row_ranges
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 

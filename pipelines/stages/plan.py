@@ -1,6 +1,6 @@
 """Plan stage: the storage tier of every node, chosen by the policy from the offline access trace.
 
-``cfg.policy`` (an entry of :data:`pipelines.policies.POLICIES`) plans; this stage writes its plan:
+``cfg.policy`` (an entry of :data:`pipelines.methods.policies.POLICIES`) plans; this stage writes its plan:
 
 ``tier.npy`` int8 (N,)
     ``storage_kernels.packstore.Tier`` codes: 0 GPU cache, 1 CPU cache, 2 packed (read by training batches),
@@ -22,10 +22,10 @@ from typing import Any
 
 from pipelines.budget import check_fits
 from pipelines.config import PipelineConfig
-from pipelines.formatting import format_bytes, markdown_table
-from pipelines.policies import POLICIES, PlanInputs
+from pipelines.core.formatting import format_bytes, markdown_table
+from pipelines.core.graphio import load_graph
+from pipelines.methods.policies import POLICIES, PlanInputs
 from pipelines.stages.common import Progress, StageResult, materialize
-from pipelines.stages.graphio import load_graph
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 

@@ -2,7 +2,7 @@
 
 Locality on disk follows the id order: nodes that are sampled together should sit on the same pages.
 
-The order is ``reorder.strategy``, an entry of :data:`pipelines.orders.REORDER_STRATEGIES` (``identity``,
+The order is ``reorder.strategy``, an entry of :data:`pipelines.methods.orders.REORDER_STRATEGIES` (``identity``,
 ``random``, ``degree``, ``bfs``, ``rcm``, ``community``, ``partition``; each documented in its module).
 
 Applying the order is an external permutation with bounded memory and sequential I/O
@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import PipelineConfig, ReorderConfig
-from pipelines.formatting import markdown_table
-from pipelines.orders import compute_order
-from pipelines.sources.linksplit import relabel_link_split
+from pipelines.core.formatting import markdown_table
+from pipelines.core.graphio import GraphArrays, load_graph
+from pipelines.methods.orders import compute_order
+from pipelines.methods.orders.locality import average_edge_gap, pages_per_batch
+from pipelines.methods.sources.linksplit import relabel_link_split
 from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
-from pipelines.stages.graphio import GraphArrays, load_graph
-from pipelines.stages.locality import average_edge_gap, pages_per_batch
 from storage_kernels import kernels
 from storage_kernels.arrays import release_pages, row_ranges
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore

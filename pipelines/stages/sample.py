@@ -3,7 +3,7 @@
 Training seeds are shuffled per epoch and cut into batches (``batching=random``), or grouped by partition
 into OUTRE's macro batches (``batching=partition``) so a batch's seeds share neighbourhoods; validation and
 test seeds are cut in order. Each batch is sampled by the configured sampler (``sample.sampler``, an entry of
-:data:`pipelines.samplers.SAMPLERS`) with a seed derived from (seed, split, epoch, step), so the artifact is a
+:data:`pipelines.methods.samplers.SAMPLERS`) with a seed derived from (seed, split, epoch, step), so the artifact is a
 pure function of its parameters whatever the thread count. The batches' node lists are the access trace the
 planner counts.
 
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from pipelines.config import PipelineConfig, SampleConfig
-from pipelines.formatting import markdown_table
-from pipelines.samplers import SAMPLERS
+from pipelines.core.formatting import markdown_table
+from pipelines.core.graphio import GraphArrays, load_graph
+from pipelines.methods.samplers import SAMPLERS
 from pipelines.stages.common import Progress, StageResult, materialize
-from pipelines.stages.graphio import GraphArrays, load_graph
 from storage_kernels.sampleset import SPLITS, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 

@@ -3,8 +3,8 @@
 The ``train`` artifact holds the best-validation weights (``state_dict.pt``, a plain tensor dict loaded with
 ``weights_only=True``), the architecture (``model.json``: the registered model name and its constructor
 arguments) and the run's metrics. The MLflow run gets the same files (under ``train/``), every setting
-(:mod:`pipelines.run_logging`), the versions of the artifacts it was trained from as tags, one point per epoch
-for each curve, the summary once under its own names, and plots (``plots/``: :mod:`pipelines.run_plots`).
+(:mod:`pipelines.tracking.run_logging`), the versions of the artifacts it was trained from as tags, one point per epoch
+for each curve, the summary once under its own names, and plots (``plots/``: :mod:`pipelines.tracking.plots`).
 The export stage logs the MLflow model. The version carries the policy's name and the resolved device.
 """
 
@@ -19,18 +19,18 @@ import numpy as np
 
 from pipelines.budget import check_fits
 from pipelines.config import PipelineConfig
-from pipelines.formatting import format_bytes, markdown_table
-from pipelines.links import mlflow_run_url
-from pipelines.policies import POLICIES, FeatureInputs
-from pipelines.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
-from pipelines.settings import StrataPaths
+from pipelines.core.formatting import format_bytes, markdown_table
+from pipelines.core.graphio import feature_dim
+from pipelines.core.paths import StrataPaths
+from pipelines.methods.policies import POLICIES, FeatureInputs
 from pipelines.stages.common import Progress, StageResult, materialize, stage_version
-from pipelines.stages.graphio import feature_dim
+from pipelines.tracking.links import mlflow_run_url
+from pipelines.tracking.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 if TYPE_CHECKING:
-    from pipelines.warmstart import WarmStart
+    from pipelines.tracking.warmstart import WarmStart
     from trainer.features import FeatureSource
     from trainer.layerwise import LayerwiseGraph
 
@@ -43,7 +43,7 @@ FORMAT_VERSION = 1
 ALSO_READS = ("policy",)
 #: The metrics ``strata run`` reports (from the artifact's stats).
 HEADLINE_METRICS = ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate")
-#: The metrics of a ``train.task=link`` artifact (pipelines/stages/link.py).
+#: The metrics of a ``train.task=link`` artifact (pipelines/stages/train_link.py).
 LINK_HEADLINE_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "val_mrr")
 
 
@@ -93,8 +93,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     tcfg = dataclasses.replace(cfg.train, device=device)  # CPU and GPU runs are different artifacts
     paths = StrataPaths(store.root)
     upstream = {"reorder": reorder, "sample": sample, "plan": plan, "pack": pack}
-    if cfg.train.task == "link":  # link prediction: pipelines/stages/link.py
-        from pipelines.stages import link
+    if cfg.train.task == "link":  # link prediction: pipelines/stages/train_link.py
+        from pipelines.stages import train_link as link
 
         return link.train(store, cfg, reorder=reorder, upstream=upstream, format_version=FORMAT_VERSION,
                           also=ALSO_READS, derived=_derived(device), progress=progress)
@@ -103,7 +103,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     def build(builder: ArtifactBuilder) -> None:
         import torch
 
-        from pipelines.recovery import MLFLOW_OWNER_PREFIX
+        from pipelines.ops.recovery import MLFLOW_OWNER_PREFIX
         from storage_kernels.owner import Owner
 
         sample_set = SampleSet(sample.path)
@@ -189,7 +189,7 @@ def resumable(store: ArtifactStore, dataset: str, version: str, tcfg: Any) -> tu
 
 def _warm_start(store: ArtifactStore, cfg: PipelineConfig) -> WarmStart | None:
     """The champion to start from with ``train.warm_start=champion`` (None: off, or no champion yet)."""
-    from pipelines.warmstart import find_warm_start
+    from pipelines.tracking.warmstart import find_warm_start
 
     return find_warm_start(cfg, store) if cfg.train.warm_start == "champion" else None
 
@@ -215,7 +215,7 @@ def _log_plots(tracker: Any, result: Any, plan: Artifact, ancestors: dict[str, A
     import tempfile
 
     from pipelines.graph import STAGE_NAMES
-    from pipelines.run_plots import write_run_plots
+    from pipelines.tracking.plots import write_run_plots
 
     rows = {k: int(v) for k, v in result.rows_by_tier.items()}  # training batches only, as the plan predicts
     total = sum(rows.values())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.sources.base import GraphSource
+from pipelines.methods.sources.base import GraphSource
 
 __all__ = [
     "PLANETOID_DIR",

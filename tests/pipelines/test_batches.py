@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipelines.batches import open_training_data
-from pipelines.settings import StrataPaths
+from pipelines.core.paths import StrataPaths
 from tests.storage_kernels.test_locks import lock_state
 
 FAST = ["sample.epochs=2", "train.device=cpu"]

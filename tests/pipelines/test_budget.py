@@ -8,8 +8,8 @@ import pytest
 
 from pipelines.budget import CACHE_SHARE, check_fits, resident_bytes
 from pipelines.config import PipelineConfig
+from pipelines.core.paths import StrataPaths
 from pipelines.runner import StageRunner
-from pipelines.settings import StrataPaths
 
 BASE = ["sample.epochs=1", "train.epochs=1"]
 
@@ -55,7 +55,7 @@ def test_a_bad_budget_is_refused_naming_the_setting():
 
 
 def test_dagster_run_config_takes_a_budget_as_a_size_and_it_sizes_the_run():
-    from pipelines.resources import settings_type
+    from pipelines.orchestration.resources import settings_type
 
     settings = settings_type(PipelineConfig())(memory_budget="256M", plan={"hyperbatch_bytes": 1 << 20})
     cfg = PipelineConfig.validated(settings.model_dump())

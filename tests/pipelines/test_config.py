@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import PipelineConfig, dataset_slug
-from pipelines.resources import build_resources
+from pipelines.orchestration.resources import build_resources
 
 
 @pytest.fixture

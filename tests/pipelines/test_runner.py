@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from pipelines.config import PipelineConfig
-from pipelines.definitions import STRATA_JOB, make_definitions
+from pipelines.core.paths import StrataPaths
 from pipelines.graph import get_stage
-from pipelines.resources import build_resources
+from pipelines.orchestration.definitions import STRATA_JOB, make_definitions
+from pipelines.orchestration.resources import build_resources
 from pipelines.runner import CheckFailed, StageRunner
-from pipelines.settings import StrataPaths
 from pipelines.stages import ingest
 
 CFG = PipelineConfig.load(overrides=["sample.epochs=1", "partition.num_parts=4"], dataset="tiny")
 # Verification on reuse would quarantine an artifact corrupted in place before its checks ran
-# (tests/pipelines/test_verify.py); the check tests below turn it off to reach the checks.
+# (tests/pipelines/ops/test_verify.py); the check tests below turn it off to reach the checks.
 UNVERIFIED = PipelineConfig.load(overrides=["sample.epochs=1", "partition.num_parts=4", "verify.on_reuse=off"],
                                  dataset="tiny")
 

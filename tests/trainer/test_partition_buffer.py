@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.policies.marius_orders import beta_sets, comet_order
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up
 from trainer.features import partition_buffer as pb
 from trainer.features.partition_buffer import PartitionBuffer
+from trainer.partition_orders import beta_sets, comet_order
 
 
 def _partitions(tmp_path: Path, n: int = 1000, dim: int = 7, p: int = 8, seed: int = 0

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from pipelines.config import PipelineConfig
+from pipelines.core.paths import StrataPaths
 from pipelines.runner import StageRunner
-from pipelines.settings import StrataPaths
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact
 
@@ -33,7 +33,7 @@ class WebExport:
 
 @pytest.fixture(scope="session")
 def web_export(tmp_path_factory: pytest.TempPathFactory) -> WebExport:
-    from pipelines.webapp import build_web
+    from pipelines.web.app import build_web
     from trainer.config import TrainConfig
     from trainer.export import export_onnx
     from trainer.features import InMemoryFeatures
@@ -65,7 +65,7 @@ def web_export(tmp_path_factory: pytest.TempPathFactory) -> WebExport:
 @pytest.fixture(scope="session")
 def ort_web() -> Path:
     """onnxruntime-web (the pinned version) in Strata's npm cache, installed from the npm registry once."""
-    from pipelines.webapp import ORT_WEB_VERSION, npm_cache_dir, ort_web_dir
+    from pipelines.web.app import ORT_WEB_VERSION, npm_cache_dir, ort_web_dir
 
     if shutil.which("node") is None:
         pytest.skip("node is not on PATH (the onnxruntime-web tests need Node.js)")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.browser import find_chromium, open_web
-from pipelines.webapp import copy_web, variant_file
+from pipelines.web.app import copy_web, variant_file
+from pipelines.web.browser import find_chromium, open_web
 from tests.web.conftest import WebExport, node_predict
 from trainer.export_variants import VARIANTS, session
 from trainer.models import TensorBlock

@@ -1,4 +1,5 @@
-"""MariusGNN's CPU partition buffer and the ``mariusgnn`` policy's feature source (``pipelines.policies.mariusgnn``).
+"""MariusGNN's CPU partition buffer and the ``mariusgnn`` policy's feature source
+(``pipelines.methods.policies.mariusgnn.policy``).
 
 :class:`PartitionBuffer` holds at most ``capacity`` (``c``) physical partitions of ``partitions.bin`` resident,
 in slots of one aligned pool, plus ``staging`` slots the prefetch thread reads the next set's incoming

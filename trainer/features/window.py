@@ -1,5 +1,6 @@
 """The disk-cache tier through a segment window: a bounded buffer of the segment disk cache's rows, filled and
-evicted by the pack's precomputed schedule (:mod:`storage_kernels.windowstore`, :mod:`pipelines.policies.window`)."""
+evicted by the pack's precomputed schedule (:mod:`storage_kernels.windowstore`,
+:mod:`pipelines.methods.policies.diskgnn.window`)."""
 
 from __future__ import annotations
 

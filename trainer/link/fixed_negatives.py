@@ -1,6 +1,6 @@
 """Ranking against a dataset's own fixed negatives (OGB's protocols), beside the sampled/filtered metrics.
 
-A source may ship negatives for its held-out edges (``pipelines.sources.linksplit``):
+A source may ship negatives for its held-out edges (``pipelines.methods.sources.linksplit``):
 
 ``targets`` ``(Q, K)``
     each held-out edge ``(u, v)`` is asked once, ``u -> ?``, against its own ``K`` negative destinations

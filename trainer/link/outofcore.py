@@ -20,7 +20,7 @@ blocked making sets resident.
 
 An epoch (:func:`bucket_batches`) follows MariusGNN: the training edges are grouped into the ``p x p`` edge
 buckets (``kernels.bucket_rows``, C; bucket ``{i, j}`` holds the edges between partitions ``i`` and ``j``); the
-order ``train.partition_order`` (BETA or COMET, ``pipelines.policies.marius_orders``) gives the sequence of
+order ``train.partition_order`` (BETA or COMET, ``trainer.partition_orders``) gives the sequence of
 partition sets and the set each bucket is trained in; per set, its buckets' edges are shuffled and cut into
 batches whose negatives are drawn from the resident nodes only. The same epoch replayed over an in-memory table
 (``on_set`` a no-op) draws the same batches and negatives, so the two runs give the same embeddings.
@@ -362,7 +362,7 @@ def bucket_batches(grouped: np.ndarray, ptr: np.ndarray, bounds: np.ndarray, cfg
     its buckets' edges shuffled (random direction) in batches of ``cfg.link_batch_size``, negatives
     (``cfg.negatives`` per ``cfg.negative_chunk``) uniform over the set's nodes or, with
     ``negative_sampler=degree``, endpoints of the set's edges. Seeded by ``cfg.seed`` and ``epoch``."""
-    from pipelines.policies.marius_orders import epoch_order
+    from trainer.partition_orders import epoch_order
 
     p = len(bounds) - 1
     rng = np.random.default_rng([int(cfg.seed), 104_729, int(epoch)])

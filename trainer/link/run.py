@@ -2,7 +2,7 @@
 
 :func:`build_link` turns a symmetric CSR, the node features and a ``TrainConfig`` (``train.task=link``) into
 the :class:`~trainer.link.train.LinkGraph`, encoder, decoder and negative sampler; :func:`run_link` trains them
-(:func:`trainer.link.train.train_link`). The pipeline's train stage (``pipelines.stages.link``) and the tests
+(:func:`trainer.link.train.train_link`). The pipeline's train stage (``pipelines.stages.train_link``) and the tests
 call these; the model arguments (``model_args``) are what export rebuilds the network from.
 """
 
@@ -41,7 +41,7 @@ def build_link(cfg: Any, indptr: np.ndarray, indices: np.ndarray, features: np.n
                embeddings: Callable[[int], Any] | None = None, split: EdgeSplit | None = None) -> LinkRun:
     """The split of the CSR's edges and a freshly initialised encoder/decoder (seeded by ``cfg.seed``).
 
-    ``split``: the source's own split (``pipelines.sources.linksplit``), used as given; without it the
+    ``split``: the source's own split (``pipelines.methods.sources.linksplit``), used as given; without it the
     deterministic one is generated (:func:`~trainer.link.split.split_edges`).
 
     ``embeddings(num_nodes)`` makes the learned table of the ``embedding`` encoder (default: an

@@ -6,7 +6,7 @@ E)`` to test and the rest to training. The split is a pure function of the CSR, 
 it needs no artifact of its own: the train stage recomputes it from the reorder artifact (and stores it in
 the ``train`` artifact, ``link_split.npz``, for export and inspection). The held-out edges are removed from the
 topology the encoder samples from (:meth:`EdgeSplit.train_csr`, both directions, built by the native two-pass
-CSR construction). A source that ships its own split (``pipelines.sources.linksplit``) bypasses
+CSR construction). A source that ships its own split (``pipelines.methods.sources.linksplit``) bypasses
 :func:`split_edges`: its edges go into an :class:`EdgeSplit` as given.
 """
 

@@ -1,0 +1,79 @@
+"""``strata export --web DIR [--screenshot PNG]``: the export stage's extra options.
+
+After the stages run, ``--web`` copies the ``export`` artifact's web folder to ``DIR`` with onnxruntime-web
+from the npm cache (:func:`pipelines.web.app.copy_web`); ``--screenshot`` then opens ``DIR/index.html`` in
+headless Chromium (:mod:`pipelines.web.browser`) and saves a PNG once the predictions table is filled. The summary
+gets a ``web`` entry (directory, files, where the page loads onnxruntime-web from, screenshot).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["StageOptions", "stage_options"]
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """Options a stage command adds to ``run``'s, and the hook they make (called with the run's summary)."""
+
+    params: dict[str, inspect.Parameter]
+    hook: Callable[..., Callable[[dict[str, Any]], None] | None]
+
+
+def _param(name: str, option: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+
+
+def _export_hook(web: Path | None, screenshot: Path | None, variant: str | None
+                 ) -> Callable[[dict[str, Any]], None] | None:
+    if screenshot is not None and web is None:
+        raise typer.BadParameter("'--screenshot' expected together with --web DIR (the folder it opens)",
+                                 param_hint="--screenshot")
+    if web is None:
+        return None
+
+    def after(summary: dict[str, Any]) -> None:
+        from pipelines.web.app import copy_web
+
+        export = next((a for a in summary["artifacts"] if a["stage"] == "export"), None)
+        if export is None:
+            raise RuntimeError("'export' expected among the run's artifacts (got none)")
+        info = copy_web(Path(export["path"]), web)
+        if screenshot is not None:
+            from pipelines.web.browser import open_web
+
+            page = open_web(web, variant=variant, screenshot=screenshot)
+            if page["state"] != "done":
+                raise RuntimeError(f"'{web}/index.html' expected predictions in headless Chromium "
+                                   f"(got {page['state']}: {page['error']})")
+            info.update(screenshot=str(screenshot), page_status=page["status"])
+        summary["web"] = info
+
+    return after
+
+
+_EXPORT = StageOptions(
+    params={
+        "web": _param("web", typer.Option(None, "--web", help="Copy the browser app (index.html, model variants, "
+                                          "subgraph, onnxruntime-web from the npm cache) to this directory.",
+                                          file_okay=False), Path | None),
+        "screenshot": _param("screenshot", typer.Option(None, "--screenshot", help="With --web: open the page in "
+                                                        "headless Chromium and save a PNG here.", dir_okay=False),
+                             Path | None),
+        "variant": _param("variant", typer.Option(None, "--variant", help="With --screenshot: the model variant "
+                                                  "the page runs (fp32, fp16, int8; default fp32)."), str | None),
+    },
+    hook=_export_hook,
+)
+
+
+def stage_options(stage: str) -> StageOptions | None:
+    """The extra options of ``strata <stage>``, if it has any."""
+    return _EXPORT if stage == "export" else None

@@ -1,0 +1,86 @@
+"""``diskgnn``: DiskGNN's four-level feature store (the default policy).
+
+Plan: a GPU and a CPU cache of ``plan.*_cache_fraction`` (or ``*_cache_bytes``) filled with the rows the
+sampled training trace reads most (:func:`pipelines.methods.policies.tiers.frequency_plan`).
+
+Pack (``storage_kernels.packstore`` layout):
+
+1. the cache blocks in plan order;
+2. the ``(m, s)`` search under ``pack.disk_budget`` (:func:`pipelines.methods.policies.diskgnn.search.search`): training
+   batches in segments of ``m``, per segment a disk cache of its ``s`` most-read uncached rows, ordered by their
+   reads (``pack.disk_cache_order``: uses, or MinHash as in Alg. 1), written to ``disk_cache.bin``; ``s = 0``
+   (pure packing) whenever it fits, since it reads least;
+3. per training batch, its remaining uncached rows sorted by id in one chunk of ``packed.bin`` at an aligned
+   offset, written by one sequential pass over the feature file (``kernels.pack_batches``, partitions of
+   ``pack.memory_mb``);
+4. the address table of every (batch, node). Evaluation batches are not packed: their uncached rows are
+   addressed in the ordered feature file.
+
+The store (cache blocks + disk caches + packed chunks) is at most ``pack.disk_budget`` times the feature file;
+the stats give the chosen ``(m, s)``, the exact bytes read per training epoch and the disk blow-up.
+
+With a segment window (``plan.disk_cache_buffer_fraction`` / ``_bytes`` > 0 and disk caches in the store), the
+(m, s) search counts disk-cache reads through the window and the pack writes the window's per-batch schedule
+(:mod:`pipelines.methods.policies.diskgnn.window`, :mod:`storage_kernels.windowstore`).
+
+Features: GPU cache, CPU cache, the segment's disk cache (page-merged aligned reads; through the window's
+buffer when scheduled), the batch's chunk (one aligned direct read), the feature file (block-merged aligned
+reads) -- :class:`trainer.features.PackedFeatures`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write_addresses, write_layout
+from pipelines.methods.policies.tiers import frequency_plan
+from storage_kernels.packstore import CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN
+
+if TYPE_CHECKING:
+    from pipelines.config import PipelineConfig
+    from trainer.features import FeatureSource
+
+__all__ = ["DiskGNN"]
+
+
+@register_policy
+class DiskGNN(Policy):
+    name = "diskgnn"
+    description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a disk cache "
+                   "(rows read together side by side, read through a Belady-scheduled RAM window) sized by the "
+                   "(m, s) search under pack.disk_budget; each batch's other rows packed in one aligned chunk.")
+    reads = frozenset({"disk_budget", "minhash_k", "disk_cache_order", "disk_cache_buffer_fraction",
+                       "disk_cache_buffer_bytes", "read_gap_blocks"})
+
+    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+        return {**super().resident_bytes(cfg, feature_bytes),
+                "plan.disk_cache_buffer": int(cfg.plan.disk_cache_buffer(feature_bytes))}  # the segment window
+
+    def plan(self, inputs: PlanInputs) -> TierPlan:
+        feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes
+        return frequency_plan(inputs, inputs.cfg.plan.budgets(feature_bytes))
+
+    def pack(self, inputs: PackInputs) -> dict[str, Any]:
+        # the global part, then every batch (pipelines.shards.pack runs the batches in shards instead)
+        layout = write_layout(inputs)
+        samples, builder = inputs.samples, inputs.builder
+        tier, slot = np.asarray(inputs.plan.array("tier.npy")), np.asarray(inputs.plan.array("slot.npy"))
+        packed_ids = write_addresses(builder, samples, tier, slot, layout, 0, samples.num_batches,
+                                     inputs.plan.path, inputs.progress)
+        packed_path = builder.add_file(PACKED_BIN)
+        chunk_offsets, chunk_rows = pack_chunks(inputs.graph, inputs.cfg, packed_ids, packed_path)
+        builder.save_array(CHUNK_OFFSET, chunk_offsets)
+        builder.save_array(CHUNK_ROWS, chunk_rows)
+        return finish(layout, inputs.graph, inputs.cfg, chunk_rows, packed_path.stat().st_size)
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        from trainer.features import PackedFeatures
+
+        if inputs.pack is None:
+            raise ValueError(f"'policy' {self.name} expected its pack artifact (got None)")
+        # Evaluation batches are not packed: their uncached rows come from the ordered feature file.
+        return PackedFeatures(inputs.pack.path, inputs.samples, device=inputs.device,
+                              features_path=inputs.reorder.file("features.npy"))

@@ -1,0 +1,117 @@
+"""``ginex``: Ginex's inspector-executor feature cache (Park et al., PVLDB 15(11), 2022).
+
+The training trace (the sample set's training batches, sampled epoch by sampled epoch, each in step order) is
+cut into superbatches of ``plan.superbatch_size`` batches that never span two sampled epochs (0: one per
+sampled epoch). Because the batches of a superbatch are known before it trains (Strata samples offline; Ginex
+samples a superbatch ahead), the cache decisions are precomputed: a CPU feature cache of
+``plan.cpu_cache_fraction`` (or ``plan.cpu_cache_bytes``) of the feature rows is simulated under Belady's rule
+-- after every batch keep the candidates (cached, or just read) whose next access is soonest --
+by ``kernels.belady_changesets`` (the paper's two-pass occurrence CSR with an infinity dummy), starting from
+the initial prefetch (the superbatch's first distinct nodes until the cache is full).
+
+Plan: no static cache (every node a training batch reads is tier 2, read by the batch; evaluation-only nodes
+tier 3); its statistics carry the dynamic cache's size and the simulated hit rate (exact for the trace).
+
+Pack (``storage_kernels.changesets`` layout, versioned by its format): per superbatch the initial cache, per
+training batch the changeset (``in_ids``, ``out_ids``, ``in_positions``) and its predicted hits. No feature
+row is copied: training reads the reorder artifact's ``features.npy``.
+
+Features (:class:`trainer.features.GinexFeatures`): per training batch, cached rows gathered from the cache in
+node order, the others read from the feature file with block-merged aligned direct reads, then the in-place
+cache update from the batch's rows (``kernels.cache_update``, no I/O); the initial prefetch at each
+superbatch's first batch. Evaluation batches read the cached rows from the cache and the rest from the file.
+
+Not here: the GPU budget (Ginex's feature cache lives in host memory; ``plan.gpu_cache_*`` is unused), the
+superbatch pipelining (precomputation of superbatch k+1 during training of k: here it is offline, in pack),
+and Ginex's neighbor cache. Strata samples every epoch offline in the ``sample`` stage, from a memory-mapped
+CSR, so training reads no adjacency and a policy (plan, pack, features) has nothing to cache for it; the
+neighbor cache would be a sampler (``pipelines/methods/samplers/``) reading uncached adjacency lists with direct
+reads. Its ranking, out-degree / in-degree, is also 1 for every node of Strata's symmetrised graphs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.tiers import frequency_plan
+from storage_kernels.changesets import iter_changesets, trace_superbatches, write_changesets
+
+if TYPE_CHECKING:
+    from pipelines.config import PipelineConfig
+    from trainer.features import FeatureSource
+
+__all__ = ["Ginex", "cache_rows", "pack_stats"]
+
+
+def cache_rows(cfg: PipelineConfig, num_nodes: int, row_bytes: int) -> int:
+    """Rows of Ginex's feature cache: the CPU budget over the row size, at most every node."""
+    feature_bytes = num_nodes * row_bytes
+    return min(cfg.plan.budgets(feature_bytes)["cpu"] // max(row_bytes, 1), num_nodes)
+
+
+def pack_stats(stats: dict[str, Any], num_nodes: int, row_bytes: int) -> dict[str, Any]:
+    """The pack artifact's statistics from the changeset store's (``write_changesets``)."""
+    misses = stats["trace_rows"] - stats["predicted_hits"]
+    return {
+        "layout": "changesets",
+        **stats,
+        "row_bytes": row_bytes,
+        "feature_bytes": num_nodes * row_bytes,
+        "cache_bytes": stats["cache_rows"] * row_bytes,
+        "predicted_miss_rows": misses,
+        "mean_changes_per_batch": stats["changes"] / stats["trace_batches"] if stats["trace_batches"] else 0.0,
+    }
+
+
+@register_policy
+class Ginex(Policy):
+    name = "ginex"
+    description = ("A CPU feature cache changed after every training batch by Belady-optimal changesets "
+                   "precomputed per superbatch; misses read from the feature file, insertions copied from the "
+                   "batch (Ginex).")
+    reads = frozenset({"superbatch_size"})
+
+    def plan(self, inputs: PlanInputs) -> TierPlan:
+        graph, samples, cfg = inputs.graph, inputs.samples, inputs.cfg
+        rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
+        plan = frequency_plan(inputs, {"gpu": 0, "cpu": 0})  # no static cache: tiers 2 (train) and 3 (eval)
+        # the simulated hit rate of the dynamic cache (pack repeats the simulation and stores its changesets)
+        trace, superbatch_ptr = trace_superbatches(samples, cfg.plan.superbatch_size)
+        hits = accesses = 0
+        for sb in iter_changesets(samples, trace, superbatch_ptr, graph.num_nodes, rows, cfg.pack.num_threads):
+            hits += int(sb.changes.hits.sum())
+            accesses += int(sb.rows.sum())
+            if inputs.progress:
+                inputs.progress("plan: simulating the cache", sb.index + 1, len(superbatch_ptr) - 1)
+        rate = hits / accesses if accesses else 0.0
+        budget = cfg.plan.budgets(graph.num_nodes * graph.row_bytes)
+        plan.stats.update({
+            "cache": "dynamic (Belady changesets per superbatch, in the pack artifact)",
+            "gpu_budget_bytes": 0,
+            "cpu_budget_bytes": budget["cpu"],
+            "cpu_cache_rows": rows,
+            "cpu_cache_bytes": rows * graph.row_bytes,
+            "superbatch_size": cfg.plan.superbatch_size,
+            "superbatches": len(superbatch_ptr) - 1,
+            "total_accesses": accesses,
+            "predicted_hit_rate_cpu": rate,
+            "predicted_hit_rate": rate,
+        })
+        return plan
+
+    def pack(self, inputs: PackInputs) -> dict[str, Any]:
+        graph, cfg = inputs.graph, inputs.cfg
+        rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
+        stats = write_changesets(inputs.builder, inputs.samples, graph.num_nodes, rows, cfg.plan.superbatch_size,
+                                 cfg.pack.num_threads, inputs.progress)
+        return pack_stats(stats, graph.num_nodes, graph.row_bytes)
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        from trainer.features import GinexFeatures
+
+        if inputs.pack is None:
+            raise ValueError(f"'policy' {self.name} expected its pack artifact (got None)")
+        return GinexFeatures(inputs.pack.path, inputs.samples, inputs.reorder.file("features.npy"),
+                             device=inputs.device)
+

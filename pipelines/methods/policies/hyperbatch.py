@@ -1,0 +1,179 @@
+"""``hyperbatch``: AGNES-style hyperbatch training (design note ``docs``: ``seeds/hyperbatch.md``).
+
+Plan: the hotset. Every node's score is ``degree x access frequency`` (the frequency counted over the sampled
+training batches, the offline access trace); the highest scores that fit the CPU cache budget
+(``plan.cpu_cache_fraction`` / ``plan.cpu_cache_bytes``, the budget every policy gets) are chosen greedily
+(equal row sizes: the top scores, ties to the smaller id) and planned ``Tier.CPU``; the other nodes training
+batches read are ``Tier.PACKED`` (read by their hyperbatch), nodes only evaluation batches read ``Tier.FILE``.
+The GPU budget is not used (no GPU tier).
+
+Pack (``storage_kernels.alignedstore``):
+
+- ``aligned.bin``: the ordered feature file rewritten block-aligned -- ``4096 // row_bytes`` rows per 4 KiB
+  block (zero tail), or each row rounded up to whole blocks when it is larger -- so a row never straddles a
+  block; one sequential pass of ``pack.memory_mb`` partitions, rows placed by the native ``place_rows_at``.
+  ``aligned_layout.json`` holds the addressing rule's parameters (``BlockLayout.aligned_feature_offset``);
+  the stats report the disk blow-up (``aligned_bytes / feature bytes``).
+- the hyperbatch tables: each sampled training epoch's batches, in training order, cut into runs of
+  consecutive batches whose distinct blocks fit ``plan.hyperbatch_bytes`` (the note's ConstructHyperbatch
+  adapted to offline samples: Strata's batches are fixed by the sample stage, so a hyperbatch groups them
+  instead of choosing nodes; the reorder stage's locality is what makes their blocks overlap).
+- ``hotset_nodes.npy``: the planned hotset.
+
+Features (:class:`trainer.features.hyperbatch.HyperbatchSource`): the hotset in RAM; for each hyperbatch its
+cold rows' blocks read once with merged aligned direct reads, its batches served from that buffer and the
+hotset in node order; the next hyperbatch loaded by a background thread meanwhile (two buffers). Access
+counters decay by ``plan.hotset_decay`` per epoch and the hotset is re-selected every
+``plan.hotset_refresh_epochs`` epochs (the difference evicted/loaded at the epoch boundary, deterministic).
+Evaluation batches read the ordered feature file (block-merged aligned reads) like ``diskgnn``.
+
+Not done from the note: choosing hyperbatch members (Strata's samples fix the batches), gradient accumulation
+across hyperbatches, continual learning, dynamic hyperbatch sizing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.tiers import access_frequency, assign_tiers
+from storage_kernels.alignedstore import (
+    ALIGNED_BIN,
+    LAYOUT_JSON,
+    BlockLayout,
+    group_hyperbatches,
+    layout_stats,
+    save_hyperbatch_tables,
+    select_hotset,
+    write_aligned,
+)
+from storage_kernels.halfwords import as_words
+from storage_kernels.packstore import Tier
+
+if TYPE_CHECKING:
+    from storage_kernels.sampleset import SampleSet
+    from trainer.features import FeatureSource
+
+__all__ = ["Hyperbatch", "cold_blocks_per_hyperbatch", "hotset_scores", "partition_rows", "write_tables"]
+
+
+def hotset_scores(degree: np.ndarray, frequency: np.ndarray) -> np.ndarray:
+    """``degree x access frequency`` per node (int64): the hotset's score."""
+    return np.asarray(degree, dtype=np.int64) * np.asarray(frequency, dtype=np.int64)
+
+
+def cold_blocks_per_hyperbatch(samples: SampleSet, batches: np.ndarray, ptr: np.ndarray, hyperbatches: range,
+                               layout: BlockLayout, hot: np.ndarray) -> np.ndarray:
+    """The distinct blocks of each hyperbatch's nodes outside ``hot`` (bool (N,)): what reading it costs."""
+    out = np.zeros(len(hyperbatches), dtype=np.int64)
+    for i, h in enumerate(hyperbatches):
+        parts = [np.asarray(samples.nodes[slice(*samples.node_range(int(b)))]) for b in batches[ptr[h] : ptr[h + 1]]]
+        nodes = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+        out[i] = len(layout.blocks_of(nodes[~hot[nodes]]))
+    return out
+
+
+def partition_rows(inputs: PackInputs) -> int:
+    """Feature rows per step of the aligned rewrite (``pack.memory_mb``)."""
+    return max(1, inputs.cfg.pack.memory_mb * 2**20 // inputs.graph.row_bytes)
+
+
+def write_tables(inputs: PackInputs, layout: BlockLayout) -> dict[str, Any]:
+    """Everything of the pack but ``aligned.bin`` (written by ``write_aligned`` as ``layout``): the layout's
+    parameters, the hyperbatch tables and the hotset; returns the pack's statistics."""
+    graph, samples, cfg, builder = inputs.graph, inputs.samples, inputs.cfg, inputs.builder
+    builder.write_json(LAYOUT_JSON, layout.to_json())
+    epochs = [samples.batch_ids("train", e) for e in range(samples.epochs)]
+    budget = cfg.plan.hyperbatch_bytes
+    batches, ptr, epoch_ptr, hb_blocks = group_hyperbatches(samples.nodes, epochs, samples.node_range, layout,
+                                                            budget)
+    hot_nodes = np.asarray(inputs.plan.array("cpu_nodes.npy"), dtype=np.int64)
+    save_hyperbatch_tables(builder.save_array, batches, ptr, epoch_ptr, hot_nodes)
+
+    # what one epoch reads with the planned hotset (sample epoch 0; refreshes change it while training)
+    hot = np.zeros(graph.num_nodes, dtype=bool)
+    hot[hot_nodes] = True
+    first = range(int(epoch_ptr[0]), int(epoch_ptr[1])) if len(epoch_ptr) > 1 else range(0)
+    cold = cold_blocks_per_hyperbatch(samples, batches, ptr, first, layout, hot)
+    sizes = np.diff(ptr)
+    rows = partition_rows(inputs)
+    return {
+        "layout": "hyperbatch",
+        "num_batches": samples.num_batches,
+        "packed_rows": layout.num_rows,
+        "packed_bytes": layout.file_bytes,
+        **layout_stats(layout),
+        "hyperbatch_budget_bytes": budget,
+        "hyperbatches": len(sizes),
+        "batches_per_hyperbatch": float(sizes.mean()) if len(sizes) else 0.0,
+        "max_hyperbatch_bytes": int(hb_blocks.max(initial=0)) * layout.block_bytes,
+        "over_budget_hyperbatches": int(np.count_nonzero(hb_blocks * layout.block_bytes > budget)),
+        "hotset_rows": len(hot_nodes),
+        "epoch_read_bytes": int(cold.sum()) * layout.block_bytes,
+        "partition_rows": rows,
+        "partitions": -(-graph.num_nodes // rows),
+    }
+
+
+@register_policy
+class Hyperbatch(Policy):
+    name = "hyperbatch"
+    description = ("AGNES hyperbatches: a degree x frequency hotset in RAM; runs of batches read as the distinct "
+                   "blocks of a block-aligned feature file, once each, prefetched by a background thread.")
+    reads = frozenset({"hyperbatch_bytes"})
+
+    def plan(self, inputs: PlanInputs) -> TierPlan:
+        graph, samples = inputs.graph, inputs.samples
+        row_bytes = graph.row_bytes
+        budgets = inputs.cfg.plan.budgets(graph.num_nodes * row_bytes)
+        train_ranges = [samples.node_range(b) for b in samples.batch_ids("train")]
+        eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
+        freq = access_frequency(samples.nodes, train_ranges, graph.num_nodes, inputs.progress)
+        eval_nodes = np.flatnonzero(access_frequency(samples.nodes, eval_ranges, graph.num_nodes)) if eval_ranges \
+            else None
+        tier, slot, _, _ = assign_tiers(freq, 0, 0, eval_nodes)  # no cache yet: train nodes PACKED, eval FILE
+        hot = select_hotset(hotset_scores(graph.degrees(), freq), budgets["cpu"] // row_bytes)
+        tier[hot] = Tier.CPU
+        slot[hot] = np.arange(len(hot))
+        total, hits = int(freq.sum()), int(freq[hot].sum())
+        stats = {
+            "gpu_budget_bytes": budgets["gpu"], "cpu_budget_bytes": budgets["cpu"],
+            "gpu_cache_bytes": 0, "cpu_cache_bytes": len(hot) * row_bytes,
+            "gpu_cache_rows": 0, "cpu_cache_rows": len(hot),
+            "feature_bytes": graph.num_nodes * row_bytes, "row_bytes": row_bytes,
+            "accessed_nodes": int(np.count_nonzero(freq)),
+            "eval_only_nodes": int(np.count_nonzero(tier == Tier.FILE)),
+            "total_accesses": total,
+            "hotset_score": "degree x access frequency",
+            "predicted_hit_rate_gpu": 0.0,
+            "predicted_hit_rate_cpu": hits / total if total else 0.0,
+            "predicted_hit_rate": hits / total if total else 0.0,
+        }
+        return TierPlan(tier, slot, np.empty(0, np.int64), hot, freq, stats)
+
+    def pack(self, inputs: PackInputs) -> dict[str, Any]:
+        graph, cfg, progress = inputs.graph, inputs.cfg, inputs.progress
+
+        def written(done: int, total: int) -> None:
+            if progress:
+                progress("pack: block-aligned features", done, total)
+
+        layout = write_aligned(graph.features, inputs.builder.add_file(ALIGNED_BIN), partition_rows(inputs),
+                               cfg.pack.num_threads, written)
+        return write_tables(inputs, layout)
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        from trainer.features.hyperbatch import HyperbatchSource
+
+        if inputs.pack is None:
+            raise ValueError(f"'policy' {self.name} expected its pack artifact (got None)")
+        features = as_words(inputs.reorder.array("features.npy"))  # float16 files: rows of 4-byte words
+        row_bytes = int(features.shape[1]) * 4
+        plan = inputs.cfg.plan
+        budget_rows = plan.budgets(int(features.shape[0]) * row_bytes)["cpu"] // row_bytes
+        degree = np.diff(np.asarray(inputs.reorder.array("indptr.npy")))
+        return HyperbatchSource(inputs.pack.path, inputs.samples, inputs.reorder.file("features.npy"), degree,
+                                budget_rows, inputs.device, decay=plan.hotset_decay,
+                                refresh_epochs=plan.hotset_refresh_epochs)

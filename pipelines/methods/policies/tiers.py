@@ -1,0 +1,96 @@
+"""Static tiers from the offline access trace (DiskGNN): count accesses, rank, fill the caches in order.
+
+Every node's access frequency is counted over the sampled *training* batches; the most popular nodes go to
+the GPU cache, the next to the CPU cache, each within its byte budget; every other node a training batch
+reads is ``PACKED`` (read from disk by the batch). Nodes only evaluation batches read are ``FILE``: an
+evaluation batch covers most of the graph, so packing it would copy the feature file once per batch, while
+coalesced page reads of the file cost about one sequential pass. The predicted hit rates are exact for the
+sampled trace, because training replays it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pipelines.methods.policies.base import PlanInputs, TierPlan
+from storage_kernels.packstore import Tier
+
+if TYPE_CHECKING:
+    from pipelines.stages.common import Progress
+
+__all__ = ["access_frequency", "assign_tiers", "frequency_plan"]
+
+_TRACE_CHUNK = 16_000_000  # node ids counted per bincount
+
+
+def access_frequency(nodes: np.ndarray, ranges: list[tuple[int, int]], num_nodes: int,
+                     progress: Progress | None = None) -> np.ndarray:
+    """How many of the batches whose node lists are ``nodes[start:stop]`` read each node (streamed)."""
+    freq = np.zeros(num_nodes, dtype=np.int64)
+    pending: list[np.ndarray] = []
+    size = 0
+    for i, (start, stop) in enumerate(ranges):
+        pending.append(np.asarray(nodes[start:stop]))
+        size += stop - start
+        if size >= _TRACE_CHUNK or i == len(ranges) - 1:
+            freq += np.bincount(np.concatenate(pending), minlength=num_nodes)
+            pending, size = [], 0
+            if progress:
+                progress("plan: counting accesses", i + 1, len(ranges))
+    return freq
+
+
+def assign_tiers(freq: np.ndarray, gpu_rows: int, cpu_rows: int, eval_nodes: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tier, slot, gpu_nodes, cpu_nodes): most frequent first; ties broken by id for determinism.
+
+    ``eval_nodes`` (read only by evaluation batches when not cached) get ``Tier.FILE``.
+    """
+    accessed = np.flatnonzero(freq > 0)
+    ranked = accessed[np.argsort(-freq[accessed], kind="stable")]
+    gpu_nodes = np.sort(ranked[:gpu_rows])
+    cpu_nodes = np.sort(ranked[gpu_rows : gpu_rows + cpu_rows])
+    tier = np.full(len(freq), Tier.NONE, dtype=np.int8)
+    if eval_nodes is not None:
+        tier[eval_nodes] = Tier.FILE
+    tier[accessed] = Tier.PACKED
+    tier[cpu_nodes] = Tier.CPU
+    tier[gpu_nodes] = Tier.GPU
+    slot = np.full(len(freq), -1, dtype=np.int64)
+    slot[gpu_nodes] = np.arange(len(gpu_nodes))
+    slot[cpu_nodes] = np.arange(len(cpu_nodes))
+    return tier, slot, gpu_nodes.astype(np.int64), cpu_nodes.astype(np.int64)
+
+
+def frequency_plan(inputs: PlanInputs, budgets: dict[str, int]) -> TierPlan:
+    """The plan that fills a GPU and a CPU cache of ``budgets`` bytes with the most-read rows."""
+    graph, samples = inputs.graph, inputs.samples
+    row_bytes = graph.row_bytes
+    nodes = samples.nodes
+    train_ranges = [samples.node_range(b) for b in samples.batch_ids("train")]
+    eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
+    freq = access_frequency(nodes, train_ranges, graph.num_nodes, inputs.progress)
+    eval_nodes = np.flatnonzero(access_frequency(nodes, eval_ranges, graph.num_nodes)) if eval_ranges else None
+    tier, slot, gpu_nodes, cpu_nodes = assign_tiers(freq, budgets["gpu"] // row_bytes, budgets["cpu"] // row_bytes,
+                                                    eval_nodes)
+    total = int(freq.sum())
+    gpu_hits, cpu_hits = int(freq[gpu_nodes].sum()), int(freq[cpu_nodes].sum())
+    stats = {
+        "gpu_budget_bytes": budgets["gpu"],
+        "cpu_budget_bytes": budgets["cpu"],
+        "gpu_cache_bytes": len(gpu_nodes) * row_bytes,
+        "cpu_cache_bytes": len(cpu_nodes) * row_bytes,
+        "gpu_cache_rows": len(gpu_nodes),
+        "cpu_cache_rows": len(cpu_nodes),
+        "feature_bytes": graph.num_nodes * row_bytes,
+        "row_bytes": row_bytes,
+        "accessed_nodes": int(np.count_nonzero(freq)),
+        "eval_only_nodes": int(np.count_nonzero(tier == Tier.FILE)),
+        "total_accesses": total,
+        "predicted_hit_rate_gpu": gpu_hits / total if total else 0.0,
+        "predicted_hit_rate_cpu": cpu_hits / total if total else 0.0,
+        "predicted_hit_rate": (gpu_hits + cpu_hits) / total if total else 0.0,
+    }
+    return TierPlan(tier, slot, gpu_nodes, cpu_nodes, freq, stats)

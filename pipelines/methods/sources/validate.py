@@ -1,0 +1,259 @@
+"""Input validation for graph sources, used by ingest for every source.
+
+Every error is a ``ValueError`` whose message names the file (or source) and the offending index, in the form
+``"'{file}: {field}[{index}]' expected X (got Y)"``. Edge and feature checks are per chunk, so they run as the
+data stream past (:func:`validate_source` wraps a source's chunk iterators); the whole-array checks (labels,
+splits) are vectorised and run once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from pipelines.methods.sources.base import EdgeChunk, GraphSource
+
+__all__ = [
+    "check_edge_chunk",
+    "check_feature_chunk",
+    "check_labels",
+    "check_split",
+    "check_splits",
+    "validate_source",
+]
+
+
+def _thing(where: str, field: str, index: int | None = None) -> str:
+    return f"'{where}: {field}'" if index is None else f"'{where}: {field}[{index}]'"
+
+
+def _as_int_array(values: np.ndarray, where: str, field: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{_thing(where, field)} expected a 1-D array (got shape {arr.shape})")
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:  # e.g. an empty split saved as float64
+            return arr.astype(np.int64)
+        raise ValueError(f"{_thing(where, field)} expected integer ids (got dtype {arr.dtype})")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _first_out_of_range(ids: np.ndarray, low: int, high: int) -> int | None:
+    """Position of the first entry outside ``[low, high)``, or None (min/max first: cheap when all good)."""
+    if ids.size == 0 or (ids.min() >= low and ids.max() < high):
+        return None
+    return int(np.flatnonzero((ids < low) | (ids >= high))[0])
+
+
+def check_edge_chunk(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int, where: str, offset: int = 0
+) -> EdgeChunk:
+    """Check one chunk of edges and return it as C-contiguous int64 arrays.
+
+    Args:
+        src, dst: endpoint arrays of equal length.
+        num_nodes: ids must be in ``[0, num_nodes)``.
+        where: the file or source named in errors.
+        offset: position of the chunk's first edge in the whole stream (or file row), so errors report the
+            global position.
+
+    Raises:
+        ValueError: shape/dtype mismatch or an id out of range (first bad position and value).
+    """
+    src = _as_int_array(src, where, "src")
+    dst = _as_int_array(dst, where, "dst")
+    if src.shape != dst.shape:
+        raise ValueError(
+            f"{_thing(where, 'dst')} expected as many entries as 'src' ({len(src)}) (got {len(dst)}) "
+            f"in the chunk starting at edge {offset}"
+        )
+    for field, ids in (("src", src), ("dst", dst)):
+        bad = _first_out_of_range(ids, 0, num_nodes)
+        if bad is not None:
+            raise ValueError(
+                f"{_thing(where, field, offset + bad)} expected a node id in [0, {num_nodes}) "
+                f"(got {ids[bad]})"
+            )
+    return src, dst
+
+
+def check_feature_chunk(chunk: np.ndarray, feature_dim: int, where: str, row_offset: int = 0) -> np.ndarray:
+    """Check one chunk of feature rows and return it as a C-contiguous float32 array.
+
+    Raises:
+        ValueError: not 2-D, wrong column count, non-numeric, or a NaN/Inf (first bad row and its column).
+    """
+    arr = np.asarray(chunk)
+    if arr.ndim != 2 or arr.shape[1] != feature_dim:
+        raise ValueError(
+            f"{_thing(where, 'features', row_offset)} expected rows of {feature_dim} columns "
+            f"(got a chunk of shape {arr.shape})"
+        )
+    if arr.dtype.kind not in "fiub":
+        raise ValueError(
+            f"{_thing(where, 'features', row_offset)} expected numeric values (got dtype {arr.dtype})"
+        )
+    with np.errstate(over="ignore"):  # values beyond float32 become inf and are reported below
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.size and not np.isfinite(arr.sum(dtype=np.float64)):
+        finite = np.isfinite(arr)
+        row = int(np.flatnonzero(~finite.all(axis=1))[0])
+        col = int(np.flatnonzero(~finite[row])[0])
+        raise ValueError(
+            f"{_thing(where, 'features', row_offset + row)} expected finite values "
+            f"(got {arr[row, col]} in column {col})"
+        )
+    return arr
+
+
+def check_labels(labels: np.ndarray, num_nodes: int, num_classes: int, where: str) -> np.ndarray:
+    """Check labels (length ``num_nodes``, values in ``[-1, num_classes)``); return them as int64."""
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or arr.shape[0] != num_nodes:
+        raise ValueError(f"{_thing(where, 'labels')} expected shape ({num_nodes},) (got {arr.shape})")
+    arr = _as_int_array(arr, where, "labels")
+    bad = _first_out_of_range(arr, -1, num_classes)
+    if bad is not None:
+        raise ValueError(
+            f"{_thing(where, 'labels', bad)} expected a class in [-1, {num_classes}) (got {arr[bad]})"
+        )
+    return arr
+
+
+def check_split(name: str, idx: np.ndarray, num_nodes: int, labels: np.ndarray, where: str) -> np.ndarray:
+    """Check one split (ids in range, strictly increasing, labelled); return it as int64.
+
+    Args:
+        name: ``"train_idx"``, ``"val_idx"`` or ``"test_idx"`` (named in errors).
+    """
+    arr = _as_int_array(idx, where, name)
+    bad = _first_out_of_range(arr, 0, num_nodes)
+    if bad is not None:
+        raise ValueError(
+            f"{_thing(where, name, bad)} expected a node id in [0, {num_nodes}) (got {arr[bad]})"
+        )
+    if arr.size > 1:
+        steps = np.diff(arr)
+        if (steps <= 0).any():
+            pos = int(np.flatnonzero(steps <= 0)[0]) + 1
+            raise ValueError(
+                f"{_thing(where, name, pos)} expected sorted unique ids, greater than the previous "
+                f"{arr[pos - 1]} (got {arr[pos]})"
+            )
+    unlabelled = labels[arr] < 0
+    if unlabelled.any():
+        pos = int(np.flatnonzero(unlabelled)[0])
+        raise ValueError(
+            f"{_thing(where, name, pos)} expected a labelled node (got node {arr[pos]} with label -1)"
+        )
+    return arr
+
+
+def check_splits(
+    train_idx: np.ndarray,
+    val_idx: np.ndarray,
+    test_idx: np.ndarray,
+    num_nodes: int,
+    labels: np.ndarray,
+    where: str | Mapping[str, str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check the three splits one by one and that they are pairwise disjoint; return them as int64.
+
+    ``where`` is one name for all three, or a mapping ``"train_idx"/"val_idx"/"test_idx"`` -> file.
+    """
+    places = {
+        name: where if isinstance(where, str) else where[name]
+        for name in ("train_idx", "val_idx", "test_idx")
+    }
+    splits = {
+        name: check_split(name, idx, num_nodes, labels, places[name])
+        for name, idx in (("train_idx", train_idx), ("val_idx", val_idx), ("test_idx", test_idx))
+    }
+    names = list(splits)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            common, pos, _ = np.intersect1d(
+                splits[first], splits[second], assume_unique=True, return_indices=True
+            )
+            if common.size:
+                raise ValueError(
+                    f"{_thing(places[first], first, int(pos[0]))} expected no node also in '{second}' "
+                    f"(got node {common[0]}, in both)"
+                )
+    return splits["train_idx"], splits["val_idx"], splits["test_idx"]
+
+
+def _checked_edges(source: GraphSource) -> Iterator[EdgeChunk]:
+    where = source.where("edges")
+    offset = 0
+    for src, dst in source.edge_chunks():
+        chunk = check_edge_chunk(src, dst, source.num_nodes, where, offset)
+        offset += len(chunk[0])
+        yield chunk
+
+
+def _checked_features(source: GraphSource) -> Iterator[np.ndarray]:
+    where = source.where("features")
+    rows = 0
+    for chunk in source.feature_chunks():
+        arr = check_feature_chunk(chunk, source.feature_dim, where, rows)
+        rows += arr.shape[0]
+        if rows > source.num_nodes:
+            raise ValueError(
+                f"{_thing(where, 'features')} expected {source.num_nodes} rows (got at least {rows})"
+            )
+        yield arr
+    if rows != source.num_nodes:
+        raise ValueError(f"{_thing(where, 'features')} expected {source.num_nodes} rows (got {rows})")
+
+
+def validate_source(source: GraphSource) -> GraphSource:
+    """Check a source's metadata now and wrap its chunk iterators so every chunk is checked as it passes.
+
+    Returns a new :class:`GraphSource` (same fields) whose ``labels`` and splits are int64 and whose
+    ``edge_chunks``/``feature_chunks`` yield checked int64/float32 C-contiguous chunks; the feature iterator
+    also raises at the end when the total row count differs from ``num_nodes``.
+
+    Raises:
+        ValueError: the first problem found, naming the file and the index.
+    """
+    where = source.where("source")
+    for field, value in (("num_nodes", source.num_nodes), ("feature_dim", source.feature_dim)):
+        if int(value) < 1:
+            raise ValueError(f"{_thing(where, field)} expected a positive integer (got {value})")
+    if int(source.num_classes) < 1:
+        raise ValueError(
+            f"{_thing(where, 'num_classes')} expected a positive integer (got {source.num_classes})"
+        )
+    labels = check_labels(source.labels, source.num_nodes, source.num_classes, source.where("labels"))
+    train, val, test = check_splits(
+        source.train_idx,
+        source.val_idx,
+        source.test_idx,
+        source.num_nodes,
+        labels,
+        {
+            name: source.files.get(name) or source.where("splits")
+            for name in ("train_idx", "val_idx", "test_idx")
+        },
+    )
+    if source.link_split is not None:  # ids in range, naming the split file and line
+        source.link_split.check(int(source.num_nodes))
+    return GraphSource(
+        name=source.name,
+        num_nodes=int(source.num_nodes),
+        feature_dim=int(source.feature_dim),
+        num_classes=int(source.num_classes),
+        edge_chunks=lambda: _checked_edges(source),
+        feature_chunks=lambda: _checked_features(source),
+        labels=labels,
+        train_idx=train,
+        val_idx=val,
+        test_idx=test,
+        description=source.description,
+        undirected=source.undirected,
+        deduplicated=source.deduplicated,
+        files=dict(source.files),
+        link_split=source.link_split,
+    )
