@@ -100,7 +100,7 @@ def test_stub_matches_module():
 
 
 def test_stub_covers_every_kernel_wrapper():
-    """Every kernels.py wrapper named after a native function has its stub (the boundary is complete)."""
+    """Every storage_kernels.kernels wrapper named after a native function has its stub (the boundary is complete)."""
     from storage_kernels import kernels
 
     stub_functions, _ = stub_api(STUB_PATH.read_text())
