@@ -14,7 +14,8 @@ module checks a published artifact against its manifest before anything reads it
     Nothing is read.
 
 The manifest itself carries ``manifest_digest`` (blake2b of its canonical JSON without that key), so a
-changed value in a manifest that still parses is caught in every mode but ``off``.
+changed value in a manifest that still parses is caught in every mode but ``off``. Both kinds of digest are
+computed in :mod:`storage_kernels.digests` (the builder writes them at publish); this module only compares.
 
 A corrupted artifact is moved aside to ``<root>/.quarantine/<dataset>/<stage>/<version>-<time>`` (a hidden
 directory: the store, the catalog rebuild and ``strata verify`` never see it) and removed from the catalog, so
@@ -24,23 +25,29 @@ the file and the expected and actual digests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 import uuid
 import warnings
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .arrays import file_checksum
-
-if TYPE_CHECKING:
-    from .store import Artifact, ArtifactStore
+from .digests import (  # the digests written at publish; the public ones answer here too, as before
+    _ALGORITHM,
+    BLOCK_BYTES,
+    SAMPLE_BLOCKS,
+    _block_digest,
+    block_digests,
+    manifest_digest,
+    sample_offsets,
+)
+from .digests import integrity_record as integrity_record  # outside __all__, as before
+from .store import Artifact, ArtifactStore, mark_used
 
 __all__ = [
     "BLOCK_BYTES",
@@ -64,58 +71,10 @@ __all__ = [
 Mode = Literal["full", "sampled", "off"]
 #: Verification modes, strongest first.
 MODES: tuple[str, ...] = ("full", "sampled", "off")
-#: Size of one sampled block.
-BLOCK_BYTES = 1 << 20
-#: Sampled blocks per file besides the first and the last.
-SAMPLE_BLOCKS = 8
 #: Hidden directory under the root that holds quarantined artifacts.
 QUARANTINE_NAME = ".quarantine"
 
-_ALGORITHM = "blake2b"
-_BLOCK_DIGEST_BYTES = 16
 Status = Literal["ok", "bad", "unverifiable"]
-
-
-# ------------------------------------------------------------------------------------- digests
-
-
-def manifest_digest(manifest: dict[str, Any]) -> str:
-    """``blake2b:<hex>`` of the canonical JSON of ``manifest`` without its ``manifest_digest`` key."""
-    body = {k: v for k, v in manifest.items() if k != "manifest_digest"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return f"{_ALGORITHM}:" + hashlib.blake2b(text.encode("utf8")).hexdigest()
-
-
-def sample_offsets(size: int, block: int = BLOCK_BYTES, count: int = SAMPLE_BLOCKS) -> list[int]:
-    """Byte offsets of the sampled blocks of a ``size``-byte file: every block of a small file, else the first,
-    the last and ``count`` evenly spaced between them (deterministic: the same size gives the same offsets)."""
-    if size <= 0:
-        return []
-    nblocks = -(-size // block)
-    if nblocks <= count + 2:
-        return [i * block for i in range(nblocks)]
-    picks = {0, nblocks - 1}
-    picks.update(round(i * (nblocks - 1) / (count + 1)) for i in range(1, count + 1))
-    return [i * block for i in sorted(picks)]
-
-
-def _block_digest(f: Any, offset: int, block: int) -> str:
-    f.seek(offset)
-    return hashlib.blake2b(f.read(block), digest_size=_BLOCK_DIGEST_BYTES).hexdigest()
-
-
-def block_digests(path: str | os.PathLike[str], block: int = BLOCK_BYTES, count: int = SAMPLE_BLOCKS
-                  ) -> list[list[Any]]:
-    """``[[offset, hex digest], ...]`` of the sampled blocks of ``path`` (what ``sampled`` mode re-checks)."""
-    size = os.stat(path).st_size
-    with open(path, "rb", buffering=0) as f:
-        return [[off, _block_digest(f, off, block)] for off in sample_offsets(size, block, count)]
-
-
-def integrity_record(directory: Path, names: Iterable[str]) -> dict[str, Any]:
-    """The manifest's ``integrity`` entry for the files ``names`` of ``directory`` (read at publish)."""
-    return {"block_bytes": BLOCK_BYTES,
-            "blocks": {name: block_digests(directory / name) for name in sorted(names)}}
 
 
 # ------------------------------------------------------------------------------------- checking
@@ -248,8 +207,6 @@ def verify_artifact(art: Artifact, mode: str = "full", threads: int = 0,
 
 def verify_manifest_dir(path: Path, mode: str = "full", pool: ThreadPoolExecutor | None = None) -> ArtifactCheck:
     """:func:`verify_artifact` on the artifact directory ``path``; an unreadable manifest is a bad file."""
-    from .store import Artifact
-
     try:
         art = Artifact(path)
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -314,7 +271,5 @@ def find_verified(store: ArtifactStore, dataset: str, stage: str, version: str, 
     if check.status == "BAD":
         moved = quarantine(store.root, path, check.problem(), store.catalog)
         raise ArtifactCorrupted(check, moved)
-    from .store import mark_used  # store imports this module
-
     mark_used(path)
     return check.artifact

@@ -36,8 +36,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .artifact import Artifact
 from .locks import LockHeld, dataset_lock
-from .store import CATALOG_NAME, MANIFEST_NAME, TMP_NAME, Artifact, _rmtree, owned_tmp_name, published_dirs
+from .storefs import CATALOG_NAME, MANIFEST_NAME, TMP_NAME, _rmtree, owned_tmp_name, published_dirs
 
 __all__ = ["Collected", "Decision", "GcPlan", "Version", "collect", "format_age", "gc_apply", "gc_plan",
            "open_versions", "parse_duration", "plan", "scan", "stale_catalog_rows"]
