@@ -51,6 +51,7 @@ web-screenshot: install web-runtime
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 bench: install
 	$(BIN)/strata bench --dataset demo --root $(ROOT) --set train.epochs=3 --memory-budget 25M --timeout 600 \

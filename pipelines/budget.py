@@ -24,6 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipelines.core.confine import memory_limit
+from pipelines.core.formatting import format_bytes
+from pipelines.core.sections import is_section, section_fields
+from pipelines.methods.policies import POLICIES
+
 __all__ = ["CACHE_SHARE", "STAGE_MEMORY_MIN", "check_fits", "fill_from_budget", "resident_bytes"]
 
 #: Share of the budget for a policy's CPU cache; the rest goes to ``diskgnn``'s segment window and the page
@@ -34,19 +39,14 @@ STAGE_MEMORY_MIN = 64 << 20
 _MB = 1 << 20
 
 
-def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
+def fill_from_budget(data: Mapping[str, Any], budget: int, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Raw configuration ``data`` (a ``PipelineConfig``'s input) with the settings of the module docstring that
-    are absent or at their default sized from ``budget`` bytes; everything else as given."""
-    from pipelines.config import PackConfig, PlanConfig, ReorderConfig, SampleConfig, section_fields
-    from trainer.config import TrainConfig
-
-    defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "reorder": ReorderConfig(), "pack": PackConfig(),
-                "train": TrainConfig()}
+    are absent or at their default sized from ``budget`` bytes; everything else as given. ``defaults`` holds a
+    default object of each section it sizes (``plan``, ``sample``, ``reorder``, ``pack``, ``train``)."""
     sections: dict[str, dict[str, Any]] = {}
     for name in defaults:  # each as a plain dict of what was given (a section object gives every field)
         given = data.get(name) or {}
-        sections[name] = {k: getattr(given, k) for k in section_fields(given)} if hasattr(
-            given, "__pydantic_fields__") else dict(given)
+        sections[name] = {k: getattr(given, k) for k in section_fields(given)} if is_section(given) else dict(given)
 
     def unset(name: str, *keys: str) -> bool:
         return all(sections[name].get(k, getattr(defaults[name], k)) == getattr(defaults[name], k) for k in keys)
@@ -68,8 +68,6 @@ def fill_from_budget(data: Mapping[str, Any], budget: int) -> dict[str, Any]:
 def resident_bytes(cfg: Any, feature_bytes: int) -> dict[str, int]:
     """The RAM buffers ``cfg``'s policy holds for a graph of ``feature_bytes`` feature bytes, by setting
     (``Policy.resident_bytes``: the CPU cache, ``diskgnn``'s segment window, ``in_memory``'s feature file)."""
-    from pipelines.methods.policies import POLICIES
-
     return POLICIES.get(cfg.policy)().resident_bytes(cfg, feature_bytes)
 
 
@@ -78,8 +76,7 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
     most ``feature_bytes``: no buffer holds more rows than the feature file has) exceed ``cfg.memory_budget``,
     or, with no budget, the memory this process may use (``machine_bytes``, default
     :func:`pipelines.core.confine.memory_limit`): a run that could only end in an out-of-memory kill."""
-    from pipelines.core.formatting import format_bytes as size
-
+    size = format_bytes
     parts = {k: min(v, feature_bytes) for k, v in resident_bytes(cfg, feature_bytes).items()}
     total = sum(parts.values())
     detail = " + ".join(f"{k} {size(v)}" for k, v in parts.items())
@@ -91,8 +88,6 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
                              "their defaults, which the budget sizes (or choose an out-of-core policy)")
         return
     if machine_bytes is None:
-        from pipelines.core.confine import memory_limit
-
         machine_bytes = memory_limit()
     if total > machine_bytes:
         raise ValueError(f"'plan' expected caches that fit this machine's {size(machine_bytes)} of memory (got "

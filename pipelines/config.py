@@ -21,22 +21,33 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
 
+from pipelines.budget import fill_from_budget
+from pipelines.core.confine import parse_bytes
+from pipelines.core.sections import SEED_BOUNDS, Bytes, Section, is_section, section_fields
+from pipelines.methods.orders import REORDER_STRATEGIES
+from pipelines.methods.orders.settings import ReorderConfig
+from pipelines.methods.partitioners import PARTITIONERS
+from pipelines.methods.partitioners.settings import PartitionConfig
+from pipelines.methods.policies import BUILTIN_POLICIES, POLICIES
+from pipelines.methods.samplers import SAMPLERS
 from storage_kernels.registry import Registry
+from trainer.architectures import MODELS  # names declared without torch; trainer.models registers them
 from trainer.config import TrainConfig, artifact_effect, setting
 
 __all__ = [
@@ -58,40 +69,17 @@ __all__ = [
     "section_fields",
 ]
 
-
-# The registries that setting values name, imported when first needed (they import the stages' code).
-def _orders() -> Registry[Any]:
-    from pipelines.methods.orders import REORDER_STRATEGIES
-
-    return REORDER_STRATEGIES
-
-
-def _partitioners() -> Registry[Any]:
-    from pipelines.methods.partitioners import PARTITIONERS
-
-    return PARTITIONERS
-
-
-def _samplers() -> Registry[Any]:
-    from pipelines.methods.samplers import SAMPLERS
-
-    return SAMPLERS
-
-
-def _policies() -> Registry[Any]:
-    from pipelines.methods.policies import POLICIES
-
-    return POLICIES
-
-
-def _models() -> Registry[Any]:
-    from trainer.architectures import MODELS  # names declared without torch; trainer.models registers them
-
-    return MODELS
-
-
-#: Bounds of every seed: numpy's generators and the C kernels take a non-negative int64.
-_SEED = {"ge": 0, "lt": 1 << 63}
+#: The fields whose values name a registry entry, by section (checked on validation: a toy method registered
+#: by a test or a plugin is valid configuration), and, per section, the one that selects the section's method:
+#: that entry's ``reads`` decide which of the section's ``artifact="selected"`` fields count.
+_NAMED: dict[str, dict[str, Registry[Any]]] = {
+    "reorder": {"strategy": REORDER_STRATEGIES, "partition_method": PARTITIONERS},
+    "partition": {"method": PARTITIONERS},
+    "sample": {"sampler": SAMPLERS},
+}
+_SELECTOR = {"reorder": "strategy", "partition": "method"}
+#: Top-level names: the policy and the model (``train.model``).
+_NAMED_TOP: dict[str, Registry[Any]] = {"policy": POLICIES, "train.model": MODELS}
 
 
 def _fanouts_valid(value: list[int]) -> list[int]:
@@ -106,27 +94,11 @@ Fanouts = Annotated[list[int], AfterValidator(_fanouts_valid)]
 
 
 def _budget_bytes(value: Any) -> int | None:
-    from pipelines.core.confine import parse_bytes
-
     return None if value is None else parse_bytes(value, "memory_budget")
-
-
-def _size(value: Any) -> Any:
-    """A byte count given as a size string (``"2G"``) -> int; anything else for the field's own checks."""
-    from pipelines.core.confine import parse_bytes
-
-    if isinstance(value, str) and re.search(r"[A-Za-z]", value):
-        try:
-            return parse_bytes(value)
-        except ValueError:  # pydantic names the field: "'plan.cpu_cache_bytes' expected a size ..."
-            raise ValueError(f"a size such as 512M, 2G or 1.5GiB, or a number of bytes (got {value!r})") from None
-    return value
 
 
 #: ``memory_budget``: bytes, or a size such as ``512M``, ``2G``, ``1.5GiB`` (binary units).
 MemoryBudget = Annotated[int | None, BeforeValidator(_budget_bytes)]
-#: A byte-count setting: an int, or a size such as ``512M`` or ``2G``.
-Bytes = Annotated[int, BeforeValidator(_size)]
 
 
 def dagster_size_string(info: FieldInfo) -> bool:
@@ -136,35 +108,13 @@ def dagster_size_string(info: FieldInfo) -> bool:
     return any(isinstance(m, BeforeValidator) and m.func is _budget_bytes for m in info.metadata)
 
 
-class _Section(BaseModel):
-    """A frozen config section.
-
-    ``NAMED`` maps the fields (dotted paths for nested ones) whose values name a registry entry to that
-    registry: they are checked on validation. ``SELECTOR`` is the one among them that picks the section's
-    method, whose entry's ``reads`` decide which ``artifact="selected"`` fields count.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {}
-    SELECTOR: ClassVar[str | None] = None
-
-    @model_validator(mode="after")
-    def _registered_names(self) -> _Section:
-        for path, registry in self.NAMED.items():
-            value: Any = self
-            for part in path.split("."):
-                value = getattr(value, part)
-            registry().check(value)  # ValueError: "'<registry kind>' expected one of ... (got ...)"
-        return self
-
-    def selected_reads(self) -> frozenset[str]:
-        """What the selected method reads: its ``artifact="selected"`` fields and any other sections."""
-        if self.SELECTOR is None:
-            return frozenset()
-        return frozenset(self.NAMED[self.SELECTOR]().get(getattr(self, self.SELECTOR)).reads)
+def _owned(section: str) -> tuple[type[Section], ...]:
+    """The settings the built-in policies declare for ``section`` (``Policy.settings``), as base classes in
+    the order their fields are listed: the first policy's first (pydantic collects fields from the last base)."""
+    return tuple(reversed([cls.settings[section] for cls in BUILTIN_POLICIES if section in cls.settings]))
 
 
-class IngestConfig(_Section):
+class IngestConfig(Section):
     options: dict[str, str] = setting(
         default_factory=dict,
         description="Source options, e.g. features=PATH.npy, labels=PATH.npy for edgelist sources.",
@@ -176,74 +126,7 @@ class IngestConfig(_Section):
         "float32 when a batch is assembled (storage_kernels/halfwords.py).")
 
 
-class ReorderConfig(_Section):
-    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"strategy": _orders, "partition_method": _partitioners}
-    SELECTOR: ClassVar[str | None] = "strategy"
-
-    strategy: str = setting(
-        "degree",
-        "Vertex order (pipelines.methods.orders): identity, random (baseline), degree (hot first), bfs (from the top "
-        "hub), rcm (reverse Cuthill-McKee), community (Rabbit Order: hierarchical communities, hubs first) or "
-        "partition (nodes of each partition contiguous).",
-    )
-    seed: int = setting(0, "Seed of the random order and of community detection tie-breaks.", artifact="selected",
-                        **_SEED)
-    chunk_rows: int = setting(65_536, "Rows per chunk when rewriting features.", artifact=False, gt=0)
-    memory_mb: int = setting(1024, "Memory budget of the external permutation (bucket size).", artifact=False,
-                             gt=0)
-    community_method: Literal["rabbit", "label_propagation"] = setting(
-        "rabbit",
-        "Communities of `community`: rabbit (incremental aggregation, dendrogram walked depth first) or "
-        "label_propagation (flat communities by size, hubs first inside).",
-        artifact="selected",
-    )
-    community_iterations: int = setting(10, "Label-propagation rounds (label_propagation only).",
-                                        artifact="selected", gt=0)
-    hub_fraction: float = setting(
-        0.01, "`community`: this fraction of nodes, highest degree first, form one contiguous hot prefix.",
-        artifact="selected", ge=0, le=1,
-    )
-    partition_method: str = setting("fennel", "Partitioner used by the `partition` strategy.", artifact="selected")
-    partition_parts: int = setting(64, "Number of parts used by the `partition` strategy.", artifact="selected",
-                                   gt=0)
-
-
-class PartitionConfig(_Section):
-    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"method": _partitioners}
-    SELECTOR: ClassVar[str | None] = "method"
-
-    method: str = setting(
-        "range",
-        "Partitioner (pipelines.methods.partitioners): range (contiguous ids), metis (pymetis, in memory), fennel "
-        "(streaming, OUTRE's variant) or grem (streaming recursive bisection).",
-    )
-    num_parts: int = setting(16, "Number of partitions.", gt=0)
-    imbalance: float = setting(0.05, "Allowed imbalance: every part holds <= (1+imbalance)*N/p nodes.", ge=0)
-    seed: int = setting(0, "Seed for stream order and tie-breaks.", **_SEED)
-    chunk_nodes: int = setting(1_000_000, "Nodes per streamed chunk (fennel, grem).", artifact="selected", gt=0)
-    train_penalty: float = setting(1.0, "OUTRE: weight of the training-node balance penalty (fennel).",
-                                   artifact="selected", ge=0)
-    bloom_bits: int = setting(1 << 20, "FENNEL: bits per part-neighbourhood Bloom filter.", artifact="selected",
-                              gt=0)
-    two_level_threshold: int = setting(
-        128, "FENNEL: above this many parts, partition in two levels (sqrt(p) x sqrt(p)).", artifact="selected",
-        gt=1,
-    )
-    grem_chunk_fraction: float = setting(0.1, "GREM: chunk size as a fraction of nodes.", artifact="selected",
-                                         gt=0, le=1)
-    multilevel: bool = setting(
-        True,
-        "fennel, grem: coarsen the graph by size-constrained label propagation (the finest level streamed from "
-        "disk), run the method on the coarsest graph and refine while projecting back (false: the single-level "
-        "streaming algorithm).",
-        artifact="selected",
-    )
-    memory_mb: int = setting(4096, "Memory budget; metis refuses graphs whose CSR exceeds it.", gt=0)
-
-
-class SampleConfig(_Section):
-    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"sampler": _samplers}
-
+class SampleConfig(Section):
     sampler: str = setting("uniform", "Neighbour sampler (pipelines.methods.samplers): uniform (per-layer, without "
                            "replacement) or dense (MariusGNN's DENSE: one-hop samples reused across hops).")
     fanouts: Fanouts = setting(default_factory=lambda: [10, 10],
@@ -259,7 +142,7 @@ class SampleConfig(_Section):
         "fanouts sample, at most every node, times the row bytes): eval_batch_size is lowered to fit, never below "
         "batch_size. Only the resulting batch size shapes the artifact.", artifact=False, gt=0,
     )
-    seed: int = setting(0, "Sampling seed.", **_SEED)
+    seed: int = setting(0, "Sampling seed.", **SEED_BOUNDS)
     num_threads: int = setting(0, "Sampler threads (0 = all cores); output does not depend on it.",
                                artifact=False, ge=0)
     batching: Literal["random", "partition"] = setting(
@@ -270,61 +153,13 @@ class SampleConfig(_Section):
     macro_parts: int = setting(20, "Partitions per macro batch when batching=partition.", gt=0)
 
 
-class PlanConfig(_Section):
+class _PlanShared(Section):
+    """The ``plan`` settings every caching policy reads: the GPU and CPU cache budgets."""
+
     gpu_cache_fraction: float = setting(0.0, "GPU cache size as a fraction of feature bytes.", ge=0, le=1)
     cpu_cache_fraction: float = setting(0.1, "CPU cache size as a fraction of feature bytes.", ge=0, le=1)
     gpu_cache_bytes: Bytes | None = setting(None, "Absolute GPU cache budget (overrides the fraction).", ge=0)
     cpu_cache_bytes: Bytes | None = setting(None, "Absolute CPU cache budget (overrides the fraction).", ge=0)
-    disk_cache_buffer_fraction: float = setting(
-        0.1, "diskgnn: the segment window, a RAM buffer of segment disk-cache rows (each block read at most once while "
-        "a later batch of its segment needs it, Belady eviction, scheduled at pack time), as a fraction of feature "
-        "bytes; 0 = none (every batch reads all its disk-cache blocks).", artifact="selected", ge=0, le=1)
-    disk_cache_buffer_bytes: Bytes | None = setting(
-        None, "diskgnn: absolute segment-window buffer (overrides the fraction).", artifact="selected", ge=0)
-    hyperbatch_bytes: Bytes = setting(
-        64 << 20, "hyperbatch: RAM budget of one hyperbatch (the distinct 4 KiB blocks of its batches' rows).",
-        artifact="selected", ge=4096,
-    )
-    hotset_refresh_epochs: int = setting(
-        1, "hyperbatch: re-select the hotset from decayed access counters every this many epochs (0 = never).",
-        artifact=False, ge=0,
-    )
-    hotset_decay: float = setting(0.5, "hyperbatch: per-epoch decay of the hotset's access counters.",
-                                  artifact=False, ge=0, le=1)
-    staleness: int = setting(0, "outre: iterations a historical embedding is reused before it is recomputed "
-                             "(1 = no reuse; 0 = min(100, training batches per epoch): OUTRE's 100, but never "
-                             "older than an epoch).", artifact="selected", ge=0)
-    superbatch_size: int = setting(
-        0, "ginex: training batches per superbatch, whose cache changesets are precomputed together (never "
-        "spanning two sampled epochs); 0 = one superbatch per sampled epoch.", artifact="selected", ge=0,
-    )
-    num_partitions: int = setting(
-        0, "mariusgnn: physical partitions p of the feature file (0 = MariusGNN's rule p = min(NO/D, sqrt(EO/D)), "
-        "raised until two fit the CPU budget).", artifact="selected", ge=0)
-    buffer_partitions: int = setting(
-        0, "mariusgnn: partitions c the CPU buffer holds (0 = the largest c with c*PO + 2c^2*EBO under the CPU "
-        "budget plan.cpu_cache_bytes / cpu_cache_fraction).", artifact="selected", ge=0)
-    partition_order: Literal["beta", "comet", "random", "alg7"] = setting(
-        "alg7", "mariusgnn: order of partition sets when the training partitions do not fit the buffer: BETA "
-        "(greedy, fewest swaps), COMET (random logical partitions, deferred assignment), random swaps (every pair "
-        "co-resident), or alg7 (every partition read once: node classification's Alg. 7; under "
-        "train.task=link, which must pair every two partitions, alg7 means beta).", artifact="selected")
-    prefetch_partitions: int = setting(
-        1, "mariusgnn, train.task=link: spare buffer slots the prefetch thread reads the next set's incoming "
-        "partitions into while the current set trains (0 = every load synchronous); the buffer holds c + this "
-        "many partitions, and the rows trained do not depend on it.", artifact=False, ge=0)
-    static_fill: Literal["random", "connected"] = setting(
-        "random", "mariusgnn: the static set's c - k other partitions, re-drawn every epoch: uniformly (the thesis) "
-        "or in proportion to their edges to the training partitions.", artifact="selected")
-    train_first: bool = setting(
-        True, "mariusgnn: lay the training nodes out in the first k partitions (one static set per epoch, zero "
-        "swaps, when k < c); false: partitions by locality only, always an order.", artifact="selected")
-
-    def disk_cache_buffer(self, feature_bytes: int) -> int:
-        """Bytes of the segment window's buffer: the absolute budget when set, else the fraction of the features."""
-        if self.disk_cache_buffer_bytes is not None:
-            return self.disk_cache_buffer_bytes
-        return int(self.disk_cache_buffer_fraction * feature_bytes)
 
     def budgets(self, feature_bytes: int) -> dict[str, int]:
         """``{"gpu": bytes, "cpu": bytes}``: the absolute budget when set, else the fraction of the features."""
@@ -336,26 +171,23 @@ class PlanConfig(_Section):
         }
 
 
-class PackConfig(_Section):
+class PlanConfig(*_owned("plan"), _PlanShared):
+    """The ``plan`` section: the shared cache budgets, then each built-in policy's own plan settings
+    (``Policy.settings["plan"]``, declared in the policy's module)."""
+
+
+class _PackShared(Section):
+    """The ``pack`` stage's own settings, whatever the policy."""
+
     memory_mb: int = setting(256, "Memory budget for one feature partition while packing.", artifact=False, gt=0)
     num_threads: int = setting(0, "Packing threads (0 = all cores).", artifact=False, ge=0)
-    disk_budget: float | None = setting(
-        3.0, "diskgnn: disk budget of the store (cache blocks + segment disk caches + packed chunks) as a multiple "
-        "of the feature file's bytes, counted in whole 4 KiB blocks (the store's unit); the (m, s) search reads the "
-        "fewest bytes within it (null: unlimited, the fewest reads, as pure packing).", artifact="selected", gt=0)
-    minhash_k: int = setting(2, "diskgnn: hash functions of the MinHash signature ordering each disk cache.",
-                             artifact="selected", ge=1)
-    disk_cache_order: Literal["uses", "minhash"] = setting(
-        "uses", "diskgnn: row order of each segment disk cache: uses (by the training positions of a row's first 8 "
-        "reads in its segment: rows read together share blocks, best for the segment window) or minhash (the "
-        "paper's Alg. 1, minhash_k hashes).", artifact="selected")
-    read_gap_blocks: int = setting(
-        0, "diskgnn, with the segment window: a batch also reads the unneeded 4 KiB blocks between two of its runs "
-        "of disk-cache blocks at most this many apart, so they are one read request (more bytes, fewer requests; "
-        "the bytes stay exactly predicted).", artifact="selected", ge=0)
 
 
-class ExportConfig(_Section):
+class PackConfig(*_owned("pack"), _PackShared):
+    """The ``pack`` section: the stage's memory and threads, then each built-in policy's own pack settings."""
+
+
+class ExportConfig(Section):
     opset: int = setting(18, "ONNX opset (>= 18 for scatter_reduce max/min).", ge=18)
     model_name: str | None = setting(None, "Registered model name (default strata-<dataset>).", min_length=1,
                                      max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -365,7 +197,7 @@ class ExportConfig(_Section):
                                        gt=0)
 
 
-class VerifyConfig(_Section):
+class VerifyConfig(Section):
     on_reuse: Literal["full", "sampled", "off"] = setting(
         "full",
         "Checks a reused artifact against its manifest before a stage reads it: full (re-hash every file: any "
@@ -375,10 +207,8 @@ class VerifyConfig(_Section):
     )
 
 
-class PipelineConfig(_Section):
+class PipelineConfig(Section):
     """The whole run: which dataset, which policy, and every stage's settings."""
-
-    NAMED: ClassVar[dict[str, Callable[[], Registry[Any]]]] = {"policy": _policies, "train.model": _models}
 
     dataset: str = setting("tiny", "Built-in dataset name or a source spec (see `strata datasets`).")
     policy: str = setting(
@@ -406,10 +236,28 @@ class PipelineConfig(_Section):
     def _sized_by_budget(cls, data: Any) -> Any:
         """With a ``memory_budget``, the settings it sizes (:func:`pipelines.budget.fill_from_budget`)."""
         if isinstance(data, Mapping) and data.get("memory_budget") is not None:
-            from pipelines.budget import fill_from_budget
-
-            return fill_from_budget(data, _budget_bytes(data["memory_budget"]))
+            defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "reorder": ReorderConfig(),
+                        "pack": PackConfig(), "train": TrainConfig()}
+            return fill_from_budget(data, _budget_bytes(data["memory_budget"]), defaults)
         return data
+
+    @field_validator(*_NAMED)
+    @classmethod
+    def _section_names(cls, section: Any, info: ValidationInfo) -> Any:
+        """The section's fields that name a registry entry name a registered one."""
+        for name, registry in _NAMED[str(info.field_name)].items():
+            registry.check(getattr(section, name))  # ValueError: "'<registry kind>' expected one of ... (got ...)"
+        return section
+
+    @model_validator(mode="after")
+    def _registered_names(self) -> PipelineConfig:
+        """The policy and the model name registered entries."""
+        for path, registry in _NAMED_TOP.items():
+            value: Any = self
+            for part in path.split("."):
+                value = getattr(value, part)
+            registry.check(value)
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
@@ -454,17 +302,6 @@ class PipelineConfig(_Section):
         return self.model_dump(mode="json")
 
 
-def is_section(value: Any) -> bool:
-    """Whether ``value`` is a config section (a pydantic model or pydantic dataclass), not a setting's value."""
-    return hasattr(value, "__pydantic_fields__")
-
-
-def section_fields(section: Any) -> dict[str, FieldInfo]:
-    """The declared fields of a config section (a pydantic model or a pydantic dataclass)."""
-    fields = getattr(type(section), "model_fields", None)
-    return dict(fields if fields is not None else type(section).__pydantic_fields__)
-
-
 def _plain(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
@@ -479,6 +316,17 @@ def _section_params(section: Any, selected: Collection[str] | None) -> dict[str,
     return out
 
 
+def _selected_reads(stage: str, section: Any) -> frozenset[str]:
+    """What the section's selected method reads: its ``artifact="selected"`` fields and any other sections
+    (the train section: its model's, and the link task's)."""
+    if isinstance(section, TrainConfig):
+        return section.selected_reads()
+    if stage not in _SELECTOR:
+        return frozenset()
+    selector = _SELECTOR[stage]
+    return frozenset(_NAMED[stage][selector].get(getattr(section, selector)).reads)
+
+
 def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -> dict[str, Any]:
     """The configuration an artifact of ``stage`` depends on, from the fields' declarations.
 
@@ -489,11 +337,9 @@ def artifact_params(cfg: PipelineConfig, stage: str, also: Iterable[str] = ()) -
     (its ``artifact="selected"`` fields of this section, e.g. ``plan.staleness`` for ``outre``) count too.
     """
     section = getattr(cfg, stage)
-    reads = section.selected_reads() if hasattr(section, "selected_reads") else frozenset()  # train: its model's
+    reads = _selected_reads(stage, section)
     own = section_fields(section)
     if "policy" in also:  # a stage shaped by the policy: the policy's own knobs of this section count too
-        from pipelines.methods.policies import POLICIES
-
         reads = reads | (frozenset(POLICIES.get(cfg.policy).reads) & frozenset(own))
     params = _section_params(section, reads)
     for name in [*sorted(r for r in reads if r not in own), *also]:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from pipelines.checks import Finding, StageCheck
 from pipelines.config import PipelineConfig
+from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage, get_stage, until
-from pipelines.stages.common import Progress, StageResult
+from pipelines.stages.common import StageResult
 from storage_kernels.store import Artifact, ArtifactStore
 
 __all__ = ["CheckFailed", "StageRunner"]

@@ -23,10 +23,11 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.core.paths import StrataPaths
+from pipelines.core.progress import Progress
 from pipelines.methods.orders import REORDER_STRATEGIES as _ORDERS
 from pipelines.methods.partitioners import PARTITIONERS
 from pipelines.runner import StageRunner
-from pipelines.stages.common import Progress, peak_rss_mb
+from pipelines.stages.common import peak_rss_mb
 
 __all__ = ["REORDER_STRATEGIES", "PARTITION_METHODS", "PARTITION_VARIANTS", "add_ratios", "run_locality_bench",
            "redundancy_ratio"]

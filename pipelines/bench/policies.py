@@ -62,9 +62,9 @@ from pipelines.bench.worker import steady_epochs, storage_read_bytes
 from pipelines.config import PipelineConfig
 from pipelines.core.confine import CgroupSupport, MemoryCgroup, cgroup_support, evict_page_cache
 from pipelines.core.paths import StrataPaths
+from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES
 from pipelines.runner import StageRunner
-from pipelines.stages.common import Progress
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.sampleset import SampleSet

@@ -22,9 +22,9 @@ import dagster as dg
 
 from pipelines.checks import Finding, StageCheck
 from pipelines.core.formatting import Markdown, Url, format_bytes, markdown_table
+from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage
 from pipelines.orchestration.resources import RunReporter, StrataResource
-from pipelines.stages.common import Progress
 from storage_kernels.catalog import artifact_metrics
 from storage_kernels.locks import dataset_lock
 from storage_kernels.store import Artifact

@@ -1,15 +1,14 @@
 """Packing split into shards, and the merge that turns them into the ``pack`` artifact.
 
-The policy's pack is cut into a global part and independent units (:mod:`pipelines.methods.policies.sharded`: batches
-for
-``diskgnn``, superbatches for ``ginex``). :func:`prepare` writes the global part once into a ``pack_prep``
-artifact (under a lock, so shards started together wait for one of them to write it instead of all writing it);
-shard ``i`` of ``k`` (:func:`run_shard`) writes the units ``[i*U//k, (i+1)*U//k)`` into a ``pack_shard``
-artifact; :func:`merge` checks every shard (present, in order, intact: fully re-checksummed) before writing
-anything, then writes the ``pack`` artifact under the version the pack stage gives it, byte for byte the
-unpartitioned one, which every stage downstream reuses. No Dagster import here
-(:mod:`pipelines.orchestration.partitions`
-wires the shards as Dagster partitions).
+The policy's pack is cut into a global part and independent units (its ``Policy.sharded_pack``, the interface
+in :mod:`pipelines.methods.policies.sharded`: batches for ``diskgnn``, superbatches for ``ginex``).
+:func:`prepare` writes the global part once into a ``pack_prep`` artifact (under a lock, so shards started
+together wait for one of them to write it instead of all writing it); shard ``i`` of ``k`` (:func:`run_shard`)
+writes the units ``[i*U//k, (i+1)*U//k)`` into a ``pack_shard`` artifact; :func:`merge` checks every shard
+(present, in order, intact: fully re-checksummed) before writing anything, then writes the ``pack`` artifact
+under the version the pack stage gives it, byte for byte the unpartitioned one, which every stage downstream
+reuses. No Dagster import here (:mod:`pipelines.orchestration.partitions` wires the shards as Dagster
+partitions).
 """
 
 from __future__ import annotations
@@ -19,23 +18,39 @@ from typing import Any
 
 from pipelines.config import PipelineConfig, artifact_params
 from pipelines.core.graphio import load_graph
-from pipelines.methods.policies import PackInputs
-from pipelines.methods.policies.sharded import sharded_pack_for
+from pipelines.core.progress import Progress
+from pipelines.methods.policies import POLICIES, PackInputs, Policy
+from pipelines.methods.policies.sharded import NoLayout, ShardedPack
 from pipelines.shards.sample import shard_bounds
 from pipelines.stages import pack as pack_stage
-from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
+from pipelines.stages.common import StageResult, materialize, peak_rss_mb
 from storage_kernels.integrity import ArtifactCorrupted, find_verified
 from storage_kernels.locks import root_lock
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "PREP_STAGE", "SHARD_STAGE", "ShardError", "find_shards", "merge", "prepare",
-           "run_shard"]
+           "run_shard", "sharded_pack_for"]
 
 PREP_STAGE = "pack_prep"
 SHARD_STAGE = "pack_shard"
 FORMAT_VERSION = 1
 
+
+
+def sharded_pack_for(policy_name: str) -> ShardedPack:
+    """How ``policy_name``'s pack runs partitioned (``Policy.sharded_pack``; policies that lay nothing out shard
+    trivially); ``ValueError`` naming the shardable policies otherwise."""
+    policy = POLICIES.get(policy_name)()
+    if type(policy).pack is Policy.pack:
+        return NoLayout(policy.pack)
+    sharded = policy.sharded_pack()
+    if sharded is None:
+        shardable = sorted(n for n in POLICIES.names() if POLICIES.get(n).pack is Policy.pack
+                           or POLICIES.get(n)().sharded_pack() is not None)
+        raise ValueError(f"'policy' expected one whose pack runs partitioned ({', '.join(shardable)}) (got "
+                         f"{policy_name}: its pack is one global pass; materialize the unpartitioned pack asset)")
+    return sharded
 
 class ShardError(ValueError):
     """A shard the merge cannot use (missing, out of order, corrupted); ``index`` names its partition."""

@@ -1,7 +1,7 @@
 """Sampling split into shards by batch range, and the merge that turns the shards into the ``sample`` artifact.
 
 The sample stage's batches are a pure function of their (split, epoch, step) and the configuration
-(:func:`pipelines.stages.sample.batch_seed`), so any contiguous range of the batch plan can be sampled on its
+(:func:`pipelines.methods.samplers.batch_seed`), so any contiguous range of the batch plan can be sampled on its
 own. Shard ``i`` of ``k`` samples the plan's batches ``[i*B//k, (i+1)*B//k)`` into a ``sample_shard`` artifact
 (the sample-set layout of :mod:`storage_kernels.sampleset`, holding only its batches). :func:`merge` replays
 the shards' batches in order through the same :class:`~storage_kernels.sampleset.SampleSetWriter` into the
@@ -19,9 +19,10 @@ import numpy as np
 
 from pipelines.config import PipelineConfig, artifact_params
 from pipelines.core.graphio import load_graph
-from pipelines.methods.samplers import SAMPLERS
+from pipelines.core.progress import Progress
+from pipelines.methods.samplers import SAMPLERS, batch_seed
 from pipelines.stages import sample as sample_stage
-from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
+from pipelines.stages.common import StageResult, materialize, peak_rss_mb
 from storage_kernels.sampleset import SampleSet, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -85,7 +86,7 @@ def run_shard(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int
         for i, (split, epoch, step, seeds) in enumerate(plan[lo:hi]):
             nodes, hop_counts, indptrs, cols = sampler.sample(
                 graph, np.ascontiguousarray(seeds, dtype=np.int64), fanouts,
-                sample_stage.batch_seed(sc.seed, split, epoch, step), sc.num_threads)
+                batch_seed(sc.seed, split, epoch, step), sc.num_threads)
             writer.add(split, epoch, step, nodes, hop_counts, indptrs, cols)
             if split == "train":
                 train_seeds += len(seeds)

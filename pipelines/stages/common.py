@@ -13,10 +13,7 @@ from pipelines.config import PipelineConfig, artifact_params
 from storage_kernels.integrity import find_verified
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["Progress", "StageResult", "materialize", "peak_rss_mb", "stage_version"]
-
-# A progress callback: (description, completed, total). The CLI renders it with rich; tests pass None.
-Progress = Callable[[str, int, int], None]
+__all__ = ["StageResult", "materialize", "peak_rss_mb", "stage_version"]
 
 
 @dataclass

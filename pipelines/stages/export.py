@@ -17,20 +17,17 @@ from typing import Any
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import markdown_table
 from pipelines.core.paths import StrataPaths
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.core.progress import Progress
+from pipelines.stages.common import StageResult, materialize
 from pipelines.stages.train import load_model
 from pipelines.tracking.links import mlflow_model_version_url, mlflow_run_url
-from pipelines.tracking.model_registry import log_and_register
+from pipelines.tracking.model_registry import log_and_register, model_name_for
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "ONNX_TOLERANCE", "model_name_for", "run", "summary"]
 
 FORMAT_VERSION = 2  # 2: the web folder and model variants replace the model.json + weights.bin bundle
 ONNX_TOLERANCE = 1e-4  # max |onnxruntime - torch| on a random subgraph before the export is refused
-
-
-def model_name_for(cfg: PipelineConfig) -> str:
-    return cfg.export.model_name or f"strata-{cfg.dataset_name}"
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, train: Artifact,

@@ -16,12 +16,13 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import markdown_table
+from pipelines.core.progress import Progress
 from pipelines.methods.sources.base import GraphSource, dedupe_csr_rows
 from pipelines.methods.sources.fingerprint import fingerprint_files
 from pipelines.methods.sources.linksplit import write_link_split
 from pipelines.methods.sources.spec import parse_source_spec
 from pipelines.methods.sources.validate import validate_source
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.stages.common import StageResult, materialize
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, row_ranges
 from storage_kernels.halfwords import encode_rows, file_columns, file_dtype

@@ -14,8 +14,9 @@ from typing import Any
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import format_bytes, markdown_table
 from pipelines.core.graphio import load_graph
+from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, PackInputs
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.stages.common import StageResult, materialize
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 

@@ -26,10 +26,11 @@ import numpy as np
 from pipelines.config import PipelineConfig, ReorderConfig
 from pipelines.core.formatting import markdown_table
 from pipelines.core.graphio import GraphArrays, load_graph
+from pipelines.core.progress import Progress
 from pipelines.methods.orders import compute_order
 from pipelines.methods.orders.locality import average_edge_gap, pages_per_batch
 from pipelines.methods.sources.linksplit import relabel_link_split
-from pipelines.stages.common import Progress, StageResult, materialize, peak_rss_mb
+from pipelines.stages.common import StageResult, materialize, peak_rss_mb
 from storage_kernels import kernels
 from storage_kernels.arrays import release_pages, row_ranges
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore

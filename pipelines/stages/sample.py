@@ -21,22 +21,16 @@ import numpy as np
 from pipelines.config import PipelineConfig, SampleConfig
 from pipelines.core.formatting import markdown_table
 from pipelines.core.graphio import GraphArrays, load_graph
-from pipelines.methods.samplers import SAMPLERS
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.core.progress import Progress
+from pipelines.methods.samplers import SAMPLERS, batch_seed
+from pipelines.stages.common import StageResult, materialize
 from storage_kernels.sampleset import SPLITS, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "batch_seed", "derived_params", "eval_batch_size", "nodes_per_seed", "plan_batches", "run",
+__all__ = ["FORMAT_VERSION", "derived_params", "eval_batch_size", "nodes_per_seed", "plan_batches", "run",
            "summary", "train_batches"]
 
 FORMAT_VERSION = 1
-_SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
-
-
-def batch_seed(seed: int, split: str, epoch: int, step: int) -> int:
-    """The sampler seed of one batch (independent streams per batch, stable across runs)."""
-    state = np.random.SeedSequence([seed & 0xFFFFFFFF, _SPLIT_CODE[split], epoch, step]).generate_state(2)
-    return int(state[0]) << 32 | int(state[1])
 
 
 def nodes_per_seed(fanouts: list[int], mean_degree: float, neighbour_degree: float | None = None) -> float:

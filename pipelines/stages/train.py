@@ -22,8 +22,9 @@ from pipelines.config import PipelineConfig
 from pipelines.core.formatting import format_bytes, markdown_table
 from pipelines.core.graphio import feature_dim
 from pipelines.core.paths import StrataPaths
+from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, FeatureInputs
-from pipelines.stages.common import Progress, StageResult, materialize, stage_version
+from pipelines.stages.common import StageResult, materialize, stage_version
 from pipelines.tracking.links import mlflow_run_url
 from pipelines.tracking.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
 from storage_kernels.sampleset import SampleSet
@@ -214,7 +215,6 @@ def _log_plots(tracker: Any, result: Any, plan: Artifact, ancestors: dict[str, A
     """Curves, per-tier rows and stage timing as PNGs under the run's ``plots/`` artifacts."""
     import tempfile
 
-    from pipelines.graph import STAGE_NAMES
     from pipelines.tracking.plots import write_run_plots
 
     rows = {k: int(v) for k, v in result.rows_by_tier.items()}  # training batches only, as the plan predicts
@@ -225,7 +225,7 @@ def _log_plots(tracker: Any, result: Any, plan: Artifact, ancestors: dict[str, A
     loop = {k: float(v) for k, v in result.timers.items() if k.endswith("_s")}
     with tempfile.TemporaryDirectory(prefix="strata-plots-") as tmp:
         write_run_plots(Path(tmp), {"loss": result.losses, "train_acc": result.train_acc, "val_acc": result.val_accs},
-                        result.best_epoch, measured, predicted, stage_seconds(ancestors, STAGE_NAMES), loop)
+                        result.best_epoch, measured, predicted, stage_seconds(ancestors), loop)
         tracker.log_artifact(tmp, "plots")
 
 

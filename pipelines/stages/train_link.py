@@ -31,7 +31,9 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.core.graphio import feature_values
-from pipelines.stages.common import Progress, StageResult, materialize
+from pipelines.core.progress import Progress
+from pipelines.methods.policies import POLICIES
+from pipelines.stages.common import StageResult, materialize
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["LINK_ONNX_TOLERANCE", "PREFETCH_RESERVE", "export", "is_link", "link_model_name", "load_scorer",
@@ -187,8 +189,9 @@ def _fixed_metrics(tcfg: Any, run: Any, negatives: dict[str, np.ndarray], kind: 
 
 
 def _is_out_of_core(cfg: PipelineConfig) -> bool:
-    """Learned embeddings under ``policy=mariusgnn`` train out of core (the GNN encoder trains in memory)."""
-    return cfg.policy == "mariusgnn" and cfg.train.link_encoder == "embedding"
+    """Learned embeddings train out of core under a policy that says so (``mariusgnn``: its partition buffer,
+    ``Policy.link_embeddings_out_of_core``); the GNN encoder trains in memory."""
+    return POLICIES.get(cfg.policy).link_embeddings_out_of_core and cfg.train.link_encoder == "embedding"
 
 
 class _OutOfCore:

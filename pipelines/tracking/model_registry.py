@@ -16,7 +16,12 @@ from typing import Any
 
 from storage_kernels.store import Artifact
 
-__all__ = ["MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_uri"]
+__all__ = ["MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_name_for", "model_uri"]
+
+
+def model_name_for(cfg: Any) -> str:
+    """The registered model name of a run: ``export.model_name``, by default ``strata-<dataset>``."""
+    return cfg.export.model_name or f"strata-{cfg.dataset_name}"
 
 #: Name of the logged model inside a run (and of its artifact directory).
 MODEL_ARTIFACT = "model"

@@ -13,13 +13,13 @@ per epoch for every curve (``loss``, ``val_acc``, ``epoch_s``, ...). The train s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pipelines.config import PipelineConfig, describe_settings
 from storage_kernels.store import Artifact, ArtifactStore
 
-__all__ = ["artifact_tags", "lineage", "run_params", "stage_seconds", "summary_metrics"]
+__all__ = ["artifact_tags", "lineage", "pipeline_order", "run_params", "stage_seconds", "summary_metrics"]
 
 #: Summary names of headline metrics that are also curves (the rest get ``total_``).
 _SUMMARY_NAMES = {"val_acc": "best_val_acc", "epoch_s": "mean_epoch_s", "train_acc": "final_train_acc",
@@ -62,11 +62,26 @@ def artifact_tags(artifacts: Mapping[str, Artifact | str]) -> dict[str, str]:
             for stage, a in sorted(artifacts.items())}
 
 
-def stage_seconds(artifacts: Mapping[str, Artifact | str], order: Sequence[str]) -> dict[str, float]:
-    """Build time (``timings.total_s``) of each artifact of :func:`lineage`, in pipeline ``order``."""
+def pipeline_order(artifacts: Mapping[str, Artifact | str]) -> list[str]:
+    """The stages of :func:`lineage` in pipeline order: each after the stages its artifact was built from (its
+    manifest's upstream), ties by name (an ancestor no longer on disk has no known upstream)."""
+    after = {stage: {u for u in a.upstream if u in artifacts} if isinstance(a, Artifact) else set()
+             for stage, a in artifacts.items()}
+    order: list[str] = []
+    while after:
+        ready = sorted(s for s, ups in after.items() if not ups - set(order))
+        if not ready:  # a cycle cannot come from manifests; keep the rest by name rather than loop
+            ready = sorted(after)
+        order.append(ready[0])
+        del after[ready[0]]
+    return order
+
+
+def stage_seconds(artifacts: Mapping[str, Artifact | str]) -> dict[str, float]:
+    """Build time (``timings.total_s``) of each artifact of :func:`lineage`, in pipeline order."""
     out = {}
-    for stage in order:
-        artifact = artifacts.get(stage)
+    for stage in pipeline_order(artifacts):
+        artifact = artifacts[stage]
         if isinstance(artifact, Artifact) and "total_s" in artifact.timings:
             out[stage] = float(artifact.timings["total_s"])
     return out

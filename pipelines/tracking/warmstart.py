@@ -54,7 +54,7 @@ class Champion:
 
 def find_champion(cfg: PipelineConfig, store: ArtifactStore) -> Champion | None:
     """The champion of ``cfg``'s registered model in the store's MLflow registry (None without one)."""
-    from pipelines.stages.export import model_name_for
+    from pipelines.tracking.model_registry import model_name_for
     from trainer.tracking import MlflowTracker
 
     paths = StrataPaths(store.root)

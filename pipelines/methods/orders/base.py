@@ -23,8 +23,9 @@ import numpy as np
 from storage_kernels.registry import Registry
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig, ReorderConfig
     from pipelines.core.graphio import GraphArrays
+    from pipelines.methods.orders.settings import ReorderConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["REORDER_STRATEGIES", "OrderFn", "ReorderStrategy", "compute_order"]
 
@@ -58,7 +59,8 @@ def strategy(name: str, description: str, reads: tuple[str, ...] = ()) -> Callab
 def compute_order(graph: GraphArrays, strategy: str, reorder_cfg: ReorderConfig | None = None,
                   partition_cfg: PartitionConfig | None = None, info: dict[str, Any] | None = None) -> np.ndarray:
     """Return ``perm`` (new id -> old id, int64) for ``strategy``; ``info`` (if given) receives extra stats."""
-    from pipelines.config import PartitionConfig, ReorderConfig
+    from pipelines.methods.orders.settings import ReorderConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
     entry = REORDER_STRATEGIES.get(strategy)
     perm = entry.order(graph, reorder_cfg if reorder_cfg is not None else ReorderConfig(),

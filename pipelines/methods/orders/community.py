@@ -19,8 +19,9 @@ from pipelines.methods.orders.simple import degree_descending
 from storage_kernels import kernels
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig, ReorderConfig
     from pipelines.core.graphio import GraphArrays
+    from pipelines.methods.orders.settings import ReorderConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["community", "community_order", "hubs_first"]
 

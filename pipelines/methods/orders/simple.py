@@ -9,8 +9,9 @@ import numpy as np
 from pipelines.methods.orders.base import strategy
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig, ReorderConfig
     from pipelines.core.graphio import GraphArrays
+    from pipelines.methods.orders.settings import ReorderConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["by_degree", "identity", "random_order"]
 

@@ -16,8 +16,9 @@ from pipelines.methods.orders.simple import degree_descending
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
-    from pipelines.config import PartitionConfig, ReorderConfig
     from pipelines.core.graphio import GraphArrays
+    from pipelines.methods.orders.settings import ReorderConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["bfs", "rcm"]
 

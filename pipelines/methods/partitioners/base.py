@@ -27,8 +27,8 @@ from pipelines.methods.partitioners.partgraph import PartGraph
 from storage_kernels.registry import Registry
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig
-    from pipelines.stages.common import Progress
+    from pipelines.core.progress import Progress
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["PARTITIONERS", "PartitionRun", "Partitioner", "partition_graph", "partition_graph_info",
            "range_parts"]

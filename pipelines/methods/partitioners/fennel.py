@@ -36,7 +36,7 @@ from storage_kernels import kernels
 from storage_kernels.arrays import row_ranges
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["FENNEL_GAMMA", "fennel"]
 

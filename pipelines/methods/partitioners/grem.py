@@ -24,7 +24,7 @@ from pipelines.methods.partitioners.partgraph import PartGraph, capacity, enforc
 from storage_kernels import kernels
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["grem"]
 

@@ -17,7 +17,7 @@ from pipelines.methods.partitioners.base import PARTITIONERS, Partitioner, Parti
 from pipelines.methods.partitioners.partgraph import PartGraph, capacity, enforce_capacity, rows
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 try:  # optional: metis needs it; grem falls back to a BFS split of its first chunk
     import pymetis as _pymetis

@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pipelines.config import PartitionConfig
+from pipelines.core.progress import Progress
 from pipelines.methods.partitioners.partgraph import (
     PartGraph,
     capacity,
@@ -50,7 +50,7 @@ from pipelines.methods.partitioners.partgraph import (
     node_chunks,
     rows,
 )
-from pipelines.stages.common import Progress
+from pipelines.methods.partitioners.settings import PartitionConfig
 from storage_kernels import kernels
 
 __all__ = ["CLUSTER_PARTS", "cluster", "cluster_max_weight", "contract", "degree_bounds", "partition", "refine",

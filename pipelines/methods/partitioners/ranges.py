@@ -10,7 +10,7 @@ from pipelines.methods.partitioners.base import PARTITIONERS, Partitioner, Parti
 from pipelines.methods.partitioners.partgraph import PartGraph
 
 if TYPE_CHECKING:
-    from pipelines.config import PartitionConfig
+    from pipelines.methods.partitioners.settings import PartitionConfig
 
 __all__ = ["contiguous_ranges"]
 

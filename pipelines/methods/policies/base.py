@@ -20,74 +20,20 @@ Dagster run config (``settings.policy``) select it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from pipelines.core.sections import RunConfig, Section
+from pipelines.methods.policies.inputs import FeatureInputs, PackInputs, PlanInputs, TierPlan
+from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels.registry import Registry
+from trainer.config import artifact_effect
 
 if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
-    from pipelines.core.graphio import GraphArrays
-    from pipelines.stages.common import Progress
-    from storage_kernels.sampleset import SampleSet
-    from storage_kernels.store import Artifact, ArtifactBuilder
+    from pipelines.methods.policies.sharded import ShardedPack
     from trainer.features import FeatureSource
 
 __all__ = ["POLICIES", "FeatureInputs", "PackInputs", "PlanInputs", "Policy", "TierPlan", "register_policy"]
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """What a policy plans from: the ordered graph, the offline samples (the access trace), the config."""
-
-    graph: GraphArrays
-    samples: SampleSet
-    cfg: PipelineConfig
-    progress: Progress | None = None
-
-
-@dataclass
-class TierPlan:
-    """A plan: ``tier`` (int8, ``storage_kernels.packstore.Tier`` codes) and ``slot`` (int64, row within its
-    cache, -1 otherwise) per node, the cache node lists (sorted), the access ``frequency`` per node,
-    statistics (budgets, predicted hit rates) for the artifact, and any further ``arrays`` the policy's pack
-    stage reads (saved under their file names)."""
-
-    tier: np.ndarray
-    slot: np.ndarray
-    gpu_nodes: np.ndarray
-    cpu_nodes: np.ndarray
-    frequency: np.ndarray
-    stats: dict[str, Any] = field(default_factory=dict)
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PackInputs:
-    """What a policy lays out: the ordered graph, the samples, the ``plan`` artifact, the config, and the
-    builder of the ``pack`` artifact to write into."""
-
-    graph: GraphArrays
-    samples: SampleSet
-    plan: Artifact
-    cfg: PipelineConfig
-    builder: ArtifactBuilder
-    progress: Progress | None = None
-
-
-@dataclass(frozen=True)
-class FeatureInputs:
-    """What a policy opens its feature source on: the ``reorder`` artifact (``features.npy`` in the training
-    order), the ``pack`` artifact it wrote (None where a caller has none: only policies that lay nothing out
-    accept that), the sample set, the resolved device."""
-
-    reorder: Artifact
-    pack: Artifact | None
-    samples: SampleSet
-    device: str
-    cfg: PipelineConfig
 
 
 class Policy(ABC):
@@ -102,11 +48,26 @@ class Policy(ABC):
     #: Why the policy's batches train only inside Strata's own training step ("" when they train any model):
     #: ``pipelines.batches`` refuses to serve them to a loop of the user's own, with this reason.
     own_training_step: ClassVar[str] = ""
+    #: The policy's own settings, by config section (``{"plan": ..., "pack": ...}``): frozen pydantic models of
+    #: :func:`trainer.config.setting` fields that :mod:`pipelines.config` adds to those sections, so the policy's
+    #: knobs are declared here, with the policy, and set as ``--set plan.<field>=...``. Built-in policies only
+    #: (``pipelines.methods.policies.BUILTIN``): the sections are assembled when ``pipelines.config`` loads.
+    settings: ClassVar[Mapping[str, type[Section]]] = {}
     #: The ``artifact="selected"`` settings of the plan/pack/train sections this policy reads: they change
-    #: this policy's artifacts only (``pipelines.config.artifact_params``).
+    #: this policy's artifacts only (``pipelines.config.artifact_params``). Its own ``settings`` declared
+    #: ``artifact="selected"`` are added by :meth:`__init_subclass__`; list others (e.g. a train field) here.
     reads: ClassVar[frozenset[str]] = frozenset()
+    #: Whether ``train.task=link`` with learned embeddings (``train.link_encoder=embedding``) trains them out of
+    #: core in this policy's partition buffer (``mariusgnn``) rather than in memory.
+    link_embeddings_out_of_core: ClassVar[bool] = False
 
-    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = {name for model in cls.settings.values() for name, info in model.model_fields.items()
+               if artifact_effect(info) == "selected"}
+        cls.reads = frozenset(cls.reads) | own
+
+    def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         """The RAM this policy's caches and buffers hold for ``feature_bytes`` of features, by the setting that
         sizes each (``pipelines.budget.check_fits`` holds them against ``memory_budget``). Default: the CPU
         cache, ``plan.cpu_cache_bytes`` (or its fraction), which the seed systems' plans fill."""
@@ -114,13 +75,17 @@ class Policy(ABC):
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         """Default: no cache; every node a batch reads is read from disk (or RAM) by the feature source."""
-        from pipelines.methods.policies.tiers import frequency_plan
-
         return frequency_plan(inputs, {"gpu": 0, "cpu": 0})
 
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
         """Default: nothing to lay out; the feature source reads the ordered feature file (or RAM)."""
         return {"layout": "none"}
+
+    def sharded_pack(self) -> ShardedPack | None:
+        """How this policy's pack runs partitioned (``pipelines.shards.pack``: a global part, shards of
+        independent units, a merge), or None when it is one global pass. Policies that lay nothing out shard
+        trivially without saying so (``pipelines.shards.pack.sharded_pack_for``)."""
+        return None
 
     @abstractmethod
     def features(self, inputs: FeatureInputs) -> FeatureSource:

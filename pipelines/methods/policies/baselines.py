@@ -24,7 +24,7 @@ from pipelines.methods.policies.base import FeatureInputs, Policy, register_poli
 from storage_kernels.halfwords import as_words
 
 if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
+    from pipelines.core.sections import RunConfig
     from trainer.features import FeatureSource
 
 __all__ = ["InMemory", "Mmap", "Naive"]
@@ -37,7 +37,7 @@ class InMemory(Policy):
     out_of_core = False
     mmap_mode: ClassVar[Literal["r"] | None] = None  # None: the feature file loaded whole
 
-    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+    def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {"the feature file (in_memory)": int(feature_bytes)}
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
@@ -55,7 +55,7 @@ class Mmap(InMemory):
     page_cache = True
     mmap_mode = "r"
 
-    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+    def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {}  # the page cache holds what the kernel lets it
 
 
@@ -64,7 +64,7 @@ class Naive(Policy):
     name = "naive"
     description = "One aligned direct read per needed row, every time, no cache (PyG+/DGL-OnDisk)."
 
-    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+    def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {}  # no cache
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:

@@ -31,20 +31,37 @@ reads. Its ranking, out-degree / in-degree, is also 1 for every node of Strata's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from pipelines.core.sections import Section
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.sharded import ShardedPack
 from pipelines.methods.policies.tiers import frequency_plan
+from storage_kernels import changesets as cs
 from storage_kernels.changesets import iter_changesets, trace_superbatches, write_changesets
+from trainer.config import setting
 
 if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
+    from pipelines.core.sections import RunConfig
+    from storage_kernels.store import Artifact
     from trainer.features import FeatureSource
 
-__all__ = ["Ginex", "cache_rows", "pack_stats"]
+__all__ = ["Ginex", "GinexPlanSettings", "GinexShards", "cache_rows", "pack_stats"]
 
 
-def cache_rows(cfg: PipelineConfig, num_nodes: int, row_bytes: int) -> int:
+class GinexPlanSettings(Section):
+    """``ginex``'s part of the ``plan`` section (``--set plan.superbatch_size=8``)."""
+
+    superbatch_size: int = setting(
+        0, "ginex: training batches per superbatch, whose cache changesets are precomputed together (never "
+        "spanning two sampled epochs); 0 = one superbatch per sampled epoch.", artifact="selected", ge=0,
+    )
+
+
+def cache_rows(cfg: RunConfig, num_nodes: int, row_bytes: int) -> int:
     """Rows of Ginex's feature cache: the CPU budget over the row size, at most every node."""
     feature_bytes = num_nodes * row_bytes
     return min(cfg.plan.budgets(feature_bytes)["cpu"] // max(row_bytes, 1), num_nodes)
@@ -70,7 +87,7 @@ class Ginex(Policy):
     description = ("A CPU feature cache changed after every training batch by Belady-optimal changesets "
                    "precomputed per superbatch; misses read from the feature file, insertions copied from the "
                    "batch (Ginex).")
-    reads = frozenset({"superbatch_size"})
+    settings = {"plan": GinexPlanSettings}
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         graph, samples, cfg = inputs.graph, inputs.samples, inputs.cfg
@@ -107,6 +124,9 @@ class Ginex(Policy):
                                  cfg.pack.num_threads, inputs.progress)
         return pack_stats(stats, graph.num_nodes, graph.row_bytes)
 
+    def sharded_pack(self) -> ShardedPack:
+        return GinexShards()
+
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import GinexFeatures
 
@@ -115,3 +135,43 @@ class Ginex(Policy):
         return GinexFeatures(inputs.pack.path, inputs.samples, inputs.reorder.file("features.npy"),
                              device=inputs.device)
 
+
+class GinexShards(ShardedPack):
+    """``ginex``: units are superbatches; a shard is the changeset store of its superbatches."""
+
+    def _trace(self, inputs: PackInputs) -> tuple[np.ndarray, np.ndarray]:
+        return cs.trace_superbatches(inputs.samples, inputs.cfg.plan.superbatch_size)
+
+    def prepare(self, inputs: PackInputs) -> int:
+        return len(self._trace(inputs)[1]) - 1
+
+    def shard(self, inputs: PackInputs, prep: Artifact, lo: int, hi: int) -> dict[str, Any]:
+        graph, cfg = inputs.graph, inputs.cfg
+        rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
+        trace, sb_ptr = self._trace(inputs)
+        ptr = sb_ptr[lo : hi + 1]
+        writer = cs.ChangesetWriter(inputs.builder, trace[ptr[0] : ptr[-1]], ptr - ptr[0], graph.num_nodes, rows,
+                                    cfg.plan.superbatch_size)
+        for sb in cs.iter_changesets(inputs.samples, trace, ptr, graph.num_nodes, rows, cfg.pack.num_threads):
+            writer.add(sb)
+            if inputs.progress:
+                inputs.progress("pack shard: changesets", sb.index + 1, hi - lo)
+        return writer.close()
+
+    def merge(self, inputs: PackInputs, prep: Artifact, shards: Sequence[Artifact]) -> dict[str, Any]:
+        graph, cfg = inputs.graph, inputs.cfg
+        rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
+        trace, sb_ptr = self._trace(inputs)
+        writer = cs.ChangesetWriter(inputs.builder, trace, sb_ptr, graph.num_nodes, rows, cfg.plan.superbatch_size)
+        at = 0
+        for shard in shards:
+            part = np.asarray(shard.array(cs.TRACE))
+            if not np.array_equal(part, trace[at : at + len(part)]):
+                raise ValueError(f"'{shard.file(cs.TRACE)}' expected trace positions {at}..{at + len(part)} of "
+                                 "this sample set (got other batches)")
+            at += len(part)
+            a = {name: shard.array(name) for name in (cs.INIT_PTR, cs.INIT_IDS, cs.UPDATE_PTR, cs.IN_IDS, cs.OUT_IDS,
+                                                      cs.IN_POSITIONS, cs.HITS)}
+            writer.extend(a[cs.INIT_PTR], a[cs.INIT_IDS], a[cs.UPDATE_PTR], a[cs.IN_IDS], a[cs.OUT_IDS],
+                          a[cs.IN_POSITIONS], a[cs.HITS], int(shard.stats["trace_rows"]))
+        return pack_stats(writer.close(), graph.num_nodes, graph.row_bytes)

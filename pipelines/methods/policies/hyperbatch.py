@@ -33,11 +33,15 @@ across hyperbatches, continual learning, dynamic hyperbatch sizing.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipelines.core.sections import Bytes, Section
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.sharded import ShardedPack, copy_file
 from pipelines.methods.policies.tiers import access_frequency, assign_tiers
 from storage_kernels.alignedstore import (
     ALIGNED_BIN,
@@ -51,12 +55,30 @@ from storage_kernels.alignedstore import (
 )
 from storage_kernels.halfwords import as_words
 from storage_kernels.packstore import Tier
+from trainer.config import setting
 
 if TYPE_CHECKING:
     from storage_kernels.sampleset import SampleSet
+    from storage_kernels.store import Artifact
     from trainer.features import FeatureSource
 
-__all__ = ["Hyperbatch", "cold_blocks_per_hyperbatch", "hotset_scores", "partition_rows", "write_tables"]
+__all__ = ["Hyperbatch", "HyperbatchPlanSettings", "cold_blocks_per_hyperbatch", "hotset_scores", "partition_rows",
+           "HyperbatchShards", "write_tables"]
+
+
+class HyperbatchPlanSettings(Section):
+    """``hyperbatch``'s part of the ``plan`` section (``--set plan.hyperbatch_bytes=256M``)."""
+
+    hyperbatch_bytes: Bytes = setting(
+        64 << 20, "hyperbatch: RAM budget of one hyperbatch (the distinct 4 KiB blocks of its batches' rows).",
+        artifact="selected", ge=4096,
+    )
+    hotset_refresh_epochs: int = setting(
+        1, "hyperbatch: re-select the hotset from decayed access counters every this many epochs (0 = never).",
+        artifact=False, ge=0,
+    )
+    hotset_decay: float = setting(0.5, "hyperbatch: per-epoch decay of the hotset's access counters.",
+                                  artifact=False, ge=0, le=1)
 
 
 def hotset_scores(degree: np.ndarray, frequency: np.ndarray) -> np.ndarray:
@@ -122,7 +144,7 @@ class Hyperbatch(Policy):
     name = "hyperbatch"
     description = ("AGNES hyperbatches: a degree x frequency hotset in RAM; runs of batches read as the distinct "
                    "blocks of a block-aligned feature file, once each, prefetched by a background thread.")
-    reads = frozenset({"hyperbatch_bytes"})
+    settings = {"plan": HyperbatchPlanSettings}
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
         graph, samples = inputs.graph, inputs.samples
@@ -164,6 +186,9 @@ class Hyperbatch(Policy):
                                cfg.pack.num_threads, written)
         return write_tables(inputs, layout)
 
+    def sharded_pack(self) -> ShardedPack:
+        return HyperbatchShards()
+
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features.hyperbatch import HyperbatchSource
 
@@ -177,3 +202,33 @@ class Hyperbatch(Policy):
         return HyperbatchSource(inputs.pack.path, inputs.samples, inputs.reorder.file("features.npy"), degree,
                                 budget_rows, inputs.device, decay=plan.hotset_decay,
                                 refresh_epochs=plan.hotset_refresh_epochs)
+
+
+class HyperbatchShards(ShardedPack):
+    """``hyperbatch``: units are the row groups of ``aligned.bin`` (whole blocks each); a shard rewrites its
+    groups' rows block-aligned, which is that byte range of the file; the merge concatenates them and writes the
+    hyperbatch tables (global, from the samples and the layout)."""
+
+    def _layout(self, inputs: PackInputs) -> BlockLayout:
+        features = inputs.graph.features
+        return BlockLayout(int(features.shape[0]), int(features.shape[1]) * 4)  # as write_aligned lays it out
+
+    def prepare(self, inputs: PackInputs) -> int:
+        layout = self._layout(inputs)
+        return -(-layout.num_rows // layout.group_rows)
+
+    def shard(self, inputs: PackInputs, prep: Artifact, lo: int, hi: int) -> dict[str, Any]:
+        group = self._layout(inputs).group_rows
+        features = inputs.graph.features
+        first, stop = min(lo * group, len(features)), min(hi * group, len(features))
+        path = inputs.builder.add_file(ALIGNED_BIN)
+        part = write_aligned(features[first:stop], path, partition_rows(inputs), inputs.cfg.pack.num_threads)
+        return {"first_row": first, "rows": part.num_rows, "aligned_bytes": part.file_bytes}
+
+    def merge(self, inputs: PackInputs, prep: Artifact, shards: Sequence[Artifact]) -> dict[str, Any]:
+        layout = self._layout(inputs)
+        path = copy_file(inputs.builder, ALIGNED_BIN, [shard.file(ALIGNED_BIN) for shard in shards])
+        if os.path.getsize(path) != layout.file_bytes:
+            raise ValueError(f"'pack shards' expected {layout.file_bytes} bytes of {ALIGNED_BIN} in all (got "
+                             f"{os.path.getsize(path)})")
+        return write_tables(inputs, layout)

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipelines.methods.policies.base import PlanInputs, TierPlan
+from pipelines.methods.policies.inputs import PlanInputs, TierPlan
 from storage_kernels.packstore import Tier
 
 if TYPE_CHECKING:
-    from pipelines.stages.common import Progress
+    from pipelines.core.progress import Progress
 
 __all__ = ["access_frequency", "assign_tiers", "frequency_plan"]
 

@@ -5,6 +5,6 @@ new module plus one line here, ``docs/EXTENDING.md``).
 """
 
 from pipelines.methods.samplers import dense, uniform  # noqa: F401  (registration)
-from pipelines.methods.samplers.base import SAMPLERS, Sampler
+from pipelines.methods.samplers.base import SAMPLERS, Sampler, batch_seed
 
-__all__ = ["SAMPLERS", "Sampler"]
+__all__ = ["SAMPLERS", "Sampler", "batch_seed"]

@@ -23,7 +23,7 @@ from storage_kernels.registry import Registry
 if TYPE_CHECKING:
     from pipelines.core.graphio import GraphArrays
 
-__all__ = ["SAMPLERS", "SampleFn", "Sampler"]
+__all__ = ["SAMPLERS", "SampleFn", "Sampler", "batch_seed"]
 
 #: ``sample(graph, seeds, fanouts, seed, num_threads) -> SampledBlocks``
 SampleFn = Callable[["GraphArrays", np.ndarray, np.ndarray, int, int], SampledBlocks]
@@ -36,6 +36,15 @@ class Sampler:
     name: str
     sample: SampleFn
     description: str = ""
+
+
+_SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
+
+
+def batch_seed(seed: int, split: str, epoch: int, step: int) -> int:
+    """The sampler seed of one batch (independent streams per batch, stable across runs)."""
+    state = np.random.SeedSequence([seed & 0xFFFFFFFF, _SPLIT_CODE[split], epoch, step]).generate_state(2)
+    return int(state[0]) << 32 | int(state[1])
 
 
 #: Every neighbour sampler, by ``sample.sampler`` name.

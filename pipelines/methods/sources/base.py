@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pipelines.methods.sources.edges import EdgeChunk, symmetrise_chunk
+
 if TYPE_CHECKING:
     from pipelines.methods.sources.linksplit import LinkSplit
 
@@ -46,9 +48,6 @@ __all__ = [
 
 DEFAULT_CHUNK_ROWS = 65_536
 """Default number of nodes (feature rows) per chunk; readers of files pick their own block sizes."""
-
-EdgeChunk = tuple[np.ndarray, np.ndarray]
-
 
 @dataclass
 class GraphSource:
@@ -104,17 +103,6 @@ def dataset_name(raw: str) -> str:
     if not name:
         raise ValueError(f"'dataset name' expected at least one of [A-Za-z0-9_.-] (got {raw!r})")
     return name
-
-
-def symmetrise_chunk(src: np.ndarray, dst: np.ndarray) -> EdgeChunk:
-    """Both directions of every non-loop edge of a chunk: ``(src|dst, dst|src)`` as int64, loops dropped."""
-    keep = src != dst
-    if not keep.all():
-        src, dst = src[keep], dst[keep]
-    return (
-        np.concatenate([src, dst]).astype(np.int64, copy=False),
-        np.concatenate([dst, src]).astype(np.int64, copy=False),
-    )
 
 
 def array_edge_chunks(

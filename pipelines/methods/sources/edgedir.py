@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name
-from pipelines.methods.sources.edgelist import PARQUET_SUFFIXES, _CsvLayout, _raw_edges, load_npy, random_split
+from pipelines.methods.sources.files import PARQUET_SUFFIXES, CsvLayout, load_npy, random_split, raw_edges
 from pipelines.methods.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
 from pipelines.methods.sources.validate import check_feature_chunk
 
@@ -53,11 +53,11 @@ def find_edge_file(directory: Path, stem: str, required: bool = True) -> Path | 
 def read_edge_file(path: Path) -> tuple[np.ndarray, tuple[str, object]]:
     """The whole edge file as ``(E, 2)`` int64 (rows as listed) and how to name its rows in messages:
     ``("line", n)`` when data row ``i`` is line ``n + i`` of a text file, ``("key", "row")`` for Parquet."""
-    parts = [np.stack([s, d], axis=1) for s, d in _raw_edges(path)]
+    parts = [np.stack([s, d], axis=1) for s, d in raw_edges(path)]
     edges = np.concatenate(parts) if parts else np.empty((0, 2), dtype=np.int64)
     if path.suffix.lower() in PARQUET_SUFFIXES:
         return edges, ("key", "row")
-    return edges, ("line", _CsvLayout(path).skip_rows + 1)
+    return edges, ("line", CsvLayout(path).skip_rows + 1)
 
 
 def edgelist_dir_source(

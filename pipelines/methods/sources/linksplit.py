@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.methods.sources.edges import symmetrise_chunk
+
 __all__ = ["LINK_SPLIT_FORMAT", "NEGATIVE_KINDS", "OVERLAP_MODES", "SPLITS", "LinkSplit", "constant_feature_chunks",
            "read_link_split", "relabel_link_split", "write_link_split"]
 
@@ -122,8 +124,6 @@ class LinkSplit:
     def edge_chunks(self, undirected: bool, chunk_edges: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Every split's edges as CSR chunks (the base module's convention: both directions when
         ``undirected``, else ``u -> v`` as ``(v, u)``)."""
-        from pipelines.methods.sources.base import symmetrise_chunk
-
         for name in SPLITS:
             edges = self.edges[name]
             for lo in range(0, len(edges), chunk_edges):

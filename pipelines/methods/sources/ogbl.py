@@ -30,14 +30,14 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name
-from pipelines.methods.sources.edgelist import random_split
+from pipelines.methods.sources.files import random_split
 from pipelines.methods.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
-from pipelines.methods.sources.ogb import (
+from pipelines.methods.sources.ogbfiles import (
     DEFAULT_BLOCK_BYTES,
-    _edge_chunks,
-    _feature_chunks,
-    _first_line,
+    csv_edge_chunks,
+    csv_feature_chunks,
     find_csv,
+    first_line,
     read_csv_column,
 )
 
@@ -197,7 +197,7 @@ def ogbl_source(
         feat_path = None
     dim = 1
     if feat_path is not None:
-        first = _first_line(feat_path)
+        first = first_line(feat_path)
         if not first:
             raise ValueError(f"'{feat_path}' expected comma-separated feature rows (got an empty first line)")
         dim = first.count(",") + 1
@@ -233,14 +233,14 @@ def ogbl_source(
     train, val, test = random_split(labels, seed)
 
     def edge_chunks() -> Iterator[EdgeChunk]:
-        yield from _edge_chunks(edge_path, n, undirected, block_bytes)
+        yield from csv_edge_chunks(edge_path, n, undirected, block_bytes)
         yield from link.edge_chunks(undirected)
 
     if feat_path is not None:
         files["features"] = str(feat_path)
 
         def feature_chunks() -> Iterator[np.ndarray]:
-            return _feature_chunks(feat_path, dim, block_bytes)
+            return csv_feature_chunks(feat_path, dim, block_bytes)
     else:
         def feature_chunks() -> Iterator[np.ndarray]:
             return constant_feature_chunks(n, chunk_rows)

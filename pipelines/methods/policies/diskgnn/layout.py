@@ -44,9 +44,9 @@ from storage_kernels.packstore import (
 from storage_kernels.windowstore import write_window
 
 if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
     from pipelines.core.graphio import GraphArrays
-    from pipelines.stages.common import Progress
+    from pipelines.core.progress import Progress
+    from pipelines.core.sections import RunConfig
     from storage_kernels.sampleset import SampleSet
     from storage_kernels.store import Artifact, ArtifactBuilder
 
@@ -210,7 +210,7 @@ def write_addresses(builder: ArtifactBuilder, samples: SampleSet, tier: np.ndarr
     return packed_ids
 
 
-def pack_chunks(graph: GraphArrays, cfg: PipelineConfig, packed_ids: list[np.ndarray], path: Path
+def pack_chunks(graph: GraphArrays, cfg: RunConfig, packed_ids: list[np.ndarray], path: Path
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Batched packing: every batch's packed rows as one aligned chunk of ``path``, in one sequential pass over
     the feature file (partitions of ``pack.memory_mb``); ``(chunk_offsets, chunk_rows)`` int64."""
@@ -219,12 +219,12 @@ def pack_chunks(graph: GraphArrays, cfg: PipelineConfig, packed_ids: list[np.nda
     return np.asarray(offsets, dtype=np.int64), np.asarray(rows, dtype=np.int64)
 
 
-def partition_rows(graph: GraphArrays, cfg: PipelineConfig) -> int:
+def partition_rows(graph: GraphArrays, cfg: RunConfig) -> int:
     """Feature rows per step of the packing pass (``pack.memory_mb``)."""
     return max(1, cfg.pack.memory_mb * 2**20 // graph.row_bytes)
 
 
-def finish(layout: DiskLayout, graph: GraphArrays, cfg: PipelineConfig, chunk_rows: np.ndarray,
+def finish(layout: DiskLayout, graph: GraphArrays, cfg: RunConfig, chunk_rows: np.ndarray,
            packed_bytes: int) -> dict[str, Any]:
     """The pack's statistics, once every chunk is written (``RuntimeError`` if the chunks are not the ones the
     (m, s) search counted)."""

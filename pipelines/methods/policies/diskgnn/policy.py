@@ -36,11 +36,14 @@ import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write_addresses, write_layout
+from pipelines.methods.policies.diskgnn.settings import DiskGNNPackSettings, DiskGNNPlanSettings
+from pipelines.methods.policies.diskgnn.shards import DiskGNNShards
+from pipelines.methods.policies.sharded import ShardedPack
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels.packstore import CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN
 
 if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
+    from pipelines.core.sections import RunConfig
     from trainer.features import FeatureSource
 
 __all__ = ["DiskGNN"]
@@ -52,10 +55,9 @@ class DiskGNN(Policy):
     description = ("GPU/CPU caches chosen from the sampled trace; per segment of training batches a disk cache "
                    "(rows read together side by side, read through a Belady-scheduled RAM window) sized by the "
                    "(m, s) search under pack.disk_budget; each batch's other rows packed in one aligned chunk.")
-    reads = frozenset({"disk_budget", "minhash_k", "disk_cache_order", "disk_cache_buffer_fraction",
-                       "disk_cache_buffer_bytes", "read_gap_blocks"})
+    settings = {"plan": DiskGNNPlanSettings, "pack": DiskGNNPackSettings}
 
-    def resident_bytes(self, cfg: PipelineConfig, feature_bytes: int) -> dict[str, int]:
+    def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {**super().resident_bytes(cfg, feature_bytes),
                 "plan.disk_cache_buffer": int(cfg.plan.disk_cache_buffer(feature_bytes))}  # the segment window
 
@@ -75,6 +77,9 @@ class DiskGNN(Policy):
         builder.save_array(CHUNK_OFFSET, chunk_offsets)
         builder.save_array(CHUNK_ROWS, chunk_rows)
         return finish(layout, inputs.graph, inputs.cfg, chunk_rows, packed_path.stat().st_size)
+
+    def sharded_pack(self) -> ShardedPack:
+        return DiskGNNShards()
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import PackedFeatures

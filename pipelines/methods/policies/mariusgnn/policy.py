@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.mariusgnn.settings import MariusGNNPlanSettings
 from pipelines.methods.policies.mariusgnn.tuning import resolve
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels import kernels
@@ -69,8 +70,8 @@ from trainer.partition_orders import (
 )
 
 if TYPE_CHECKING:
-    from pipelines.config import PipelineConfig
     from pipelines.core.graphio import GraphArrays
+    from pipelines.core.sections import RunConfig
     from storage_kernels.sampleset import SampleSet
     from trainer.features import FeatureSource
 
@@ -158,7 +159,7 @@ def _locality_labels(samples: SampleSet, num_nodes: int) -> tuple[np.ndarray | N
     return labels, f"partition artifact ({part.stats.get('method', '?')}, {part.stats.get('num_parts', '?')} parts)"
 
 
-def _resolve(cfg: PipelineConfig, graph: GraphArrays) -> Any:
+def _resolve(cfg: RunConfig, graph: GraphArrays) -> Any:
     budget = cfg.plan.budgets(graph.num_nodes * graph.row_bytes)["cpu"]
     return resolve(graph.num_nodes, graph.row_bytes, graph.num_edges, budget, cfg.plan.num_partitions,
                    cfg.plan.buffer_partitions)
@@ -170,10 +171,11 @@ class MariusGNN(Policy):
     description = ("MariusGNN: the feature file in physical partitions, a CPU buffer of c of them filled by large "
                    "direct reads with a prefetch thread; training batches sampled per partition set from the "
                    "in-memory subgraph (static set when the training partitions fit, else BETA/COMET/random).")
-    reads = frozenset({"num_partitions", "buffer_partitions", "partition_order", "train_first", "static_fill"})
+    settings = {"plan": MariusGNNPlanSettings}
+    link_embeddings_out_of_core = True
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
-        from pipelines.stages.partition import cut_statistics
+        from pipelines.methods.partitioners.cut import cut_statistics
 
         graph, cfg = inputs.graph, inputs.cfg
         tune = _resolve(cfg, graph)
@@ -251,12 +253,11 @@ class MariusGNN(Policy):
                                      device=inputs.device)
 
 
-def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: PipelineConfig, builder: Any, part: np.ndarray,
+def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, builder: Any, part: np.ndarray,
                        p: int, c: int, k: int, mode: str, part_bytes: np.ndarray, bucket_counts: np.ndarray,
                        progress: Any) -> dict[str, Any]:
     """Per sampled epoch: the order's sets and the training batches sampled from each set's subgraph."""
-    from pipelines.methods.samplers import SAMPLERS
-    from pipelines.stages.sample import batch_seed
+    from pipelines.methods.samplers import SAMPLERS, batch_seed
 
     sc = cfg.sample
     sampler = SAMPLERS.get(sc.sampler)

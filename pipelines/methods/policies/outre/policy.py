@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.outre.settings import OutrePlanSettings
 from pipelines.methods.policies.outre.trace import (
     ID_BYTES,
     StalenessFSM,
@@ -91,7 +92,7 @@ class Outre(Policy):
     name = "outre"
     description = ("OUTRE: historical embeddings of the last layer's inputs reused for plan.staleness iterations, "
                    "their subtrees pruned from the batches; the CPU budget split (Eq. 5) with a feature cache.")
-    reads = frozenset({"staleness"})
+    settings = {"plan": OutrePlanSettings}
     own_training_step = "its historical embeddings replace part of the last layer's input inside Strata's training step"
 
     def plan(self, inputs: PlanInputs) -> TierPlan:
