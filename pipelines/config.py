@@ -257,6 +257,12 @@ class PipelineConfig(Section):
             for part in path.split("."):
                 value = getattr(value, part)
             registry.check(value)
+        for section, model in POLICIES.get(self.policy).settings.items():
+            unknown = sorted(set(model.model_fields) - set(section_fields(getattr(self, section))))
+            if unknown:  # a plugin's own settings: the sections were assembled from the built-in policies
+                raise ValueError(f"'policy' {self.policy} expected its settings in the {section} section (got "
+                                 f"{', '.join(unknown)}, which only a built-in policy can declare: "
+                                 "pipelines.methods.policies.BUILTIN_POLICIES)")
         return self
 
     @model_validator(mode="after")

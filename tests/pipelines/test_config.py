@@ -200,3 +200,47 @@ def test_a_policys_own_knobs_change_only_its_artifacts() -> None:
     for knob, owner in (("plan.staleness=7", "outre"), ("plan.hyperbatch_bytes=8192", "hyperbatch")):
         assert plan_params(owner, knob) != plan_params(owner)
         assert plan_params("diskgnn", knob) == plan_params("diskgnn")
+
+
+def test_each_policy_owns_its_settings_and_they_count_only_for_it() -> None:
+    """The plan and pack sections are assembled from the built-in policies' own settings (Policy.settings):
+    the keys are the same as ever, and a policy's artifact="selected" settings change its artifacts only."""
+    from pipelines.config import PackConfig, PlanConfig, artifact_params
+    from pipelines.methods.policies import BUILTIN_POLICIES, POLICIES
+
+    owned = {(section, name): cls.name for cls in BUILTIN_POLICIES for section, model in cls.settings.items()
+             for name in model.model_fields}
+    assert owned[("plan", "superbatch_size")] == "ginex" and owned[("pack", "disk_budget")] == "diskgnn"
+    for (section, name), policy in owned.items():
+        assert name in {"plan": PlanConfig, "pack": PackConfig}[section].model_fields
+        assert name in POLICIES.get(policy).reads or name in ("hotset_refresh_epochs", "hotset_decay",
+                                                              "prefetch_partitions")  # speed only
+    ginex = PipelineConfig.load(overrides=["policy=ginex", "plan.superbatch_size=4"])
+    other = PipelineConfig.load(overrides=["policy=diskgnn", "plan.superbatch_size=4"])
+    assert artifact_params(ginex, "plan", ("policy",))["superbatch_size"] == 4
+    assert "superbatch_size" not in artifact_params(other, "plan", ("policy",))
+
+
+def test_a_plugin_policy_cannot_declare_settings_the_sections_lack() -> None:
+    from pipelines.core.sections import Section
+    from pipelines.methods.policies import POLICIES, Policy, register_policy
+    from trainer.config import setting
+
+    class ToySettings(Section):
+        toy_knob: int = setting(1, "toy: a knob no section has.", artifact="selected")
+
+    @register_policy
+    class Toy(Policy):
+        name = "toy-owned-settings"
+        settings = {"plan": ToySettings}
+
+        def features(self, inputs):  # pragma: no cover - never opened
+            raise NotImplementedError
+
+    try:
+        assert "toy_knob" in Toy.reads
+        with pytest.raises(ValueError, match="'policy' toy-owned-settings expected its settings in the plan "
+                                             "section \\(got toy_knob"):
+            PipelineConfig.load(overrides=["policy=toy-owned-settings"])
+    finally:
+        POLICIES.unregister("toy-owned-settings")
