@@ -108,7 +108,7 @@ class TrainingData:
         self.num_nodes = int(len(self.labels))
         self.num_features = feature_dim(reorder)
         self.num_classes = cfg.train.num_classes or int(self.labels.max()) + 1  # as strata run's model sizes it
-        self._hook = getattr(source, "train_hook", None)
+        self._hook = source.train_hook
         self._closed = False
         # fixed at opening: asking again after torch.set_num_threads(...) would count one core fewer again
         self.compute_threads = compute_threads(cfg.train.num_threads, torch.device(device), False, source)
@@ -145,13 +145,18 @@ class TrainingData:
     def batches(self, split: str = "train", epoch: int = 0, prefetch: int | None = None) -> Iterator[Batch]:
         """The batches of ``split`` (and, for ``train``, of ``epoch``) in order, read and assembled ahead of the
         loop on the loader's threads (``prefetch`` batches ahead; default ``train.prefetch``), their PyG form
-        included. Leaving the loop early stops them."""
+        included. Leaving the loop early stops them.
+
+        Every batch is the loop's to keep: ``batch.x`` may outlive the step (a list of batches, a model that
+        caches its input). So the loader runs with ``keep_batches=True``: a batch's host block is handed to the
+        loop for good and never reused for a later batch (``strata run``'s own loop instead lets the source
+        reuse it once the next batch is asked for: ``trainer.loader``)."""
         from trainer.loader import BatchLoader
 
         ids = self.batch_ids(split, epoch)
         samples = self._hook.samples if split == "train" and self._hook is not None else self.samples
         loader = BatchLoader(samples, self.source, ids, self.labels, prefetch=prefetch or self.cfg.train.prefetch,
-                             device=self.device, extra=self._pyg_form)
+                             device=self.device, extra=self._pyg_form, keep_batches=True)
         with contextlib.closing(loader):
             for lb in loader:
                 yield Batch(x=lb.x, y=lb.y, batch_size=lb.num_seeds, blocks=list(lb.blocks), batch_id=int(lb.batch_id),

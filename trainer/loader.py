@@ -13,16 +13,28 @@ ablation baseline):
     the consumer (forward, backward, update).
 
 Queues between stages hold at most ``prefetch`` batches. A source that is not split into ``read`` and
-``assemble`` is loaded whole in the ``load`` stage. A source's ``max_reads_ahead`` (read buffers it
-rotates; 0 = any) bounds how many batches may have been read and not yet assembled, so a chunk buffer is
-never overwritten before its rows are gathered.
+``assemble`` (``FeatureSource.split``) is loaded whole in the ``load`` stage. A source's ``max_reads_ahead``
+(read buffers it rotates; 0 = any) bounds how many batches may have been read and not yet assembled: the
+load stage takes a slot before each read and the assemble stage gives it back when the batch's assemble
+ends, so a chunk buffer is never overwritten before its rows are gathered (``trainer.features.buffers``).
+
+When a batch is done (``FeatureSource.release``): a batch is done when the consumer asks for the next one
+(or leaves the loop): the loader then releases it, and the source may reuse its staging block (on the CPU,
+the block ``LoadedBatch.x`` is a view of) for a later batch. Strata's own loops (``trainer.train``) keep to
+this: a step is over, its tensors unused, before they ask for the next batch. A consumer that may keep a
+batch's tensors after that (a user's own loop, ``pipelines.batches``) passes ``keep_batches=True``: the
+loader then hands every batch's block to the consumer for good (``FeatureSource.keep``), and none is reused.
+Batches the loader drops (an early exit, a failure) are released.
 
 Timers (seconds, cumulative over the loader's life): ``load_busy_s`` and ``assemble_busy_s`` (each stage's
 work), ``graph_s`` (topology: batch record + block conversion), ``read_s`` and ``assemble_s`` (the source's
 two stages), ``label_s``, ``wait_s`` (consumer blocked on an empty queue: the loader is the bottleneck) and
 ``stall_s`` (stages blocked on a full queue or a read buffer: compute is the bottleneck). ``load_cpu_s`` and
 ``assemble_cpu_s`` are the CPU time (user + system, ``time.thread_time``) of the stage threads' work: against
-the busy times they say whether a stage computes or waits (for the disk, or for a core).
+the busy times they say whether a stage computes or waits (for the disk, or for a core). Each stage's thread
+writes its own timers only (:attr:`BatchLoader.timers` sums them): the load stage takes the change of the
+source's ``read_s`` over its read (and of ``assemble_s`` too for an unsplit source, whose ``load`` does both),
+the assemble stage the change of ``assemble_s`` over its assemble.
 """
 
 from __future__ import annotations
@@ -54,7 +66,10 @@ class Samples(Protocol):
 
 @dataclass
 class LoadedBatch:
-    """One batch ready for the model; ``ready`` is set when its copies were queued on a side CUDA stream."""
+    """One batch ready for the model; ``ready`` is set when its copies were queued on a side CUDA stream.
+
+    On the CPU ``x`` is the source's staging block: it holds this batch until the batch is done (the consumer
+    asks for the next one), unless the loader runs with ``keep_batches`` (module docstring)."""
 
     batch_id: int
     x: torch.Tensor  # (num_nodes, F) float32
@@ -83,7 +98,9 @@ class _End:
 
 
 _END = _End()
-_Item = LoadedBatch | _Failure | _End  # what the assemble stage puts into the consumer's queue
+_Item = tuple[LoadedBatch, Any] | _Failure | _End  # what the assemble stage puts into the consumer's queue
+_TIMERS = ("load_busy_s", "assemble_busy_s", "load_cpu_s", "assemble_cpu_s", "graph_s", "read_s", "assemble_s",
+           "label_s", "wait_s", "stall_s")
 
 
 class BatchLoader:
@@ -96,6 +113,9 @@ class BatchLoader:
     thread, into ``LoadedBatch.extra`` (``pipelines.batches``: PyG's ``edge_index`` and node ids); its tensors
     are treated as ``x`` is on a side CUDA stream.
 
+    A batch is done when the consumer asks for the next one or leaves the loop; ``keep_batches=True`` for a
+    consumer that may keep a batch's tensors longer (module docstring).
+
     Each iteration starts fresh stage threads; leaving the loop early (``break``, an exception, or
     :meth:`close`) stops and joins them. A stage's exception is re-raised in the consumer as
     :class:`BatchLoaderError` chained (``from``) to the original.
@@ -103,7 +123,8 @@ class BatchLoader:
 
     def __init__(self, samples: Samples, source: FeatureSource, batch_ids: Sequence[int], labels: np.ndarray,
                  prefetch: int = 2, device: torch.device | str = "cpu", sequential: bool = False,
-                 extra: Callable[[SampledBatch, torch.device], dict[str, Any]] | None = None) -> None:
+                 extra: Callable[[SampledBatch, torch.device], dict[str, Any]] | None = None,
+                 keep_batches: bool = False) -> None:
         if prefetch < 1:
             raise ValueError(f"'prefetch' expected >= 1 (got {prefetch})")
         labels = np.asarray(labels)
@@ -113,16 +134,22 @@ class BatchLoader:
         self.batch_ids = [int(b) for b in batch_ids]
         self.prefetch, self.sequential = int(prefetch), bool(sequential)
         self.extra = extra
+        self.keep_batches = bool(keep_batches)
         self.device = torch.device(device)
-        self.split = callable(getattr(source, "read", None)) and callable(getattr(source, "assemble", None))
-        self.timers = dict.fromkeys(("load_busy_s", "assemble_busy_s", "load_cpu_s", "assemble_cpu_s", "graph_s",
-                                     "read_s", "assemble_s", "label_s", "wait_s", "stall_s"), 0.0)
+        self.split = bool(source.split)
+        # each stage's timers, written by the thread that runs it alone (the consumer's: wait_s)
+        self._stage_timers = {stage: dict.fromkeys(_TIMERS, 0.0) for stage in ("load", "assemble", "consume")}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._queues: list[queue.Queue[Any]] = []
 
     def __len__(self) -> int:
         return len(self.batch_ids)
+
+    @property
+    def timers(self) -> dict[str, float]:
+        """The stage timers (module docstring), summed over the stages' threads."""
+        return {k: sum(t[k] for t in self._stage_timers.values()) for k in _TIMERS}
 
     @property
     def is_running(self) -> bool:
@@ -132,25 +159,28 @@ class BatchLoader:
     # ---------------------------------------------------------------------------------------------- stages
     def _load(self, batch_id: int) -> tuple[SampledBatch, Any]:
         """The load stage: the batch record and the source's I/O (or the whole ``load`` of an unsplit source)."""
+        timers = self._stage_timers["load"]
         t0, c0 = time.perf_counter(), time.thread_time()
         batch = self.samples.batch(batch_id)
         t1 = time.perf_counter()
         r0, a0 = self.source.read_s, self.source.assemble_s
         data = self.source.read(batch) if self.split else self.source.load(batch)
-        self.timers["read_s"] += self.source.read_s - r0
-        self.timers["assemble_s"] += self.source.assemble_s - a0
-        self.timers["graph_s"] += t1 - t0
-        self.timers["load_busy_s"] += time.perf_counter() - t0
-        self.timers["load_cpu_s"] += time.thread_time() - c0
+        timers["read_s"] += self.source.read_s - r0
+        if not self.split:  # a split source's assemble_s is the assemble stage's, which may run meanwhile
+            timers["assemble_s"] += self.source.assemble_s - a0
+        timers["graph_s"] += t1 - t0
+        timers["load_busy_s"] += time.perf_counter() - t0
+        timers["load_cpu_s"] += time.thread_time() - c0
         return batch, data
 
     def _assemble(self, batch_id: int, batch: SampledBatch, data: Any) -> LoadedBatch:
         """The assemble stage: rows in node order on the device, the edge tensors and the labels."""
+        timers = self._stage_timers["assemble"]
         t0, c0 = time.perf_counter(), time.thread_time()
         if self.split:
             a0 = self.source.assemble_s
             x = self.source.assemble(data)  # (num_nodes, F)
-            self.timers["assemble_s"] += self.source.assemble_s - a0
+            timers["assemble_s"] += self.source.assemble_s - a0
         else:
             x = data
         t1 = time.perf_counter()
@@ -162,24 +192,34 @@ class BatchLoader:
         if self.device.type != "cpu":
             y = y.to(self.device, non_blocking=True)
         t3 = time.perf_counter()
-        self.timers["graph_s"] += t2 - t1
-        self.timers["label_s"] += t3 - t2
-        self.timers["assemble_busy_s"] += t3 - t0
-        self.timers["assemble_cpu_s"] += time.thread_time() - c0
+        timers["graph_s"] += t2 - t1
+        timers["label_s"] += t3 - t2
+        timers["assemble_busy_s"] += t3 - t0
+        timers["assemble_cpu_s"] += time.thread_time() - c0
         return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks, extra=extra)
 
-    def _load_one(self, batch_id: int) -> LoadedBatch:
-        """Every stage of one batch in turn (the sequential mode)."""
-        return self._assemble(batch_id, *self._load(batch_id))
+    def _done(self, data: Any) -> None:
+        """The batch read as ``data`` is done: the source may reuse what it lent it (kept for good with
+        ``keep_batches``)."""
+        if self.split:
+            if self.keep_batches:
+                self.source.keep(data)
+            else:
+                self.source.release(data)
+
+    def _drop(self, item: Any) -> None:
+        """A batch that never reaches the consumer (stopped, failed): nothing reads its tensors."""
+        if self.split and isinstance(item, tuple):  # (batch_id, batch, data) or (LoadedBatch, data)
+            self.source.release(item[-1])
 
     # ---------------------------------------------------------------------------------------------- threads
-    def _put(self, q: queue.Queue[Any], item: Any) -> bool:
+    def _put(self, q: queue.Queue[Any], item: Any, timers: dict[str, float]) -> bool:
         """Put unless stopped; returns False when the consumer asked to stop."""
         t0 = time.perf_counter()
         while not self._stop.is_set():
             try:
                 q.put(item, timeout=_POLL_S)
-                self.timers["stall_s"] += time.perf_counter() - t0
+                timers["stall_s"] += time.perf_counter() - t0
                 return True
             except queue.Full:
                 continue
@@ -192,23 +232,27 @@ class BatchLoader:
         t0 = time.perf_counter()
         while not self._stop.is_set():
             if slots.acquire(timeout=_POLL_S):
-                self.timers["stall_s"] += time.perf_counter() - t0
+                self._stage_timers["load"]["stall_s"] += time.perf_counter() - t0
                 return True
         return False
 
     def _loader(self, out: queue.Queue[Any], slots: threading.Semaphore | None) -> None:
+        timers = self._stage_timers["load"]
         batch_id = -1
         try:
             for batch_id in self.batch_ids:
                 if not self._acquire(slots):
                     return
-                if not self._put(out, (batch_id, *self._load(batch_id))):
+                item = (batch_id, *self._load(batch_id))
+                if not self._put(out, item, timers):
+                    self._drop(item)
                     return
-            self._put(out, _END)
+            self._put(out, _END, timers)
         except Exception as e:  # forwarded to the consumer, which raises it chained
-            self._put(out, _Failure(batch_id, e))
+            self._put(out, _Failure(batch_id, e), timers)
 
     def _assembler(self, inp: queue.Queue[Any], out: queue.Queue[_Item], slots: threading.Semaphore | None) -> None:
+        timers = self._stage_timers["assemble"]
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         batch_id = -1
         try:
@@ -218,33 +262,37 @@ class BatchLoader:
                 except queue.Empty:
                     continue
                 if isinstance(item, (_End, _Failure)):
-                    self._put(out, item)
+                    self._put(out, item, timers)
                     return
-                batch_id = item[0]
-                if stream is None:
-                    loaded = self._assemble(*item)
-                else:
-                    # copies and cache gathers run on a side stream; the consumer waits on this event
-                    with torch.cuda.stream(stream):
+                batch_id, data = item[0], item[-1]
+                try:
+                    if stream is None:
                         loaded = self._assemble(*item)
-                        loaded.ready = torch.cuda.Event()
-                        loaded.ready.record(stream)
+                    else:
+                        # copies and cache gathers run on a side stream; the consumer waits on this event
+                        with torch.cuda.stream(stream):
+                            loaded = self._assemble(*item)
+                            loaded.ready = torch.cuda.Event()
+                            loaded.ready.record(stream)
+                except Exception:
+                    self._drop(item)
+                    raise
                 if slots is not None:
-                    slots.release()  # the batch's read buffer may be reused
-                if not self._put(out, loaded):
+                    slots.release()  # the batch's assemble ended: its read buffer may be reused
+                if not self._put(out, (loaded, data), timers):
+                    self._drop((loaded, data))
                     return
         except Exception as e:
-            self._put(out, _Failure(batch_id, e))
+            self._put(out, _Failure(batch_id, e), timers)
 
     # ---------------------------------------------------------------------------------------------- consumer
     def __iter__(self) -> Iterator[LoadedBatch]:
         if self.sequential:
-            for batch_id in self.batch_ids:
-                yield self._load_one(batch_id)
+            yield from self._sequential()
             return
         self.close()  # a previous, unfinished iteration
         self._stop.clear()
-        ahead = int(getattr(self.source, "max_reads_ahead", 0)) if self.split else 0
+        ahead = self.source.max_reads_ahead if self.split else 0
         slots = threading.Semaphore(ahead) if ahead > 0 else None
         loaded: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
         ready: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch)
@@ -256,6 +304,7 @@ class BatchLoader:
         ]
         for t in self._threads:
             t.start()
+        current: Any = None  # the read of the batch the consumer holds: done when it asks for the next
         try:
             while True:
                 item = self._get(ready)
@@ -266,15 +315,34 @@ class BatchLoader:
                         f"'BatchLoader' stage expected to load batch {item.batch_id} "
                         f"(got {type(item.error).__name__}: {item.error})"
                     ) from item.error
-                if item.ready is not None:
-                    current = torch.cuda.current_stream(self.device)
-                    current.wait_event(item.ready)  # GPU-side wait, no host sync
-                    extra = [v for v in item.extra.values() if isinstance(v, torch.Tensor)]
-                    for t in [item.x, item.y, *(e for b in item.blocks for e in (b.edge_src, b.edge_dst)), *extra]:
-                        t.record_stream(current)  # allocated on the side stream, used on this one
-                yield item
+                lb, current = item
+                if lb.ready is not None:
+                    stream = torch.cuda.current_stream(self.device)
+                    stream.wait_event(lb.ready)  # GPU-side wait, no host sync
+                    extra = [v for v in lb.extra.values() if isinstance(v, torch.Tensor)]
+                    for t in [lb.x, lb.y, *(e for b in lb.blocks for e in (b.edge_src, b.edge_dst)), *extra]:
+                        t.record_stream(stream)  # allocated on the side stream, used on this one
+                yield lb
+                self._done(current)  # the consumer asked for the next batch: this one is done
+                current = None
         finally:
+            if current is not None:  # the consumer left the loop
+                self._done(current)
             self.close()
+
+    def _sequential(self) -> Iterator[LoadedBatch]:
+        """Every stage of each batch in turn on the consumer's thread (the ablation baseline)."""
+        for batch_id in self.batch_ids:
+            batch, data = self._load(batch_id)
+            try:
+                lb = self._assemble(batch_id, batch, data)
+            except Exception:
+                self._drop((batch_id, batch, data))
+                raise
+            try:
+                yield lb
+            finally:  # the consumer asked for the next batch, or left the loop
+                self._done(data)
 
     def _get(self, q: queue.Queue[_Item]) -> _Item:
         t0 = time.perf_counter()
@@ -290,20 +358,24 @@ class BatchLoader:
                             raise BatchLoaderError("'BatchLoader' stages expected to send a result "
                                                    "(got threads that exited silently)") from e
         finally:
-            self.timers["wait_s"] += time.perf_counter() - t0
+            self._stage_timers["consume"]["wait_s"] += time.perf_counter() - t0
 
     def close(self) -> None:
-        """Stop the stage threads (if any), drop queued batches and join them."""
+        """Stop the stage threads (if any), drop (and release) queued batches and join them."""
         self._stop.set()
+        for t in self._threads:
+            self._drain()
+            t.join()
+        self._drain()
+        self._threads = []
+
+    def _drain(self) -> None:
         for q in self._queues:
             while True:
                 try:
-                    q.get_nowait()
+                    self._drop(q.get_nowait())
                 except queue.Empty:
                     break
-        for t in self._threads:
-            t.join()
-        self._threads = []
 
     def __enter__(self) -> BatchLoader:
         return self

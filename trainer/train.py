@@ -368,8 +368,7 @@ def compute_threads(num_threads: int, device: torch.device, sequential: bool, so
     if num_threads > 0:
         return num_threads
     cores = torch.get_num_threads()
-    tiers = getattr(source, "tiers", ())
-    if device.type == "cpu" and not sequential and any(getattr(t, "reads_disk", False) for t in tiers):
+    if device.type == "cpu" and not sequential and any(t.reads_disk for t in source.tiers):
         return max(cores - 1, 1)
     return cores
 
@@ -537,7 +536,7 @@ def train(
                          f"(got checkpoint_every={cfg.checkpoint_every} and checkpoint_path='')")
     ddp = DistributedRun.start(cfg.distributed, resolve_device(cfg.device))  # None: a single process
     device = ddp.device if ddp else torch.device(resolve_device(cfg.device))
-    if ddp and getattr(source, "train_hook", None) is not None:
+    if ddp and source.train_hook is not None:
         ddp.close()  # a policy's split forward and cache are per process: they do not go through DDP
         raise ValueError(f"'train.distributed' expected a policy without a train hook (got "
                          f"{type(source.train_hook).__name__})")
@@ -598,7 +597,7 @@ def train(
         epoch = state.epoch + 1
         while epoch < cfg.epochs and state.stopped_epoch < 0:
             # forward backward update (from the checkpointed batch when resuming mid-epoch)
-            hook: TrainHook | None = getattr(source, "train_hook", None)  # a policy's own topology and forward
+            hook: TrainHook | None = source.train_hook  # a policy's own topology and forward
             train_ids = samples.batch_ids("train", epoch % samples.epochs)
             if hook is not None and callable(getattr(hook, "batch_ids", None)):
                 train_ids = hook.batch_ids(epoch % samples.epochs)  # a policy that re-batches the seeds (mariusgnn)

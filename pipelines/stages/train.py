@@ -116,7 +116,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
         # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
         # a data parallel run would have to resume together: those train from scratch after a kill
-        stateless = getattr(source, "train_hook", None) is None and "world_size" not in _derived(device)
+        stateless = source.train_hook is None and "world_size" not in _derived(device)
         run_cfg, resumed = (resumable(store, cfg.dataset_name, builder.version, tcfg) if stateless
                             else (tcfg, tcfg.resume))
 

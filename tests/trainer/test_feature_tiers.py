@@ -112,7 +112,9 @@ def test_a_subset_read_into_rows_of_a_larger_block(tier: str) -> None:
     tiers scatter there), every other row zeros -- also in a reused block that held other rows before."""
     top = MemoryTier(ROWS) if tier == "memory" else GPUCacheTier(ROWS[:10], "cpu")
     with TieredSource(top) as source:
-        source.load(B(0, [1] * 6))  # leaves a block full of rows for the pool to reuse
+        full = source.read(B(0, [1] * 6))
+        source.assemble(full)
+        source.release(full)  # leaves a block full of rows for the pool to reuse
         x = source.assemble(source._read_into(B(1, [5, 7]), 4, np.array([1, 3])))
         want = np.zeros((4, 25), np.float32)
         want[[1, 3]] = ROWS[[5, 7]]

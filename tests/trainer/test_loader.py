@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from tests.trainer.conftest import requires_cuda
-from trainer.features import InMemoryFeatures, PackedFeatures
+from trainer.features import FeatureSourceBase, InMemoryFeatures, PackedFeatures
 from trainer.loader import BatchLoader, BatchLoaderError
 
 
-class FlakySource:
-    """Serves rows from an array; raises OSError on one batch; records what it loaded and from which thread."""
-
-    read_s = assemble_s = 0.0  # the loader reads the source's stage timers
+class FlakySource(FeatureSourceBase):
+    """Serves rows from an array (unsplit: ``load`` only); raises OSError on one batch; records what it loaded
+    and from which thread."""
 
     def __init__(self, features: np.ndarray, fail_on: int | None = None, delay_s: float = 0.0) -> None:
         self.features, self.fail_on, self.delay_s = features, fail_on, delay_s
@@ -141,6 +140,77 @@ def test_packed_chunks_survive_reads_ahead_of_assembly(dataset, packed_dir) -> N
             assert torch.equal(lb.x, torch.from_numpy(dataset.features[nodes])), lb.batch_id
 
 
+class OverlappingSource(FeatureSourceBase):
+    """A split source whose assemble of batch ``i`` runs while the read of batch ``i + 1`` is in flight (each
+    waits for the other), timing its stages as ``TieredSource`` does: each stage adds its own seconds."""
+
+    split = True
+
+    def __init__(self, features: np.ndarray, num_batches: int) -> None:
+        self.features, self.feature_dim = features, features.shape[1]
+        self.reading = [threading.Event() for _ in range(num_batches + 1)]  # read of the i-th batch started
+        self.assembled = [threading.Event() for _ in range(num_batches)]
+        self.count = 0
+
+    def read(self, batch):
+        t0 = time.perf_counter()
+        i, self.count = self.count, self.count + 1
+        self.reading[i].set()
+        if i > 0:
+            assert self.assembled[i - 1].wait(5.0)  # the previous batch's assemble ends during this read
+        self.read_s += time.perf_counter() - t0
+        return i, batch
+
+    def assemble(self, read):
+        t0 = time.perf_counter()
+        i, batch = read
+        assert self.reading[i + 1].wait(5.0)  # the next batch's read is in flight (the test sets the last)
+        time.sleep(0.02)
+        self.assemble_s += time.perf_counter() - t0
+        self.assembled[i].set()
+        return torch.from_numpy(self.features[batch.nodes])
+
+
+def test_each_stage_times_itself_once_when_assemble_overlaps_read(dataset) -> None:
+    """The load stage takes the change of the source's read_s over a read, the assemble stage that of its
+    assemble_s: an assemble that ends while a read is in flight is counted once, by the assemble stage."""
+    ids = dataset.samples.batch_ids("train", 0)[:4]
+    source = OverlappingSource(dataset.features, len(ids))
+    source.reading[len(ids)].set()  # no read follows the last batch
+    loader = BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2)
+    assert [lb.batch_id for lb in loader] == ids
+    assert source.assemble_s >= 0.02 * len(ids)
+    assert loader.timers["assemble_s"] == pytest.approx(source.assemble_s, rel=1e-9)
+    assert loader.timers["read_s"] == pytest.approx(source.read_s, rel=1e-9)
+
+
+def test_a_batch_is_done_when_the_consumer_asks_for_the_next(dataset) -> None:
+    """Strata's contract: a CPU batch's staging block is reused only after the consumer asked for the next batch
+    (never under the batch it holds); every lease is settled, an early exit included."""
+    ids = dataset.samples.batch_ids("train", 0) * 3
+    source = InMemoryFeatures(dataset.features)
+    for lb in BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2):
+        time.sleep(0.002)  # the stages run ahead meanwhile
+        assert torch.equal(lb.x, torch.from_numpy(dataset.features[dataset.samples.batch(lb.batch_id).nodes]))
+    pool = source.staging_pool
+    assert pool.reused > 0 and pool.lent == 0
+    for i, _ in enumerate(BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2)):
+        if i == 2:
+            break
+    assert pool.lent == 0  # the held batch and those queued or in flight were released
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_kept_batches_are_never_reused(dataset, sequential: bool) -> None:
+    """``keep_batches`` (a user's own loop, ``pipelines.batches``): every batch's tensors may outlive the loop."""
+    ids = dataset.samples.batch_ids("train", 0) * 3
+    source = InMemoryFeatures(dataset.features)
+    kept = list(BatchLoader(dataset.samples, source, ids, dataset.labels, sequential=sequential, keep_batches=True))
+    for lb in kept:
+        assert torch.equal(lb.x, torch.from_numpy(dataset.features[dataset.samples.batch(lb.batch_id).nodes]))
+    assert source.staging_pool.reused == 0 and source.staging_pool.lent == 0
+
+
 def test_reader_exception_is_reraised_chained(dataset) -> None:
     ids = dataset.samples.batch_ids("train", 0)
     source = FlakySource(dataset.features, fail_on=ids[2])
@@ -184,7 +254,8 @@ def test_loader_rejects_bad_arguments(dataset) -> None:
 @requires_cuda
 def test_loader_on_cuda_matches_cpu(dataset) -> None:
     ids = dataset.samples.batch_ids("train", 0)
-    cpu = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels))
+    cpu = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels,
+                           keep_batches=True))
     gpu = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features, device="cuda"), ids, dataset.labels,
                            device="cuda"))
     for a, b in zip(cpu, gpu, strict=True):

@@ -11,8 +11,11 @@ by the pack stage) names its tier, and leaves the rest to the tier it wraps (its
                                     (through a segment window when the pack scheduled one:
                                     WindowedDiskCacheTier)
 
-:class:`TieredSource` turns a chain into a :class:`FeatureSource` (what ``BatchLoader`` and ``train`` call),
-with a read stage (I/O) separate from the assemble stage (gathers in node order, H2D copies).
+:class:`TieredSource` turns a chain into a :class:`FeatureSource` (what ``BatchLoader`` and ``train`` call: every
+member declared there, :class:`FeatureSourceBase` the defaults), with a read stage (I/O) separate from the
+assemble stage (gathers in node order, H2D copies). A chunk read stays in one of :data:`READ_BUFFERS` rotating
+:class:`ReadBuffers` until its batch's assemble ends; a CPU batch's staging block is leased from a
+:class:`~trainer.features.staging.StagingPool` until the batch is done (``FeatureSource.release``).
 :func:`tiered_source` composes one from parts; the sources Strata trains from are compositions:
 
 ``InMemoryFeatures(features)``
@@ -34,7 +37,8 @@ Counters (units in the names): ``bytes_read`` (per tier and summed), ``rows_by_t
 from __future__ import annotations
 
 from storage_kernels.arrays import DATA_ALIGN as BLOCK_BYTES  # O_DIRECT unit of the feature file's reads
-from trainer.features.base import FeatureSource, FeatureTier, NodeBatch, TierRead, check_rows
+from trainer.features.base import FeatureSource, FeatureSourceBase, FeatureTier, NodeBatch, TierRead, check_rows
+from trainer.features.buffers import READ_BUFFERS, ReadBuffers
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
@@ -57,6 +61,7 @@ __all__ = [
     "CPUCacheTier",
     "DiskCacheTier",
     "FeatureSource",
+    "FeatureSourceBase",
     "FeatureTier",
     "FileRows",
     "FileTier",
@@ -68,6 +73,8 @@ __all__ = [
     "NodeBatch",
     "PackedChunkTier",
     "PackedFeatures",
+    "READ_BUFFERS",
+    "ReadBuffers",
     "TierRead",
     "TieredSource",
     "WindowedDiskCacheTier",

@@ -1,5 +1,6 @@
 """The two nouns of the feature store: a :class:`FeatureTier` (one level, wrapping a fallback tier) and a
-:class:`FeatureSource` (what the loader calls: ``load(batch)`` -> the batch's rows in node order).
+:class:`FeatureSource` (what the loader and the trainer call: ``read(batch)`` then ``assemble(read)``, or
+``load(batch)``, -> the batch's rows in node order), with :class:`FeatureSourceBase` its defaults.
 
 A tier serves the nodes of a batch whose address (``storage_kernels.packstore.BatchAddresses``) names its
 :class:`~storage_kernels.packstore.Tier`, at their ``slot`` in that tier, and leaves every other node to its
@@ -18,9 +19,10 @@ fallback. Its work is split in two stages, so that a pipelined loader can run th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -30,8 +32,11 @@ from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.iobackend import resolve_backend
 
-__all__ = ["FeatureSource", "FeatureTier", "NodeBatch", "TierRead", "block_positions", "block_runs", "check_rows",
-           "read_blocks"]
+if TYPE_CHECKING:
+    from trainer.train import TrainHook
+
+__all__ = ["FeatureSource", "FeatureSourceBase", "FeatureTier", "NodeBatch", "TierRead", "block_positions",
+           "block_runs", "check_rows", "read_blocks"]
 
 
 class NodeBatch(Protocol):
@@ -46,18 +51,51 @@ class NodeBatch(Protocol):
 
 @runtime_checkable
 class FeatureSource(Protocol):
-    """What the loader and the trainer need of a feature source.
+    """What the loader, the trainer and the pipelines read of a feature source: every member is declared here
+    and none is probed. :class:`FeatureSourceBase` has the defaults; ``TieredSource`` is the sources' base.
 
-    ``load(batch)`` returns ``(len(batch.nodes), feature_dim)`` float32 rows in node order on the source's
-    device. Counters: ``bytes_read`` (bytes read from disk), ``read_requests`` (read requests issued to the
-    disk), ``rows_by_tier`` (rows served, keyed by
-    ``Tier.label``), ``hit_rate`` (fraction of rows from the GPU/CPU caches), ``direct_io`` and
-    ``fallback_reason`` (why ``O_DIRECT`` is not used, "" when it is), ``read_s`` / ``assemble_s`` (seconds
-    spent in the two stages of ``load``); ``stats()`` flattens them for ``MlflowTracker.log_metrics``.
+    Stages:
+
+    ``split``
+        True: the work is two stages, :meth:`read` (the I/O; ``BatchLoader``'s load thread) then
+        :meth:`assemble` (rows in node order on the device; its assemble thread), and :meth:`release` or
+        :meth:`keep` settles what the read handed out once the batch is done. False: :meth:`load` does it all
+        (on the load thread) and the other three are never called.
+    ``load(batch)``
+        ``(len(batch.nodes), feature_dim)`` float32 rows in node order on the source's device, whatever
+        ``split`` says; the caller keeps the tensor.
+    ``max_reads_ahead``
+        how many batches may be read and not yet assembled (0 = any): a buffer a read fills stays valid until
+        the batch's assemble ends as long as a loader keeps within it (``trainer.features.buffers``).
+    ``release(read)`` / ``keep(read)``
+        the batch read as ``read`` is done: nothing reads its tensors any more, its staging block may take
+        another batch (``release``: ``BatchLoader`` calls it when the consumer asks for the next batch or leaves
+        the loop) -- or the caller keeps its tensors for good (``keep``: a user's own loop).
+
+    Training: ``train_hook`` (``None``, or a policy's own training batches and forward: ``trainer.train.TrainHook``);
+    ``tiers`` (the tier chain, outermost first; empty for a source without tiers: ``trainer.train.compute_threads``
+    asks whether one ``reads_disk``).
+
+    Counters: ``bytes_read`` (bytes read from disk), ``read_requests`` (read requests issued to the disk),
+    ``rows_by_tier`` (rows served, keyed by ``Tier.label``), ``hit_rate`` (fraction of rows from the GPU/CPU
+    caches), ``direct_io`` and ``fallback_reason`` (why ``O_DIRECT`` is not used, "" when it is), ``read_s`` /
+    ``assemble_s`` (seconds spent in the two stages, each written by the thread that runs its stage);
+    ``stats()`` flattens them for ``MlflowTracker.log_metrics``.
     """
+
+    train_hook: TrainHook | None
 
     @property
     def feature_dim(self) -> int: ...
+
+    @property
+    def split(self) -> bool: ...
+
+    @property
+    def max_reads_ahead(self) -> int: ...
+
+    @property
+    def tiers(self) -> Sequence[FeatureTier]: ...
 
     @property
     def bytes_read(self) -> int: ...
@@ -85,9 +123,66 @@ class FeatureSource(Protocol):
 
     def load(self, batch: NodeBatch) -> torch.Tensor: ...
 
+    def read(self, batch: NodeBatch) -> Any: ...
+
+    def assemble(self, read: Any) -> torch.Tensor: ...
+
+    def release(self, read: Any) -> None: ...
+
+    def keep(self, read: Any) -> None: ...
+
     def stats(self) -> dict[str, float]: ...
 
     def close(self) -> None: ...
+
+
+class FeatureSourceBase:
+    """:class:`FeatureSource`'s defaults: an unsplit source (``load`` only; subclasses set ``feature_dim`` and
+    implement :meth:`load`) with no tiers, no train hook, no read-ahead bound and zero counters. A split source
+    sets ``split = True`` and implements :meth:`read` and :meth:`assemble` (``TieredSource``)."""
+
+    split = False
+    max_reads_ahead = 0
+    tiers: Sequence[FeatureTier] = ()
+    train_hook: TrainHook | None = None
+    feature_dim: int
+    bytes_read = 0
+    read_requests = 0
+    direct_io = False
+    fallback_reason = ""
+    read_s = 0.0
+    assemble_s = 0.0
+
+    @property
+    def rows_by_tier(self) -> dict[str, int]:
+        return {}
+
+    @property
+    def hit_rate(self) -> float:
+        return 0.0
+
+    def load(self, batch: NodeBatch) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def read(self, batch: NodeBatch) -> Any:
+        raise NotImplementedError(f"'{type(self).__name__}' is not split into read and assemble (split=False)")
+
+    def assemble(self, read: Any) -> torch.Tensor:
+        raise NotImplementedError(f"'{type(self).__name__}' is not split into read and assemble (split=False)")
+
+    def release(self, read: Any) -> None:
+        """Nothing to give back by default."""
+
+    def keep(self, read: Any) -> None:
+        """Nothing to give away by default."""
+
+    def stats(self) -> dict[str, float]:
+        return {"bytes_read": float(self.bytes_read), "read_requests": float(self.read_requests),
+                "cache_hit_rate": self.hit_rate, "direct_io": float(self.direct_io), "read_s": self.read_s,
+                "assemble_s": self.assemble_s}
+
+    def close(self) -> None:
+        """Nothing to release by default."""
 
 
 @dataclass
@@ -97,8 +192,8 @@ class TierRead:
     ``pos`` are the positions (in node order, ascending) the tier serves and ``slot`` their rows in the
     tier. ``staging`` (n, F) is the batch's host staging block in node order (host tiers): the tier writes
     row ``slot[k]`` to ``staging[pos[k]]`` and touches no other row (a file read fills its rows directly).
-    A chunk read leaves ``buffer`` (R, F), the block to gather ``slot`` from (a view of the tier's read
-    buffer, valid until the tier's next read).
+    A chunk read leaves ``buffer`` (R, F), the block to gather ``slot`` from (a view of one of the tier's
+    :class:`~trainer.features.buffers.ReadBuffers`, valid until the batch's assemble ends).
     """
 
     tier: FeatureTier
@@ -132,7 +227,7 @@ class FeatureTier:
 
     on_device = False  # rows are written on the target device, not staged on the host
     reads_disk = False  # does I/O (``bytes_read``, ``direct_io`` and ``fallback_reason`` are meaningful)
-    max_reads_ahead = 0  # read buffers the tier rotates: reads that may precede their gather (0 = any)
+    max_reads_ahead = 0  # reads that may precede their batch's gather: its ReadBuffers' count (0 = any: none)
 
     def __init__(self, tier: Tier, feature_dim: int, fallback: FeatureTier | None, name: str) -> None:
         self.tier = Tier(tier)

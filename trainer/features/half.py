@@ -4,15 +4,21 @@ Every tier of a source over a float16 file moves rows as 4-byte words (``storage
 the bytes of float32 rows, read, cached and copied to the device unchanged. :class:`HalfFeatures` wraps such
 a source and turns each assembled batch ``(n, W)`` of words into ``(n, F)`` float32 values on the batch's
 device (a view as float16, the pad column dropped, one upcast), so the model and the loader see float32 rows
-of the real width. Everything else -- counters, ``read``/``assemble`` for the pipelined loader, a policy's
+of the real width. Everything else -- counters, ``read`` and ``release`` for the pipelined loader, a policy's
 ``train_hook`` -- passes through to the wrapped source.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from trainer.features.base import FeatureSource, FeatureTier, NodeBatch
+
+if TYPE_CHECKING:
+    from trainer.train import TrainHook
 
 __all__ = ["HalfFeatures", "decode_half_words"]
 
@@ -26,9 +32,14 @@ def decode_half_words(words: torch.Tensor, feature_dim: int) -> torch.Tensor:
 
 
 class HalfFeatures:
-    """A feature source over a float16 file whose batches come out as ``(n, feature_dim)`` float32."""
+    """A feature source over a float16 file whose batches come out as ``(n, feature_dim)`` float32.
 
-    def __init__(self, source: Any, feature_dim: int) -> None:
+    Every member of :class:`~trainer.features.base.FeatureSource` is declared here, passed through to the
+    wrapped source but ``feature_dim``, ``load`` and ``assemble``; anything else a policy's source has (its
+    caches, ``reset_counters``, ...) passes through too.
+    """
+
+    def __init__(self, source: FeatureSource, feature_dim: int) -> None:
         words = int(source.feature_dim)
         if not 0 < feature_dim <= 2 * words <= feature_dim + 1:
             raise ValueError(f"'feature_dim' expected {2 * words - 1} or {2 * words} for a source of {words} words "
@@ -40,13 +51,77 @@ class HalfFeatures:
     def feature_dim(self) -> int:
         return self._dim
 
-    def load(self, batch: Any) -> torch.Tensor:
+    def load(self, batch: NodeBatch) -> torch.Tensor:
         return decode_half_words(self.source.load(batch), self._dim)
 
     def assemble(self, read: Any) -> torch.Tensor:
         return decode_half_words(self.source.assemble(read), self._dim)
 
-    def __getattr__(self, name: str) -> Any:  # read, counters, stats, close, train_hook, ...
+    # ------------------------------------------------------------------------------------ the wrapped source's
+    @property
+    def split(self) -> bool:
+        return self.source.split
+
+    @property
+    def max_reads_ahead(self) -> int:
+        return self.source.max_reads_ahead
+
+    @property
+    def tiers(self) -> Sequence[FeatureTier]:
+        return self.source.tiers
+
+    @property
+    def train_hook(self) -> TrainHook | None:
+        return self.source.train_hook
+
+    @property
+    def bytes_read(self) -> int:
+        return self.source.bytes_read
+
+    @property
+    def read_requests(self) -> int:
+        return self.source.read_requests
+
+    @property
+    def rows_by_tier(self) -> dict[str, int]:
+        return self.source.rows_by_tier
+
+    @property
+    def hit_rate(self) -> float:
+        return self.source.hit_rate
+
+    @property
+    def direct_io(self) -> bool:
+        return self.source.direct_io
+
+    @property
+    def fallback_reason(self) -> str:
+        return self.source.fallback_reason
+
+    @property
+    def read_s(self) -> float:
+        return self.source.read_s
+
+    @property
+    def assemble_s(self) -> float:
+        return self.source.assemble_s
+
+    def read(self, batch: NodeBatch) -> Any:
+        return self.source.read(batch)
+
+    def release(self, read: Any) -> None:
+        self.source.release(read)
+
+    def keep(self, read: Any) -> None:
+        self.source.keep(read)
+
+    def stats(self) -> dict[str, float]:
+        return self.source.stats()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped source's own members (caches, reset_counters, ...)
         if name == "source":  # not yet set (during unpickling or a failed __init__)
             raise AttributeError(name)
         return getattr(self.source, name)

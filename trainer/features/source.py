@@ -16,12 +16,13 @@ import torch
 
 from storage_kernels.packstore import BatchAddresses, NodeRanges, PackedStore, Tier
 from storage_kernels.windowstore import SegmentWindow
-from trainer.features.base import FeatureTier, NodeBatch, TierRead
+from trainer.features.base import FeatureSourceBase, FeatureTier, NodeBatch, TierRead
+from trainer.features.buffers import READ_BUFFERS
 from trainer.features.cache import CPUCacheTier, GPUCacheTier, MemoryTier
 from trainer.features.diskcache import DiskCacheTier
 from trainer.features.file import FileRows, FileTier
 from trainer.features.packed import PackedChunkTier
-from trainer.features.staging import StagingPool
+from trainer.features.staging import StagingLease, StagingPool
 from trainer.features.window import WindowedDiskCacheTier
 
 __all__ = [
@@ -51,19 +52,23 @@ class AddressBook(Protocol):
 class BatchRead:
     """A batch after the read stage: its addresses, every tier's part (outermost tier first) and the host
     staging block (``(n, F)`` float32 in node order, pinned with CUDA) whose rows the host parts fill at their
-    positions (the rows of device tiers are left for the assemble stage to write on the device)."""
+    positions (the rows of device tiers are left for the assemble stage to write on the device). On the CPU
+    the block is the batch's output, leased from the source's :class:`StagingPool` (``lease``; ``None`` with
+    CUDA) until ``TieredSource.release`` or ``keep``."""
 
     addresses: BatchAddresses
     parts: list[TierRead]
     staging: torch.Tensor  # (n, F)
+    lease: StagingLease | None = None
 
 
-class TieredSource:
-    """A chain of :class:`FeatureTier` (``top`` and its fallbacks) as a feature source.
+class TieredSource(FeatureSourceBase):
+    """A chain of :class:`FeatureTier` (``top`` and its fallbacks) as a feature source (split in two stages).
 
     Each batch's addresses come from ``store`` (``PackedStore.addresses``); without a store the chain is one
     tier and every node is addressed to it by node id (``BatchAddresses.single_tier``). ``load(batch)`` is
-    ``assemble(read(batch))`` under a lock (one batch at a time: a tier's read buffer is reused):
+    ``assemble(read(batch))`` under a lock (one batch at a time: a tier's read buffer is reused), and the
+    caller keeps the tensor (:meth:`keep`):
 
     :meth:`read`
         the I/O stage: checks the addresses, lets each tier take its nodes, hands the host tiers one
@@ -73,6 +78,9 @@ class TieredSource:
         host tiers gather their rows straight to their rows of the block (C, GIL released): on CPU the block
         is the batch's output, with CUDA it goes to the device in one contiguous copy; device tiers then write
         their rows on the device. No reordering copy.
+    :meth:`release` / :meth:`keep`
+        the batch is done: on the CPU its staging block (the tensor :meth:`assemble` returned) goes back to
+        the pool, or leaves it with the caller (see :mod:`trainer.features.staging`).
 
     Counters are the tiers' (``bytes_read``, ``rows_by_tier`` keyed by ``Tier.label``) plus the seconds of
     the two stages (``read_s``, ``assemble_s``).
@@ -99,7 +107,7 @@ class TieredSource:
         self.read_s = 0.0
         self.assemble_s = 0.0
         self._lock = threading.Lock()
-        self.staging_pool = StagingPool()  # CPU blocks reused once their batch is dropped (unused with CUDA)
+        self.staging_pool = StagingPool()  # CPU blocks lent to one batch at a time (unused with CUDA)
 
     # ---------------------------------------------------------------------------------------- counters
     @property
@@ -169,6 +177,8 @@ class TieredSource:
         self.read_s = self.assemble_s = 0.0
 
     # ---------------------------------------------------------------------------------------- stages
+    split = True  # read, then assemble
+
     def addresses(self, batch: NodeBatch) -> BatchAddresses:
         """``batch``'s address table: from the store, or every node to the single tier by node id."""
         if self.store is not None:
@@ -177,8 +187,8 @@ class TieredSource:
 
     @property
     def max_reads_ahead(self) -> int:
-        """How many batches may be read before the first of them is assembled (the fewest read buffers a
-        tier rotates; 0 = any number): a pipelined loader keeps within it."""
+        """How many batches may be read and not yet assembled: the fewest read buffers a tier rotates
+        (``trainer.features.buffers``; 0 = any number). A pipelined loader keeps within it."""
         bounds = [t.max_reads_ahead for t in self.tiers if t.max_reads_ahead > 0]
         return min(bounds) if bounds else 0
 
@@ -221,23 +231,30 @@ class TieredSource:
                 p.pos = rows[p.pos]  # the tiers write (and the device tiers scatter) at these rows
         # (n, F) in node order: every host tier writes its rows at their positions. With CUDA page-locked
         # (torch's caching host allocator reuses it once the copy reading it has completed); on CPU it is the
-        # batch's output, from the pool (reused once the batch is dropped)
+        # batch's output, leased from the pool until the batch is done (release) or kept by the caller (keep)
+        lease = None
         if self.device.type == "cuda":
             staging = torch.empty((n, self.feature_dim), dtype=torch.float32, pin_memory=True)
         else:
-            staging = self.staging_pool.take(n, self.feature_dim)
-        staging_np = staging.numpy()
-        if rows is not None and len(rows) < n:
-            unread = np.ones(n, dtype=bool)
-            unread[rows] = False
-            staging_np[unread] = 0.0
-        for p in parts:
-            if len(p.pos) and not p.tier.on_device:
-                p.staging = staging_np
-        for p in parts:
-            if len(p.pos):
-                p.tier.fetch(addr, p)
-        return BatchRead(addr, parts, staging)
+            lease = self.staging_pool.take(n, self.feature_dim)
+            staging = lease.tensor
+        try:
+            staging_np = staging.numpy()
+            if rows is not None and len(rows) < n:
+                unread = np.ones(n, dtype=bool)
+                unread[rows] = False
+                staging_np[unread] = 0.0
+            for p in parts:
+                if len(p.pos) and not p.tier.on_device:
+                    p.staging = staging_np
+            for p in parts:
+                if len(p.pos):
+                    p.tier.fetch(addr, p)
+        except BaseException:
+            if lease is not None:
+                lease.release()  # no batch came of it
+            raise
+        return BatchRead(addr, parts, staging, lease)
 
     def assemble(self, read: BatchRead) -> torch.Tensor:
         """The gather stage: ``(n, feature_dim)`` float32 rows in node order on ``device`` (timed into
@@ -259,10 +276,26 @@ class TieredSource:
                 p.tier.gather_device(p, x)
         return x
 
+    def release(self, read: BatchRead) -> None:
+        """``read``'s batch is done (nothing reads its tensors any more): its staging block may take another
+        batch."""
+        if read.lease is not None:
+            read.lease.release()
+
+    def keep(self, read: BatchRead) -> None:
+        """The caller keeps ``read``'s tensors for good: its staging block leaves the pool."""
+        if read.lease is not None:
+            read.lease.keep()
+
     def load(self, batch: NodeBatch) -> torch.Tensor:
-        """Features of ``batch.nodes`` in order, ``(len(batch.nodes), feature_dim)`` float32 on ``device``."""
+        """Features of ``batch.nodes`` in order, ``(len(batch.nodes), feature_dim)`` float32 on ``device``; the
+        caller keeps the tensor."""
         with self._lock:
-            return self.assemble(self.read(batch))
+            read = self.read(batch)
+            try:
+                return self.assemble(read)
+            finally:
+                self.keep(read)
 
     def _to_device(self, host: torch.Tensor) -> torch.Tensor:
         # non_blocking from pinned memory: the copy is queued on the current stream, no host sync
@@ -286,7 +319,8 @@ class TieredSource:
 # ------------------------------------------------------------------------------------------------ factory
 def compose_tiers(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
                   *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
-                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 2) -> FeatureTier:
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20,
+                  num_buffers: int = READ_BUFFERS) -> FeatureTier:
     """The tier chain :func:`tiered_source` wraps (outermost returned); see there for the arguments."""
     device = torch.device(device)
     pin = device.type == "cuda"  # host rows that go to a GPU are page-locked, for async copies
@@ -324,13 +358,15 @@ def compose_tiers(store: PackedStore | None, features_path: str | Path | None, d
 
 def tiered_source(store: PackedStore | None, features_path: str | Path | None, device: torch.device | str = "cpu",
                   *, caches: Sequence[Tier | str] | None = None, packed: bool = True, merge: bool = True,
-                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20, num_buffers: int = 2) -> TieredSource:
+                  num_threads: int = 0, max_buffer_bytes: int = 64 << 20,
+                  num_buffers: int = READ_BUFFERS) -> TieredSource:
     """Compose a feature source from parts, innermost first:
 
     1. ``features_path`` (optional): the feature file (``Tier.FILE``, slot = node id), read with aligned
        direct reads, block-merged (``merge=False``: one read per row, the naive baseline);
     2. ``store`` with ``packed``: each batch's chunk of ``packed.bin`` (``Tier.PACKED``), read into one of
-       ``num_buffers`` rotating buffers (a pipelined loader reads that many batches ahead of assembly), and,
+       ``num_buffers`` rotating buffers (``trainer.features.buffers``: a pipelined loader reads at most that
+       many batches ahead of assembly), and,
        when the store has one, its segment disk caches (``Tier.DISK_CACHE``, page-merged aligned reads of
        ``disk_cache.bin``);
     3. ``caches`` (``"gpu"``, ``"cpu"`` or :class:`Tier`, outermost first; default both with a store, none
@@ -382,7 +418,8 @@ class PackedFeatures(TieredSource):
     """
 
     def __init__(self, packed_dir: str | Path, samples: NodeRanges, device: torch.device | str = "cpu",
-                 features_path: str | Path | None = None, num_threads: int = 0, num_buffers: int = 2) -> None:
+                 features_path: str | Path | None = None, num_threads: int = 0,
+                 num_buffers: int = READ_BUFFERS) -> None:
         store = PackedStore(packed_dir, samples)
         super().__init__(compose_tiers(store, features_path, device, num_threads=num_threads,
                                        num_buffers=num_buffers), device, store)
