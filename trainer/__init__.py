@@ -45,7 +45,7 @@ __all__ = [
 
 _WHERE = {
     "BatchLoader": "loader", "BatchLoaderError": "loader", "LoadedBatch": "loader",
-    "GraphSAGE": "models", "TensorBlock": "models", "MODELS": "models", "build_model": "models",
+    "GraphSAGE": "models", "TensorBlock": "blocks", "MODELS": "models", "build_model": "models",
     "load_trained": "models",
     "resolve_device": "device",
     "InMemoryFeatures": "features", "NaiveDiskFeatures": "features", "PackedFeatures": "features",

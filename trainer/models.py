@@ -17,7 +17,9 @@ Architectures are entries of :data:`MODELS` (``TrainConfig.model`` names one). A
 ``forward(x, blocks)``, ``forward_dst_pos(x, edges)`` (the ONNX form), ``in_dim``, ``num_layers`` and
 ``model_args`` (its constructor arguments). An entry may declare ``reads``: further ``train`` settings it
 takes as keywords (GAT's ``heads``, see :func:`model_reads`). :func:`build_model` builds one by name;
-:func:`load_trained` rebuilds a trained one from the train stage's ``model.json`` and ``state_dict.pt``.
+:func:`load_trained` rebuilds a trained one from the train stage's ``model.json`` and ``state_dict.pt``. The
+block types the models consume (:class:`~trainer.blocks.TensorBlock`, :func:`~trainer.blocks.to_tensor_blocks`)
+live in :mod:`trainer.blocks` and are re-exported here.
 
 >>> @MODELS.register("my-gnn")
 ... class MyGNN(nn.Module): ...            # (in_dim, hidden_dim, out_dim, num_layers, dropout)
@@ -27,17 +29,16 @@ takes as keywords (GAT's ``heads``, see :func:`model_reads`). :func:`build_model
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from storage_kernels.registry import Registry
 from trainer.architectures import MODELS as _ARCHITECTURES
+from trainer.blocks import BlockLike, TensorBlock, to_tensor_blocks  # re-exported: their home before trainer.blocks
 from trainer.gat import GAT
 from trainer.gcn import GCN
 from trainer.native_ops import csr_mean, dropout, native_applies
@@ -64,70 +65,6 @@ __all__ = [
 
 #: The constructor arguments every model entry takes (``model_args`` minus the ``model`` name).
 MODEL_ARGS = ("in_dim", "hidden_dim", "out_dim", "num_layers", "dropout")
-
-
-class BlockLike(Protocol):
-    """What :meth:`TensorBlock.from_block` needs of a ``storage_kernels.sampleset.Block``."""
-
-    num_src: int
-    num_dst: int
-    indptr: np.ndarray  # int64 (num_dst + 1,)
-    cols: np.ndarray  # int64 (E,), positions < num_src
-
-
-@dataclass(frozen=True)
-class TensorBlock:
-    """One layer's bipartite graph as an edge list: edge ``k`` carries ``h[edge_src[k]]`` to ``edge_dst[k]``.
-
-    ``edge_src`` indexes the layer input (rows ``< num_src``), ``edge_dst`` the destination nodes
-    (``< num_dst``), which are the first ``num_dst`` rows of the layer input. ``indptr``, when known (a block
-    from the sample set), is the same edges' CSR over the destinations (``edge_dst`` ascending): int64 on the
-    CPU, for the C aggregation of training on the CPU (:mod:`trainer.native_ops`).
-    """
-
-    edge_src: torch.Tensor  # int64 (E,)
-    edge_dst: torch.Tensor  # int64 (E,)
-    num_dst: int
-    indptr: torch.Tensor | None = None  # int64 (num_dst + 1,), CPU
-
-    @classmethod
-    def from_block(cls, block: BlockLike, device: torch.device | str | None = None) -> TensorBlock:
-        """Convert a CSR block (``indptr`` over destinations, ``cols`` = source positions), vectorised."""
-        indptr = np.asarray(block.indptr, dtype=np.int64)
-        cols = np.asarray(block.cols, dtype=np.int64)
-        if indptr.shape != (block.num_dst + 1,):
-            raise ValueError(f"'Block.indptr' expected shape ({block.num_dst + 1},) (got {indptr.shape})")
-        if cols.shape != (int(indptr[-1]),):
-            raise ValueError(f"'Block.cols' expected shape ({int(indptr[-1])},) (got {cols.shape})")
-        degree = torch.from_numpy(np.diff(indptr))  # (num_dst,)
-        # repeat_interleave(repeats) = [0]*deg[0] + [1]*deg[1] + ...; output_size avoids a length pass
-        edge_dst = torch.repeat_interleave(degree, output_size=cols.shape[0])  # (E,)
-        # sample-set arrays are read-only memmap slices; torch wants writable memory
-        edge_src = torch.from_numpy(cols if cols.flags.writeable else cols.copy())  # (E,)
-        csr = torch.from_numpy(indptr if indptr.flags.writeable else indptr.copy())  # (num_dst + 1,), stays on CPU
-        if device is not None and torch.device(device).type != "cpu":
-            edge_src = edge_src.to(device, non_blocking=True)
-            edge_dst = edge_dst.to(device, non_blocking=True)
-        return cls(edge_src=edge_src, edge_dst=edge_dst, num_dst=int(block.num_dst), indptr=csr)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBlock:
-        """The same block on ``device`` (``indptr`` stays on the CPU)."""
-        return TensorBlock(
-            self.edge_src.to(device, non_blocking=non_blocking),
-            self.edge_dst.to(device, non_blocking=non_blocking),
-            self.num_dst,
-            self.indptr,
-        )
-
-    def dst_pos(self) -> torch.Tensor:
-        """Positions of the destination nodes in the layer input, ``arange(num_dst)`` (the ONNX input that
-        carries ``num_dst`` as a dynamic shape)."""
-        return torch.arange(self.num_dst, dtype=torch.int64, device=self.edge_src.device)
-
-
-def to_tensor_blocks(blocks: Sequence[BlockLike], device: torch.device | str | None = None) -> list[TensorBlock]:
-    """``[TensorBlock.from_block(b) for b in blocks]`` (input layer first, as ``SampledBatch.blocks()``)."""
-    return [TensorBlock.from_block(b, device) for b in blocks]
 
 
 #: Messages (edges x features) materialised at once by :func:`gather_scatter_sum` without autograd: a large

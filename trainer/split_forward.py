@@ -10,15 +10,13 @@ model's ``forward``: the same operations in the same order, random draws include
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from trainer.blocks import TensorBlock
 from trainer.native_ops import dropout
-
-if TYPE_CHECKING:  # trainer.models imports the models that use this mixin
-    from trainer.models import TensorBlock
 
 __all__ = ["LayerwiseSplit"]
 
