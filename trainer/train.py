@@ -1,11 +1,14 @@
 """Train a registered model on offline-sampled batches through a feature source; evaluate; checkpoint.
 
-``train(cfg, samples, source, labels)`` reads top to bottom by phase: setup, model init (scratch or resume),
-optimizer, evaluation helper, then the epoch loop ("forward backward update", "evaluate and early stopping",
-"timing and logging", "checkpoint") and termination (best weights restored, test accuracy). The phases call
-small functions: :func:`train_epoch`, :func:`evaluate`, :meth:`TrainState.to_checkpoint`. One epoch is the
-train batches of sample epoch ``epoch % samples.epochs``, so training epochs beyond the sampled ones reuse
-samples (DiskGNN cites sample reuse as harmless to accuracy).
+``train(cfg, samples, source, labels)`` reads top to bottom as one story: setup (processes, device, checks),
+data (classes, evaluation batches), model init (scratch or a warm start), optimizer and training state (fresh or
+resumed from a checkpoint), the evaluation helper, then the training loop -- per epoch its batches, per batch
+the step ("forward backward update") and the mid-epoch checkpoint; then "evaluate and early stopping", "timing
+and logging", "checkpoint" -- and "termination" (best weights restored, test accuracy). What the loop measures
+and counts lives in :mod:`trainer.epoch` (:class:`~trainer.epoch.EpochMeter`, :class:`EpochProgress`,
+:class:`EpochStats`), the evaluation in :mod:`trainer.evaluation` (:class:`~trainer.evaluation.SplitEvaluator`).
+One epoch is the train batches of sample epoch ``epoch % samples.epochs``, so training epochs beyond the sampled
+ones reuse samples (DiskGNN cites sample reuse as harmless to accuracy).
 
 Early stopping: at each evaluation, a validation accuracy above the best by more than ``cfg.min_delta`` is a
 new best (its weights are copied to the host); when ``cfg.patience`` epochs passed since the best, training
@@ -25,7 +28,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,8 +41,19 @@ from trainer.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoi
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
 from trainer.distributed import DistributedRun
+from trainer.epoch import (
+    CACHE_TIERS,
+    STAGE_BUSY_TIMERS,
+    EpochMeter,
+    EpochProgress,
+    EpochStats,
+    gpu_step_share,
+    overlap,
+    sum_epoch_timers,
+)
+from trainer.evaluation import SplitEvaluator, eval_batch_ids, evaluate
 from trainer.features import FeatureSource
-from trainer.layerwise import LayerwiseGraph, layerwise_accuracies
+from trainer.layerwise import LayerwiseGraph
 from trainer.loader import BatchLoader, LoadedBatch, Samples
 from trainer.models import GraphModel, build_model, model_options
 from trainer.precision import autocast
@@ -61,12 +75,12 @@ __all__ = [
     "overlap",
     "load_checkpoint",
     "save_checkpoint",
+    "sum_epoch_timers",
     "train",
-    "train_epoch",
+    "train_batch_ids",
 ]
 
 _HISTORY = ("losses", "train_acc", "val_accs", "epoch_s")  # per-epoch lists of a TrainState
-_CACHE_TIERS = (Tier.GPU.label, Tier.CPU.label)  # rows counted as cache hits
 
 
 class Tracker(Protocol):
@@ -125,111 +139,9 @@ class TrainResult:
     epoch_timers: list[dict[str, float]] = field(default_factory=list)
 
 
-@dataclass
-class EpochStats:
-    """What one pass over the train batches measured (:func:`train_epoch`)."""
-
-    loss: float  # mean train loss over the batches
-    train_acc: float  # accuracy over the labelled seeds, dropout on
-    epoch_s: float  # wall time of the pass, up to the last step's completion
-    bytes_read: int  # feature bytes the source read during the pass
-    read_requests: int  # read requests the source issued during the pass
-    rows: dict[str, int]  # rows served per tier label during the pass
-    timers: dict[str, float]  # the loader's stage timers (seconds)
-
-    @property
-    def cache_hit_rate(self) -> float:
-        """Fraction of the pass's rows served from the GPU/CPU caches (0.0 without rows)."""
-        total = sum(self.rows.values())
-        return sum(self.rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0
-
-    def metrics(self) -> dict[str, float]:
-        """Flat per-epoch metrics for the tracker (validation accuracy is added by the caller)."""
-        return {"loss": self.loss, "train_acc": self.train_acc, "epoch_s": self.epoch_s,
-                "bytes_read": float(self.bytes_read), "read_requests": float(self.read_requests),
-                "cache_hit_rate": self.cache_hit_rate, **self.timers, **stage_ratios(self.epoch_s, self.timers)}
-
-
-#: The pipeline's stages, by busy timer (``BatchLoader`` and :func:`train_epoch`).
-STAGE_BUSY_TIMERS = ("load_busy_s", "assemble_busy_s", "compute_busy_s")
-
-
-def overlap(epoch_s: float, timers: dict[str, float]) -> float:
-    """Epoch time over the slowest stage's busy time: 1.0 when the stages overlap perfectly, up to the number
-    of stages when they run in turn (0.0 without busy times)."""
-    slowest = max((timers.get(k, 0.0) for k in STAGE_BUSY_TIMERS), default=0.0)
-    return epoch_s / slowest if slowest > 0 else 0.0
-
-
-def sum_epoch_timers(per_epoch: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Several epochs' stage timers (each :attr:`EpochStats.timers` with its ``epoch_s``) as one set: ``train_s``
-    the sum of the epochs' times, every other timer its sum, ``overlap`` and ``gpu_step_share`` recomputed from
-    the sums (ratios do not add). ``TrainResult.epoch_timers[1:]`` gives the steady epochs' timers, without the
-    first (cold) one, as a benchmark's epoch time leaves it out."""
-    total: dict[str, float] = {"train_s": 0.0}
-    for timers in per_epoch:
-        for k, v in timers.items():
-            key = "train_s" if k == "epoch_s" else k
-            total[key] = total.get(key, 0.0) + float(v)
-    total.update(stage_ratios(total["train_s"], total))
-    return total
-
-
-def stage_ratios(epoch_s: float, timers: dict[str, float]) -> dict[str, float]:
-    """The ratios the timers of ``epoch_s`` seconds of training give: ``overlap`` and, on CUDA,
-    ``gpu_step_share`` (of one epoch's timers, or of several epochs' sums: ratios are not summed)."""
-    return {"overlap": overlap(epoch_s, timers), **gpu_step_share(epoch_s, timers)}
-
-
-def gpu_step_share(epoch_s: float, timers: dict[str, float]) -> dict[str, float]:
-    """``{"gpu_step_share": fraction}``: the share of the epoch the GPU had a training step in hand
-    (``gpu_step_s``, the steps' spans on the compute stream, over ``epoch_s``). 1.0 means compute never waited
-    for a batch. It is not the kernels' occupancy: a step's span includes the gaps between its kernels (with a
-    small model the host's launches, not the GPU, set a step's pace), so it bounds the kernels' busy time from
-    above. Empty off CUDA (no ``gpu_step_s``)."""
-    if "gpu_step_s" not in timers or epoch_s <= 0:
-        return {}
-    return {"gpu_step_share": timers["gpu_step_s"] / epoch_s}
-
-
 def _cpu_copy(model: GraphModel) -> dict[str, torch.Tensor]:
     # device -> host copy of the weights: a CPU-GPU sync point (callers do it only when validation improves)
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-
-
-@dataclass
-class EpochProgress:
-    """The epoch in progress: batches finished and running sums, checkpointed so that an epoch resumed mid-way
-    reports the same loss and accuracy as an uninterrupted one. The sums stay on the device (no host sync in
-    the step loop)."""
-
-    batch: int  # train batches of the epoch finished so far
-    loss_sum: torch.Tensor  # () float32: summed batch losses
-    correct: torch.Tensor  # () int64: correct labelled seeds
-    seen: torch.Tensor  # () int64: labelled seeds
-    bytes_read: int = 0  # feature bytes the source read for the epoch (includes batches read ahead)
-    read_requests: int = 0  # read requests the source issued for the epoch (likewise)
-    rows: dict[str, int] = field(default_factory=dict)  # rows served per tier label
-    elapsed_s: float = 0.0  # wall time of the epoch's steps so far
-
-    @classmethod
-    def start(cls, device: torch.device) -> EpochProgress:
-        """Nothing done yet."""
-        return cls(0, torch.zeros((), device=device), torch.zeros((), dtype=torch.int64, device=device),
-                   torch.zeros((), dtype=torch.int64, device=device))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Checkpoint form (tensors and primitives)."""
-        return {"batch": self.batch, "loss_sum": self.loss_sum, "correct": self.correct, "seen": self.seen,
-                "bytes_read": self.bytes_read, "read_requests": self.read_requests, "rows": dict(self.rows),
-                "elapsed_s": self.elapsed_s}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], device: torch.device) -> EpochProgress:
-        """Inverse of :meth:`to_dict`, the sums moved to ``device``."""
-        return cls(int(d["batch"]), d["loss_sum"].to(device), d["correct"].to(device), d["seen"].to(device),
-                   int(d["bytes_read"]), int(d["read_requests"]), {k: int(v) for k, v in d["rows"].items()},
-                   float(d["elapsed_s"]))
 
 
 @dataclass
@@ -346,15 +258,10 @@ class TrainState:
             stopped_epoch=self.epoch, early_stopped=0 <= self.stopped_epoch < max_epochs - 1,
             epoch_s=self.history["epoch_s"], bytes_read=self.counters["bytes_read"],
             read_requests=self.counters["read_requests"],
-            cache_hit_rate=sum(rows.get(k, 0) for k in _CACHE_TIERS) / total if total else 0.0,
+            cache_hit_rate=sum(rows.get(k, 0) for k in CACHE_TIERS) / total if total else 0.0,
             best_state_dict=self.best_state, timers=timers, model_args=self.model_args, config=self.config,
             rows_by_tier=dict(rows), epoch_timers=list(epoch_timers),
         )
-
-
-def eval_batch_ids(samples: TrainSamples, split: str) -> list[int]:
-    """Evaluation batches of ``split``: those of sample epoch 0, or all of them if epoch 0 has none."""
-    return samples.batch_ids(split, 0) or samples.batch_ids(split)
 
 
 def compute_threads(num_threads: int, device: torch.device, sequential: bool, source: FeatureSource) -> int:
@@ -391,97 +298,8 @@ def _torch_modes(deterministic: bool, num_threads: int) -> Iterator[None]:
         torch.set_num_threads(before[2])
 
 
-# ---------------------------------------------------------------------------------------------- phases
-def train_epoch(state: TrainState, loader: BatchLoader, source: FeatureSource,
-                forward: Callable[[GraphModel, LoadedBatch], torch.Tensor] | None = None,
-                num_batches: int | None = None, after_step: Callable[[int], None] | None = None) -> EpochStats:
-    """Forward, backward, update over ``loader``'s batches: the rest of the epoch in ``state.progress``.
-
-    ``source`` is the loader's feature source (its counters give the pass's I/O); ``forward(model, batch)``
-    replaces ``model(x, blocks)`` (a policy's :class:`TrainHook`); ``num_batches`` is the epoch's batches in
-    all (default ``len(loader)``: a fresh epoch), the loss's denominator; ``after_step(batch)`` is called after
-    each step with the batches finished, ``state.progress`` and ``state.step`` up to date (a checkpoint taken
-    there resumes at the next batch).
-    """
-    model, optimizer, p = state.model, state.optimizer, state.progress
-    assert p is not None
-    num_batches = len(loader) if num_batches is None else num_batches
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    mark = [source.bytes_read, source.read_requests, dict(source.rows_by_tier), t0]
-
-    def sync() -> None:  # fold the source's counters and the wall time since the last sync into the progress
-        rows = source.rows_by_tier
-        p.bytes_read += source.bytes_read - mark[0]
-        p.read_requests += source.read_requests - mark[1]
-        for k, v in rows.items():
-            p.rows[k] = p.rows.get(k, 0) + v - mark[2].get(k, 0)
-        now = time.perf_counter()
-        p.elapsed_s += now - mark[3]
-        mark[:] = [source.bytes_read, source.read_requests, dict(rows), now]
-
-    # CUDA: each step's span on the compute stream, from before its first kernel to after its last (events, no
-    # host sync): summed, the time the GPU had a step in hand; the rest of the pass it waited for batches
-    steps_on_gpu: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-    on_cuda = state.device.type == "cuda"
-    model.train()
-    for lb in loader:
-        if on_cuda:
-            steps_on_gpu.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-            steps_on_gpu[-1][0].record()
-        # forward backward update
-        with autocast(state.device, state.config.get("autocast", "none")):  # train.autocast: the forward only
-            logits = forward(model, lb) if forward is not None else model(lb.x, lb.blocks)  # (num_seeds, C)
-            loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if on_cuda:
-            steps_on_gpu[-1][1].record()
-        # running sums stay on the device: no host sync inside the step loop
-        p.loss_sum += loss.detach()
-        labelled = lb.y >= 0
-        p.correct += (logits.detach().argmax(dim=1) == lb.y)[labelled].sum()
-        p.seen += labelled.sum()
-        p.batch += 1
-        state.step += 1
-        if after_step is not None:
-            sync()
-            after_step(p.batch)
-    loss_mean = p.loss_sum.item() / max(num_batches, 1)  # note: CPU-GPU sync point, waits for the last step
-    sync()
-    pass_s = time.perf_counter() - t0  # this pass only (a resumed epoch's loader timed only this pass too)
-    train_acc = p.correct.item() / max(p.seen.item(), 1)  # already synced above: no extra wait
-    timers = dict(loader.timers)
-    timers["compute_busy_s"] = max(pass_s - timers.get("wait_s", 0.0), 0.0)  # the consumer stage's work
-    # CPU time of the whole process over the pass (every thread: torch's pool too, including its OpenMP workers
-    # spinning between parallel regions), and what is left of it after the loader's stages: on a machine with
-    # few cores the stages compete for them, and overlapping the stages cannot shorten the epoch
-    timers["cpu_s"] = time.process_time() - cpu0
-    timers["compute_cpu_s"] = max(timers["cpu_s"] - timers["load_cpu_s"] - timers["assemble_cpu_s"], 0.0)
-    if on_cuda:  # every event has completed: the .item() above waited for the stream
-        timers["gpu_step_s"] = sum(start.elapsed_time(end) for start, end in steps_on_gpu) / 1000.0
-    return EpochStats(loss=loss_mean, train_acc=train_acc, epoch_s=p.elapsed_s, bytes_read=p.bytes_read,
-                      read_requests=p.read_requests, rows=dict(p.rows), timers=timers)
-
-
-@torch.no_grad()
-def evaluate(model: GraphModel, loader: BatchLoader, device: torch.device) -> float:
-    """Accuracy over the labelled seeds of ``loader``'s batches, dropout off (train mode restored after);
-    nan when no seed is labelled."""
-    model.eval()
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    total = torch.zeros((), dtype=torch.int64, device=device)
-    for lb in loader:
-        pred = model(lb.x, lb.blocks).argmax(dim=1)  # (num_seeds,)
-        labelled = lb.y >= 0
-        correct += (pred == lb.y)[labelled].sum()
-        total += labelled.sum()
-    model.train()
-    num_correct, num_total = correct.item(), total.item()  # note: CPU-GPU sync point, once per evaluation
-    return num_correct / num_total if num_total else float("nan")
-
-
 def _check_inputs(cfg: TrainConfig, samples: TrainSamples, labels: np.ndarray) -> np.ndarray:
+    """``labels`` as an array, once they, the config's layer count and the sampled epochs are checked."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.dtype != np.int64:
         raise ValueError(f"'labels' expected a 1-D int64 array (got {labels.dtype} {labels.shape})")
@@ -493,14 +311,27 @@ def _check_inputs(cfg: TrainConfig, samples: TrainSamples, labels: np.ndarray) -
     return labels
 
 
-def _resume(path: str, model: GraphModel, optimizer: torch.optim.Optimizer, model_args: dict[str, Any],
-            config: dict[str, Any], device: torch.device) -> TrainState:
+def _resumed_state(path: str, model: GraphModel, optimizer: torch.optim.Optimizer, model_args: dict[str, Any],
+                   config: dict[str, Any], device: torch.device) -> TrainState:
+    """The training state the checkpoint at ``path`` saved, loaded into ``model`` and ``optimizer`` (which must
+    be built as its ``model_args`` say), with the random generators set to the saved ones."""
     ckpt = load_checkpoint(path, map_location=device)
     if ckpt["model_args"] != model_args:
         raise ValueError(f"'{path}' expected model_args {model_args} (got {ckpt['model_args']})")
     state = TrainState.from_checkpoint(ckpt, model, optimizer, config, device)
     state.restore_rng()  # dropout continues where it stopped
     return state
+
+
+def train_batch_ids(samples: TrainSamples, hook: TrainHook | None, epoch: int) -> list[int]:
+    """The train batches of ``epoch``: those of sample epoch ``epoch % samples.epochs``, or the ``hook``'s own
+    where it lists them (a policy that re-batches the seeds: ``mariusgnn``)."""
+    train_ids = samples.batch_ids("train", epoch % samples.epochs)
+    if hook is not None and callable(getattr(hook, "batch_ids", None)):
+        train_ids = hook.batch_ids(epoch % samples.epochs)
+    if not train_ids:
+        raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} (got none)")
+    return train_ids
 
 
 def train(
@@ -530,7 +361,7 @@ def train(
     ``cfg.distributed``) every rank calls this and trains its share of the batches data parallel
     (``trainer.distributed``); only rank 0 logs and checkpoints.
     """
-    # ------------------------------------------------------------------ setup
+    # ------------------------------------------------------------------ setup: processes, device, checks
     if cfg.checkpoint_every and not cfg.checkpoint_path:
         raise ValueError(f"'TrainConfig.checkpoint_every' expected a checkpoint_path to write to "
                          f"(got checkpoint_every={cfg.checkpoint_every} and checkpoint_path='')")
@@ -542,7 +373,6 @@ def train(
                          f"{type(source.train_hook).__name__})")
     if ddp and not ddp.is_main:  # only rank 0 logs and writes checkpoints
         tracker, cfg = None, dataclasses.replace(cfg, checkpoint_path="")
-    eval_source = source if eval_source is None else eval_source
     labels = _check_inputs(cfg, samples, labels)
     autocast(device, cfg.autocast)  # refused here, before any work, where the device cannot run it
     if cfg.eval_mode == "layerwise" and (layerwise is None or ddp):
@@ -550,11 +380,14 @@ def train(
             ddp.close()
         raise ValueError("'train.eval_mode' layerwise expected the full graph (a LayerwiseGraph) and a single "
                          f"process (got layerwise={type(layerwise).__name__}, distributed={ddp is not None})")
+
+    # ------------------------------------------------------------------ data: classes, evaluation batches
+    eval_source = source if eval_source is None else eval_source
     num_classes = cfg.num_classes or int(labels.max()) + 1
     eval_ids = {split: eval_batch_ids(samples, split) for split in ("val", "test")}
-    torch.manual_seed(cfg.seed)
 
-    # ------------------------------------------------------------------ model init (scratch or resume)
+    # ------------------------------------------------------------------ model init (scratch or warm start)
+    torch.manual_seed(cfg.seed)  # the initial weights, then every dropout mask
     model_args = {"model": cfg.model, "in_dim": int(source.feature_dim), "hidden_dim": cfg.hidden_dim,
                   "out_dim": num_classes, "num_layers": samples.num_layers, "dropout": cfg.dropout,
                   **model_options(cfg)}  # the settings the model reads beyond these (gat: heads)
@@ -562,10 +395,10 @@ def train(
     if init is not None:  # before the optimizer and the initial best-weights copy
         init(model, model_args)
 
-    # ------------------------------------------------------------------ optimizer
+    # ------------------------------------------------------------------ optimizer, training state (fresh or resumed)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.resume:
-        state = _resume(cfg.resume, model, optimizer, model_args, cfg.to_dict(), device)
+    if cfg.resume:  # weights, optimizer, position, history, best weights and generators from the checkpoint
+        state = _resumed_state(cfg.resume, model, optimizer, model_args, cfg.to_dict(), device)
     else:
         state = TrainState(model, optimizer, model_args, cfg.to_dict(), device)
     if ddp:
@@ -574,50 +407,50 @@ def train(
         tracker.log_params({**cfg.to_dict(), "num_layers": samples.num_layers, "num_classes": num_classes})
 
     # ------------------------------------------------------------------ evaluation helper
-    def evaluate_splits(*splits: str) -> dict[str, float]:
-        with autocast(device, cfg.autocast):
-            if cfg.eval_mode == "layerwise":
-                assert layerwise is not None  # checked at the start
-                return layerwise_accuracies(model, layerwise, splits, device)  # one pass for all of them
-            accs = {}
-            for split in splits:
-                ids = ddp.shard_eval(eval_ids[split]) if ddp else eval_ids[split]
-                loader = BatchLoader(samples, eval_source, ids, labels, cfg.prefetch, device, cfg.sequential)
-                accs[split] = ddp.evaluate(model, loader) if ddp else evaluate(model, loader, device)
-            return accs
-
+    evaluator = SplitEvaluator(model, samples, eval_source, eval_ids, labels, device, cfg, layerwise, ddp)
     # layer-wise, the last epoch's val and test share one pass; its test accuracy counts if its weights are best
     final_test: tuple[int, float] | None = None
 
-    # ------------------------------------------------------------------ epoch loop
+    # ------------------------------------------------------------------ training loop
     threads = compute_threads(cfg.num_threads, device, cfg.sequential, source)
     timers: dict[str, float] = {"eval_s": 0.0, "compute_threads": float(threads)}
     epoch_timers: list[dict[str, float]] = []  # this run's epochs (a resumed run: those after the checkpoint)
+    after_each_step = bool(cfg.checkpoint_every) or on_step is not None  # a checkpoint or a caller may look
     with _torch_modes(cfg.deterministic, threads):
         epoch = state.epoch + 1
         while epoch < cfg.epochs and state.stopped_epoch < 0:
-            # forward backward update (from the checkpointed batch when resuming mid-epoch)
+            # the epoch's batches, from the checkpointed batch when resuming mid-epoch
             hook: TrainHook | None = source.train_hook  # a policy's own topology and forward
-            train_ids = samples.batch_ids("train", epoch % samples.epochs)
-            if hook is not None and callable(getattr(hook, "batch_ids", None)):
-                train_ids = hook.batch_ids(epoch % samples.epochs)  # a policy that re-batches the seeds (mariusgnn)
-            if not train_ids:
-                raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} "
-                                 "(got none)")
+            train_ids = train_batch_ids(samples, hook, epoch)
             if ddp:
                 train_ids = ddp.shard(train_ids)  # this rank's share, as many as every other rank's
-            assert state.progress is not None
-            loader = BatchLoader(hook.samples if hook else samples, source, train_ids[state.progress.batch:], labels,
+            p = state.progress  # the epoch's position and running sums
+            assert p is not None
+            loader = BatchLoader(hook.samples if hook else samples, source, train_ids[p.batch:], labels,
                                  cfg.prefetch, device, cfg.sequential)
+            meter = EpochMeter(source, p, device)  # times the pass and counts its I/O from here
+            state.model.train()
+            for lb in loader:
+                # forward backward update
+                meter.step_started()
+                with autocast(device, cfg.autocast):  # train.autocast: the forward only
+                    logits = hook.forward(state.model, lb) if hook else state.model(lb.x, lb.blocks)  # (seeds, C)
+                    loss = F.cross_entropy(logits, lb.y, ignore_index=-1)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                meter.step_finished()
+                p.count_batch(loss, logits, lb.y)  # running sums stay on the device: no host sync
+                state.step += 1
 
-            def after_step(batch: int, epoch: int = epoch, last: int = len(train_ids)) -> None:
-                if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0 and batch < last:
-                    save_checkpoint(cfg.checkpoint_path, state.to_checkpoint())  # mid-epoch position
-                if on_step is not None:
-                    on_step(epoch, batch)
-
-            step_hook = after_step if cfg.checkpoint_every or on_step is not None else None
-            stats = train_epoch(state, loader, source, hook.forward if hook else None, len(train_ids), step_hook)
+                # mid-epoch checkpoint (the epoch's last batch is checkpointed below), then the caller's on_step
+                if after_each_step:
+                    meter.fold_counters()  # the progress up to date: a checkpoint here resumes at the next batch
+                    if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0 and p.batch < len(train_ids):
+                        save_checkpoint(cfg.checkpoint_path, state.to_checkpoint())
+                    if on_step is not None:
+                        on_step(epoch, p.batch)
+            stats = meter.finish(loader, len(train_ids))
             if ddp:
                 stats = ddp.reduce_stats(stats, model)  # every rank reports the same numbers
 
@@ -626,7 +459,7 @@ def train(
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                 t0 = time.perf_counter()
                 shared = cfg.eval_mode == "layerwise" and epoch == cfg.epochs - 1
-                accs = evaluate_splits("val", "test") if shared else evaluate_splits("val")
+                accs = evaluator.accuracies("val", "test") if shared else evaluator.accuracies("val")
                 val_acc = accs["val"]
                 if shared:
                     final_test = (epoch, accs["test"])
@@ -658,7 +491,7 @@ def train(
             state.best["test_acc"] = final_test[1]  # the restored weights are the ones it was computed with
         elif state.best["epoch"] >= 0:
             t0 = time.perf_counter()
-            state.best["test_acc"] = evaluate_splits("test")["test"]
+            state.best["test_acc"] = evaluator.accuracies("test")["test"]
             timers["eval_s"] += time.perf_counter() - t0
     if ddp:
         ddp.close()
