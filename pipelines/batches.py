@@ -137,9 +137,8 @@ class TrainingData:
         self._check_open()
         if split == "train":
             sampled = epoch % max(self.samples.epochs, 1)
-            if self._hook is not None and callable(getattr(self._hook, "batch_ids", None)):
-                return list(self._hook.batch_ids(sampled))
-            return self.samples.batch_ids("train", sampled)
+            own = self._hook.batch_ids(sampled) if self._hook is not None else None
+            return list(own) if own is not None else self.samples.batch_ids("train", sampled)
         return self.samples.batch_ids(split)
 
     def batches(self, split: str = "train", epoch: int = 0, prefetch: int | None = None) -> Iterator[Batch]:
@@ -148,15 +147,14 @@ class TrainingData:
         included. Leaving the loop early stops them.
 
         Every batch is the loop's to keep: ``batch.x`` may outlive the step (a list of batches, a model that
-        caches its input). So the loader runs with ``keep_batches=True``: a batch's host block is handed to the
-        loop for good and never reused for a later batch (``strata run``'s own loop instead lets the source
-        reuse it once the next batch is asked for: ``trainer.loader``)."""
+        caches its input), so its host block is never reused for a later batch (the loader's default;
+        ``strata run``'s own loop instead releases each batch when it asks for the next: ``trainer.loader``)."""
         from trainer.loader import BatchLoader
 
         ids = self.batch_ids(split, epoch)
         samples = self._hook.samples if split == "train" and self._hook is not None else self.samples
         loader = BatchLoader(samples, self.source, ids, self.labels, prefetch=prefetch or self.cfg.train.prefetch,
-                             device=self.device, extra=self._pyg_form, keep_batches=True)
+                             device=self.device, extra=self._pyg_form)
         with contextlib.closing(loader):
             for lb in loader:
                 yield Batch(x=lb.x, y=lb.y, batch_size=lb.num_seeds, blocks=list(lb.blocks), batch_id=int(lb.batch_id),

@@ -82,7 +82,8 @@ class SplitEvaluator:
             accs = {}
             for split in splits:
                 ids = ddp.shard_eval(self.eval_ids[split]) if ddp else self.eval_ids[split]
+                # each batch is done once the next is asked for: its staging block may be reused
                 loader = BatchLoader(self.samples, self.source, ids, self.labels, cfg.prefetch, self.device,
-                                     cfg.sequential)
+                                     cfg.sequential, release_batches=True)
                 accs[split] = ddp.evaluate(self.model, loader) if ddp else evaluate(self.model, loader, self.device)
             return accs

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from trainer.models import TensorBlock
+from trainer.batch import TrainHook
+from trainer.blocks import TensorBlock
 from trainer.pruned_samples import HistoryLists, PrunedSamples
 
 if TYPE_CHECKING:
-    from trainer.loader import LoadedBatch
+    from trainer.batch import LoadedBatch
 
 __all__ = ["HistoricalCache", "HistoryHook", "HistoryModel", "split_forward"]
 
@@ -105,7 +106,7 @@ class HistoricalCache:
         return h
 
 
-class HistoryHook:
+class HistoryHook(TrainHook):
     """``trainer.train``'s hook for ``outre``: the pruned training batches (``samples``) and the forward that
     exchanges candidates' h^{L-1} with the cache."""
 

@@ -18,13 +18,13 @@ Queues between stages hold at most ``prefetch`` batches. A source that is not sp
 load stage takes a slot before each read and the assemble stage gives it back when the batch's assemble
 ends, so a chunk buffer is never overwritten before its rows are gathered (``trainer.features.buffers``).
 
-When a batch is done (``FeatureSource.release``): a batch is done when the consumer asks for the next one
-(or leaves the loop): the loader then releases it, and the source may reuse its staging block (on the CPU,
-the block ``LoadedBatch.x`` is a view of) for a later batch. Strata's own loops (``trainer.train``) keep to
-this: a step is over, its tensors unused, before they ask for the next batch. A consumer that may keep a
-batch's tensors after that (a user's own loop, ``pipelines.batches``) passes ``keep_batches=True``: the
-loader then hands every batch's block to the consumer for good (``FeatureSource.keep``), and none is reused.
-Batches the loader drops (an early exit, a failure) are released.
+Who owns a batch's staging block (on the CPU, the block ``LoadedBatch.x`` is a view of): by default the
+consumer, for good (``FeatureSource.keep``): a loop may keep any batch's tensors as long as it likes, and no
+block is reused. A consumer that promises to be done with a batch when it asks for the next one (its step
+over, no tensor of the batch kept: Strata's own training and evaluation loops, ``trainer.train`` and
+``trainer.evaluation``) passes ``release_batches=True``: the loader then releases each batch at that moment
+(``FeatureSource.release``) and the source reuses its block for a later batch, which saves the page faults of
+a fresh block per batch. Batches the loader drops (an early exit, a failure) are released either way.
 
 Timers (seconds, cumulative over the loader's life): ``load_busy_s`` and ``assemble_busy_s`` (each stage's
 work), ``graph_s`` (topology: batch record + block conversion), ``read_s`` and ``assemble_s`` (the source's
@@ -43,44 +43,20 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from storage_kernels.sampleset import SampledBatch
-from trainer.features import FeatureSource
-from trainer.models import TensorBlock, to_tensor_blocks
+from trainer.batch import LoadedBatch, Samples
+from trainer.blocks import to_tensor_blocks
+from trainer.features.base import FeatureSource
 
 __all__ = ["BatchLoader", "BatchLoaderError", "LoadedBatch", "Samples"]
 
 _POLL_S = 0.05  # how often a blocked put/get re-checks the stop event / the reader's liveness
-
-
-class Samples(Protocol):
-    """What the loader reads of a sample set (``storage_kernels.sampleset.SampleSet``): one batch by id."""
-
-    def batch(self, i: int) -> SampledBatch: ...
-
-
-@dataclass
-class LoadedBatch:
-    """One batch ready for the model; ``ready`` is set when its copies were queued on a side CUDA stream.
-
-    On the CPU ``x`` is the source's staging block: it holds this batch until the batch is done (the consumer
-    asks for the next one), unless the loader runs with ``keep_batches`` (module docstring)."""
-
-    batch_id: int
-    x: torch.Tensor  # (num_nodes, F) float32
-    y: torch.Tensor  # (num_seeds,) int64, -1 = unlabelled
-    blocks: list[TensorBlock]  # input layer first
-    ready: torch.cuda.Event | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # the loader's ``extra(batch, device)``, if it has one
-
-    @property
-    def num_seeds(self) -> int:
-        return int(self.y.shape[0])
 
 
 class BatchLoaderError(RuntimeError):
@@ -113,8 +89,9 @@ class BatchLoader:
     thread, into ``LoadedBatch.extra`` (``pipelines.batches``: PyG's ``edge_index`` and node ids); its tensors
     are treated as ``x`` is on a side CUDA stream.
 
-    A batch is done when the consumer asks for the next one or leaves the loop; ``keep_batches=True`` for a
-    consumer that may keep a batch's tensors longer (module docstring).
+    Every batch's tensors are the consumer's to keep, unless ``release_batches=True``: then a batch is done,
+    and its staging block reused, once the consumer asks for the next batch or leaves the loop (module
+    docstring).
 
     Each iteration starts fresh stage threads; leaving the loop early (``break``, an exception, or
     :meth:`close`) stops and joins them. A stage's exception is re-raised in the consumer as
@@ -124,7 +101,7 @@ class BatchLoader:
     def __init__(self, samples: Samples, source: FeatureSource, batch_ids: Sequence[int], labels: np.ndarray,
                  prefetch: int = 2, device: torch.device | str = "cpu", sequential: bool = False,
                  extra: Callable[[SampledBatch, torch.device], dict[str, Any]] | None = None,
-                 keep_batches: bool = False) -> None:
+                 release_batches: bool = False) -> None:
         if prefetch < 1:
             raise ValueError(f"'prefetch' expected >= 1 (got {prefetch})")
         labels = np.asarray(labels)
@@ -134,7 +111,7 @@ class BatchLoader:
         self.batch_ids = [int(b) for b in batch_ids]
         self.prefetch, self.sequential = int(prefetch), bool(sequential)
         self.extra = extra
-        self.keep_batches = bool(keep_batches)
+        self.release_batches = bool(release_batches)
         self.device = torch.device(device)
         self.split = bool(source.split)
         # each stage's timers, written by the thread that runs it alone (the consumer's: wait_s)
@@ -199,13 +176,13 @@ class BatchLoader:
         return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks, extra=extra)
 
     def _done(self, data: Any) -> None:
-        """The batch read as ``data`` is done: the source may reuse what it lent it (kept for good with
-        ``keep_batches``)."""
+        """The consumer moved past the batch read as ``data``: with ``release_batches`` the source may reuse what
+        it lent it; otherwise the consumer keeps it for good."""
         if self.split:
-            if self.keep_batches:
-                self.source.keep(data)
-            else:
+            if self.release_batches:
                 self.source.release(data)
+            else:
+                self.source.keep(data)
 
     def _drop(self, item: Any) -> None:
         """A batch that never reaches the consumer (stopped, failed): nothing reads its tensors."""

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels.packstore import Tier
+from trainer.batch import Samples, TrainHook
 from trainer.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from trainer.config import TrainConfig
 from trainer.device import resolve_device
@@ -54,7 +55,7 @@ from trainer.epoch import (
 from trainer.evaluation import SplitEvaluator, eval_batch_ids, evaluate
 from trainer.features import FeatureSource
 from trainer.layerwise import LayerwiseGraph
-from trainer.loader import BatchLoader, LoadedBatch, Samples
+from trainer.loader import BatchLoader
 from trainer.models import GraphModel, build_model, model_options
 from trainer.precision import autocast
 
@@ -89,17 +90,6 @@ class Tracker(Protocol):
     def log_params(self, params: dict[str, Any]) -> None: ...
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
-
-
-class TrainHook(Protocol):
-    """A feature source's ``train_hook`` (optional): the training batches' topology (``samples``, same batch
-    ids) and the training step's forward -- OUTRE's pruned batches and historical cache
-    (``trainer.history.HistoryHook``). A hook with ``batch_ids(sample_epoch)`` also lists the training batches
-    itself (``mariusgnn``'s per-partition-set batches). Evaluation is unchanged."""
-
-    samples: Samples
-
-    def forward(self, model: GraphModel, batch: LoadedBatch) -> torch.Tensor: ...
 
 
 class TrainSamples(Samples, Protocol):
@@ -327,8 +317,9 @@ def train_batch_ids(samples: TrainSamples, hook: TrainHook | None, epoch: int) -
     """The train batches of ``epoch``: those of sample epoch ``epoch % samples.epochs``, or the ``hook``'s own
     where it lists them (a policy that re-batches the seeds: ``mariusgnn``)."""
     train_ids = samples.batch_ids("train", epoch % samples.epochs)
-    if hook is not None and callable(getattr(hook, "batch_ids", None)):
-        train_ids = hook.batch_ids(epoch % samples.epochs)
+    own = hook.batch_ids(epoch % samples.epochs) if hook is not None else None
+    if own is not None:
+        train_ids = own
     if not train_ids:
         raise ValueError(f"'samples' expected train batches for sample epoch {epoch % samples.epochs} (got none)")
     return train_ids
@@ -426,8 +417,10 @@ def train(
                 train_ids = ddp.shard(train_ids)  # this rank's share, as many as every other rank's
             p = state.progress  # the epoch's position and running sums
             assert p is not None
+            # a step is over (backward freed what it saved) before the next batch is asked for: the loader may
+            # then reuse the batch's staging block
             loader = BatchLoader(hook.samples if hook else samples, source, train_ids[p.batch:], labels,
-                                 cfg.prefetch, device, cfg.sequential)
+                                 cfg.prefetch, device, cfg.sequential, release_batches=True)
             meter = EpochMeter(source, p, device)  # times the pass and counts its I/O from here
             state.model.train()
             for lb in loader:

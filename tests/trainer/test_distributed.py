@@ -62,8 +62,7 @@ def _reference(cfg: TrainConfig, samples: SampleSet, source: PackedFeatures, lab
     losses = []
     for epoch in range(cfg.epochs):
         ids = samples.batch_ids("train", epoch % samples.epochs)
-        batches = list(BatchLoader(samples, source, ids[: len(ids) // WORLD * WORLD], labels, sequential=True,
-                                   keep_batches=True))
+        batches = list(BatchLoader(samples, source, ids[: len(ids) // WORLD * WORLD], labels, sequential=True))
         total = 0.0
         for pair in zip(batches[0::WORLD], batches[1::WORLD], strict=True):
             loss = sum(F.cross_entropy(model(b.x, b.blocks), b.y, ignore_index=-1) for b in pair) / WORLD

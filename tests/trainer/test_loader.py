@@ -184,17 +184,18 @@ def test_each_stage_times_itself_once_when_assemble_overlaps_read(dataset) -> No
     assert loader.timers["read_s"] == pytest.approx(source.read_s, rel=1e-9)
 
 
-def test_a_batch_is_done_when_the_consumer_asks_for_the_next(dataset) -> None:
-    """Strata's contract: a CPU batch's staging block is reused only after the consumer asked for the next batch
-    (never under the batch it holds); every lease is settled, an early exit included."""
+def test_a_released_batch_is_done_when_the_consumer_asks_for_the_next(dataset) -> None:
+    """Strata's own loops (``release_batches``): a CPU batch's staging block is reused only after the consumer
+    asked for the next batch (never under the batch it holds); every lease is settled, an early exit included."""
     ids = dataset.samples.batch_ids("train", 0) * 3
     source = InMemoryFeatures(dataset.features)
-    for lb in BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2):
+    for lb in BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2, release_batches=True):
         time.sleep(0.002)  # the stages run ahead meanwhile
         assert torch.equal(lb.x, torch.from_numpy(dataset.features[dataset.samples.batch(lb.batch_id).nodes]))
     pool = source.staging_pool
     assert pool.reused > 0 and pool.lent == 0
-    for i, _ in enumerate(BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2)):
+    for i, _ in enumerate(BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=2,
+                                      release_batches=True)):
         if i == 2:
             break
     assert pool.lent == 0  # the held batch and those queued or in flight were released
@@ -202,10 +203,10 @@ def test_a_batch_is_done_when_the_consumer_asks_for_the_next(dataset) -> None:
 
 @pytest.mark.parametrize("sequential", [False, True])
 def test_kept_batches_are_never_reused(dataset, sequential: bool) -> None:
-    """``keep_batches`` (a user's own loop, ``pipelines.batches``): every batch's tensors may outlive the loop."""
+    """By default (a user's own loop, ``pipelines.batches``) every batch's tensors may outlive the loop."""
     ids = dataset.samples.batch_ids("train", 0) * 3
     source = InMemoryFeatures(dataset.features)
-    kept = list(BatchLoader(dataset.samples, source, ids, dataset.labels, sequential=sequential, keep_batches=True))
+    kept = list(BatchLoader(dataset.samples, source, ids, dataset.labels, sequential=sequential))
     for lb in kept:
         assert torch.equal(lb.x, torch.from_numpy(dataset.features[dataset.samples.batch(lb.batch_id).nodes]))
     assert source.staging_pool.reused == 0 and source.staging_pool.lent == 0
@@ -254,8 +255,7 @@ def test_loader_rejects_bad_arguments(dataset) -> None:
 @requires_cuda
 def test_loader_on_cuda_matches_cpu(dataset) -> None:
     ids = dataset.samples.batch_ids("train", 0)
-    cpu = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels,
-                           keep_batches=True))
+    cpu = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels))
     gpu = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features, device="cuda"), ids, dataset.labels,
                            device="cuda"))
     for a, b in zip(cpu, gpu, strict=True):

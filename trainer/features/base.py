@@ -33,7 +33,7 @@ from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.iobackend import resolve_backend
 
 if TYPE_CHECKING:
-    from trainer.train import TrainHook
+    from trainer.batch import TrainHook
 
 __all__ = ["FeatureSource", "FeatureSourceBase", "FeatureTier", "NodeBatch", "TierRead", "block_positions",
            "block_runs", "check_rows", "read_blocks"]
@@ -72,7 +72,7 @@ class FeatureSource(Protocol):
         another batch (``release``: ``BatchLoader`` calls it when the consumer asks for the next batch or leaves
         the loop) -- or the caller keeps its tensors for good (``keep``: a user's own loop).
 
-    Training: ``train_hook`` (``None``, or a policy's own training batches and forward: ``trainer.train.TrainHook``);
+    Training: ``train_hook`` (``None``, or a policy's own training batches and forward: ``trainer.batch.TrainHook``);
     ``tiers`` (the tier chain, outermost first; empty for a source without tiers: ``trainer.train.compute_threads``
     asks whether one ``reads_disk``).
 

@@ -18,7 +18,7 @@ import torch
 from trainer.features.base import FeatureSource, FeatureTier, NodeBatch
 
 if TYPE_CHECKING:
-    from trainer.train import TrainHook
+    from trainer.batch import TrainHook
 
 __all__ = ["HalfFeatures", "decode_half_words"]
 

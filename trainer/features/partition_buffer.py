@@ -32,6 +32,7 @@ from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up
 from storage_kernels.packstore import BatchAddresses, Tier
 from storage_kernels.sampleset import SampledBatch, SampleSet, SampleSetView
+from trainer.batch import TrainHook
 from trainer.features.base import DirectFile, FeatureTier, NodeBatch, TierRead
 from trainer.features.file import FileTier
 from trainer.features.source import BatchRead, TieredSource
@@ -199,7 +200,7 @@ class SetSamples(SampleSetView):
                             hop_counts=b.hop_counts, indptrs=b.indptrs, cols=b.cols)
 
 
-class SetHook:
+class SetHook(TrainHook):
     """The ``train_hook``: the per-set batches (``samples``, ``batch_ids(epoch)``) and a plain forward."""
 
     def __init__(self, samples: SetSamples) -> None:
