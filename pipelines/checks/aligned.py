@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.checks import CheckInputs, Finding, StageCheck
+from pipelines.checks.base import CheckInputs, Finding, StageCheck
 from storage_kernels import kernels
 from storage_kernels.alignedstore import (
     ALIGNED_BIN,

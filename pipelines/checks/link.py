@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipelines.checks import CheckInputs, Finding
+from pipelines.checks.base import CheckInputs, Finding
 
 __all__ = ["check_link_metrics", "link_onnx_matches_torch"]
 

@@ -17,6 +17,7 @@ from pipelines.checks import (
     check_sample_blocks,
     check_sample_seeds,
 )
+from pipelines.checks import graph as graph_checks
 
 # A hand-drawn 4-node graph: 0-1, 0-2, 1-2, 2-3 (symmetrised).
 INDPTR = np.array([0, 2, 4, 7, 8], dtype=np.int64)
@@ -26,7 +27,7 @@ INDICES = np.array([1, 2, 0, 2, 0, 1, 3, 2], dtype=np.int64)
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stream in chunks of 3 so the chunk boundaries are exercised by these tiny arrays."""
-    monkeypatch.setattr(checks, "_CHUNK", 3)
+    monkeypatch.setattr(graph_checks, "_CHUNK", 3)  # where check_features_finite reads it
 
 
 def test_csr_valid() -> None:
