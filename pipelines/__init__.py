@@ -58,8 +58,8 @@ MOVED = {
     "pipelines.assets": "pipelines.orchestration.assets",
     "pipelines.resources": "pipelines.orchestration.resources",
     "pipelines.partitioned": "pipelines.orchestration.partitions",
-    "pipelines.retrain": "pipelines.orchestration.retrain",
-    "pipelines.gc_job": "pipelines.orchestration.gc_job",
+    "pipelines.retrain": "pipelines.orchestration.sensors",
+    "pipelines.gc_job": "pipelines.orchestration.jobs",
     "pipelines.source_watch": "pipelines.orchestration.source_watch",
     "pipelines.ui_datasets": "pipelines.orchestration.ui_datasets",
     "pipelines.sample_shards": "pipelines.shards.sample",
@@ -74,6 +74,9 @@ MOVED = {
     "pipelines.summary": "pipelines.cli.summary",
     "pipelines.distributed": "pipelines.cli.distributed",
     "pipelines.ui_process": "pipelines.cli.ui_process",
+    # split after the regrouping: the sensor (retrain's) and the jobs (gc_job's op and job) hold their main names
+    "pipelines.orchestration.retrain": "pipelines.orchestration.sensors",
+    "pipelines.orchestration.gc_job": "pipelines.orchestration.jobs",
 }
 
 install_moved(MOVED)

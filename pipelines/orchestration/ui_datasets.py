@@ -9,6 +9,7 @@ ingest options), and the built-in default (``tiny``). :func:`materialized_datase
 ``pipelines.orchestration.definitions`` offers one job per dataset (``strata_job_<name>``) whose launchpad config
 selects it,
 and the schedule resolves the default again at every tick (:func:`default_run_config`).
+:func:`environment_root` and :func:`environment_config` read the root and the default from the environment.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import PipelineConfig
+from pipelines.core.paths import resolve_root
 
 __all__ = ["LAST_RUN_FILE", "MaterializedDataset", "dataset_run_config", "default_config", "default_run_config",
-           "job_name_for", "last_run", "materialized_datasets", "record_last_run"]
+           "environment_config", "environment_root", "job_name_for", "last_run", "materialized_datasets",
+           "record_last_run"]
 
 LAST_RUN_FILE = "last_run.json"
 _MANIFEST = "manifest.json"
@@ -137,3 +140,15 @@ def default_run_config(root: str | Path, config_file: str | None = None, dataset
     """:func:`dataset_run_config` of :func:`default_config` now (what a schedule tick should run on)."""
     cfg = default_config(root, config_file, dataset)
     return dataset_run_config(cfg.dataset, dict(cfg.ingest.options))
+
+
+def environment_root() -> Path:
+    """The data root the Dagster definitions serve: ``STRATA_HOME``, else the default root."""
+    return resolve_root(os.environ.get("STRATA_HOME") or None)
+
+
+def environment_config() -> PipelineConfig:
+    """What UI-launched runs default to: ``STRATA_DATASET``, else ``STRATA_CONFIG``'s dataset, else the last
+    dataset run under the root (:func:`default_config`)."""
+    return default_config(environment_root(), os.environ.get("STRATA_CONFIG") or None,
+                          os.environ.get("STRATA_DATASET") or None)

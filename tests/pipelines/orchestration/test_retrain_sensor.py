@@ -13,8 +13,8 @@ import pytest
 
 from pipelines.config import PipelineConfig
 from pipelines.orchestration.definitions import RETRAIN_JOB, make_definitions
+from pipelines.orchestration.jobs import retrain_run_config
 from pipelines.orchestration.resources import build_resources
-from pipelines.orchestration.retrain import retrain_run_config
 from pipelines.orchestration.source_watch import fingerprint, take_snapshot
 from tests.pipelines.source_fixtures import hand_graph
 

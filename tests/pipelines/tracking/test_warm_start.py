@@ -52,7 +52,7 @@ def _run(root: Path, job: str, run_config: dict[str, Any] | None = None) -> dg.E
     definitions = make_definitions(build_resources(root=str(root), config=cfg))
     config = {**(run_config or {}), **_QUIET}
     if job == RETRAIN_JOB:  # the job's own config (warm start) plus quiet loggers
-        from pipelines.orchestration.retrain import retrain_run_config
+        from pipelines.orchestration.jobs import retrain_run_config
 
         config = {**retrain_run_config(root=str(root)), **_QUIET}
     result = definitions.resolve_job_def(job).execute_in_process(run_config=config, raise_on_error=False,
