@@ -74,9 +74,6 @@ MOVED = {
     "pipelines.summary": "pipelines.cli.summary",
     "pipelines.distributed": "pipelines.cli.distributed",
     "pipelines.ui_process": "pipelines.cli.ui_process",
-    # split after the regrouping: the sensor (retrain's) and the jobs (gc_job's op and job) hold their main names
-    "pipelines.orchestration.retrain": "pipelines.orchestration.sensors",
-    "pipelines.orchestration.gc_job": "pipelines.orchestration.jobs",
 }
 
 install_moved(MOVED)

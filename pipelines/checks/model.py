@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from pipelines.checks.base import CheckInputs, Finding, StageCheck
 
@@ -85,17 +84,15 @@ def _export_files(c: CheckInputs) -> Finding:
 
 
 def _onnx_matches_torch(c: CheckInputs) -> Finding:
+    from pipelines.stages.train import load_model
     from trainer.export import random_subgraph, verify_onnx
-    from trainer.models import load_trained
 
     if c.upstream("train").stats.get("task") == "link":
         from pipelines.checks.link import link_onnx_matches_torch
 
         return link_onnx_matches_torch(c)
     f = Finding()
-    train = c.upstream("train")
-    # what pipelines.stages.train.load_model does, without importing the stages (which import the graph, hence us)
-    net = load_trained(train.json("model.json"), Path(train.file("state_dict.pt")))
+    net = load_model(c.upstream("train"))
     example = random_subgraph(net.in_dim, net.num_layers, num_seeds=_CHECK_SEEDS, fanout=_CHECK_FANOUT,
                               seed=_CHECK_SEED)
     diff = float(verify_onnx(c.artifact.file("model.onnx"), net, example))
