@@ -110,3 +110,20 @@ def test_no_module_is_too_long_to_read() -> None:
                 long.append(f"{path.relative_to(REPO)}: {lines} lines")
     assert not long, (f"modules over {MAX_LINES} lines (split them by job, or say in the module docstring why on a "
                       "line starting 'Long: '):\n" + "\n".join(long))
+
+
+def test_the_architecture_page_shows_every_part_of_pipelines() -> None:
+    """docs/ARCHITECTURE.md's tree names every subpackage and top-level module of pipelines (the picture matches
+    the tree)."""
+    page = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    tree = page.split("## Packages and the direction of imports", 1)[1].split("```", 2)[1]
+    parts = sorted(p.name + "/" if p.is_dir() else p.name for p in (REPO / "pipelines").iterdir()
+                   if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py"))
+    missing = [p for p in parts if p not in tree]
+    assert not missing, f"docs/ARCHITECTURE.md's tree does not name {missing}"
+
+
+@pytest.mark.parametrize("doc, limit", [("README.md", 8 * 1024), ("BENCHMARKS.md", 30 * 1024)])
+def test_the_front_docs_stay_short(doc: str, limit: int) -> None:
+    size = len((REPO / doc).read_bytes())
+    assert size <= limit, f"{doc} expected at most {limit} bytes, to be read in minutes (got {size})"
