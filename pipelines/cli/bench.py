@@ -37,7 +37,7 @@ def bench(
         "training", "--suite", help="training: every policy under one memory budget; locality: reorder and partition."
     ),
     policies: str = typer.Option(
-        "all", "--policies", help="training: 'all' or a comma-separated list of policies (pipelines.methods.policies)."
+        "all", "--policies", help="training: 'all' or a comma-separated list of policies (the names --policy takes)."
     ),
     memory_budget: str | None = typer.Option(
         None, "--memory-budget",
