@@ -207,6 +207,9 @@ def verify_artifact(art: Artifact, mode: str = "full", threads: int = 0,
 
 def verify_manifest_dir(path: Path, mode: str = "full", pool: ThreadPoolExecutor | None = None) -> ArtifactCheck:
     """:func:`verify_artifact` on the artifact directory ``path``; an unreadable manifest is a bad file."""
+    if not (path / "manifest.json").exists():
+        return ArtifactCheck(path, mode, [FileCheck("manifest.json", "bad", "a valid manifest", "",
+                                                    "no such file: a version directory without one")])
     try:
         art = Artifact(path)
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -259,15 +262,17 @@ class ArtifactCorrupted(ValueError):
 
 def find_verified(store: ArtifactStore, dataset: str, stage: str, version: str, mode: str) -> Artifact | None:
     """``store.find`` plus verification in ``mode``: the intact artifact, None when absent, and
-    :class:`ArtifactCorrupted` (after quarantining it) when its manifest or a file does not match."""
+    :class:`ArtifactCorrupted` (after quarantining it) when its manifest or a file does not match, or when the
+    version's directory has no manifest at all (deleted by hand: a published artifact always has one, and
+    publishing a rebuilt one into that directory would fail)."""
     if mode not in MODES:
         raise ValueError(f"'verify.on_reuse' expected one of {', '.join(MODES)} (got {mode!r})")
     if mode == "off":
         return store.find(dataset, stage, version)
     path = store.path(dataset, stage, version)
-    if not (path / "manifest.json").is_file():
+    if not path.exists():
         return None
-    check = verify_manifest_dir(path, mode)
+    check = verify_manifest_dir(path, mode)  # no manifest.json: BAD, naming it
     if check.status == "BAD":
         moved = quarantine(store.root, path, check.problem(), store.catalog)
         raise ArtifactCorrupted(check, moved)

@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from .owner import Owner, host_name
+from .versions import VERSION_CHARS
 
 __all__ = ["CATALOG_NAME", "MANIFEST_NAME", "RESUME_NAME", "TMP_NAME", "mark_used", "owned_tmp_name",
-           "published_dirs"]
+           "published_dirs", "unpublished_dirs"]
 
 MANIFEST_NAME = "manifest.json"
 CATALOG_NAME = "catalog.duckdb"
 TMP_NAME = ".tmp"
 #: Under the temp dir: checkpoints of interrupted stages, kept for a resume (``ArtifactStore.resume_dir``).
 RESUME_NAME = "resume"
+_VERSION_RE = re.compile(f"[0-9a-f]{{{VERSION_CHARS}}}")  # a version directory's name
 
 
 def _owned_here(name: str, host: str) -> re.Match[str] | None:
@@ -79,6 +81,17 @@ def published_dirs(root: str | Path, dataset: str | None = None) -> list[Path]:
     pattern = f"{dataset}/*/*/{MANIFEST_NAME}" if dataset else f"*/*/*/{MANIFEST_NAME}"
     return [m.parent for m in sorted(root.glob(pattern))
             if not any(p.startswith(".") for p in m.parent.relative_to(root).parts)]
+
+
+def unpublished_dirs(root: str | Path, dataset: str | None = None) -> list[Path]:
+    """Version directories (``<dataset>/<stage>/<12 hex>``) under ``root`` without a manifest: never a published
+    artifact (publishing renames a complete directory, manifest included, into place), so a manifest deleted by
+    hand or a copy cut short. Hidden ones (``.tmp``, ``.quarantine``) are excluded."""
+    root = Path(root)
+    pattern = f"{dataset}/*/*" if dataset else "*/*/*"
+    return [d for d in sorted(root.glob(pattern))
+            if _VERSION_RE.fullmatch(d.name) and d.is_dir() and not (d / MANIFEST_NAME).exists()
+            and not any(p.startswith(".") for p in d.relative_to(root).parts)]
 
 
 def mark_used(path: str | Path) -> None:

@@ -32,7 +32,7 @@ from storage_kernels.integrity import (
     quarantine,
     verify_manifest_dir,
 )
-from storage_kernels.store import published_dirs
+from storage_kernels.storefs import published_dirs, unpublished_dirs
 
 __all__ = ["VerifyResult", "verify_root"]
 
@@ -62,7 +62,9 @@ def verify_root(root: Path, dataset: str | None = None, mode: str = "full", thre
     if mode not in MODES or mode == "off":
         raise ValueError(f"'--mode' expected full or sampled (got {mode!r})")
     start = time.perf_counter()
-    checks = [verify_manifest_dir(d, "off") for d in published_dirs(root, dataset)]  # parse manifests only
+    # parse manifests only; a version directory without one (deleted by hand) is bad as it stands
+    dirs = sorted([*published_dirs(root, dataset), *unpublished_dirs(root, dataset)])
+    checks = [verify_manifest_dir(d, "off") for d in dirs]
     for c in checks:
         c.mode = mode
     jobs = [(c, name) for c in checks if c.artifact is not None for name in sorted(c.artifact.files)]

@@ -219,3 +219,31 @@ def test_verify_is_read_only(tmp_path: Path) -> None:
     before = {p: os.stat(p).st_mtime_ns for p in art.path.iterdir()}
     verify_artifact(Artifact(art.path), "full")
     assert before == {p: os.stat(p).st_mtime_ns for p in art.path.iterdir()}
+
+
+def test_a_version_directory_without_a_manifest_is_quarantined_then_rebuilt(tmp_path: Path) -> None:
+    """A manifest deleted by hand: the directory is no artifact, and a rebuilt one could not be published into it
+    (the rename fails: directory not empty). It is caught like a corrupted artifact, and the next lookup finds
+    nothing, so the stage rebuilds."""
+    store = ArtifactStore(tmp_path)
+    art = _publish(store)
+    (art.path / "manifest.json").unlink()
+    assert store.find("ds", "graph", art.version) is None
+    with pytest.raises(ArtifactCorrupted, match=r"manifest.json' expected a valid manifest \(got no such file: a "
+                                                r"version directory without one\)"):
+        find_verified(store, "ds", "graph", art.version, "sampled")
+    assert not art.path.exists() and find_verified(store, "ds", "graph", art.version, "full") is None
+    assert _publish(store).version == art.version  # the same version publishes again
+
+
+def test_unpublished_dirs_finds_version_directories_without_a_manifest(tmp_path: Path) -> None:
+    from storage_kernels.storefs import unpublished_dirs
+
+    store = _store(tmp_path)
+    kept, lost = _publish(store), _publish(store, k=2, stage="sample")
+    (lost.path / "manifest.json").unlink()
+    (tmp_path / "mlflow" / "artifacts" / "1").mkdir(parents=True)  # not a version name: never matched
+    (tmp_path / ".quarantine" / "ds" / "graph" / "0123456789ab").mkdir(parents=True)  # hidden
+    assert unpublished_dirs(tmp_path) == [lost.path]
+    assert unpublished_dirs(tmp_path, "ds") == [lost.path] and unpublished_dirs(tmp_path, "other") == []
+    assert kept.path.exists()

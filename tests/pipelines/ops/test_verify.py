@@ -211,3 +211,19 @@ def test_a_source_rewritten_with_the_same_size_and_mtime_is_ingested_again(tmp_p
     second = ingest.run(store, cfg)
     assert not second.reused and second.version != first.version
     assert not np.array_equal(second.artifact.array("indices"), first.artifact.array("indices"))
+
+
+def test_a_manifest_deleted_by_hand_is_found_quarantined_and_rebuilt(pristine: dict[str, Artifact],
+                                                                     tmp_path: Path) -> None:
+    """The partition artifact's manifest deleted: `strata verify` reports the directory BAD (it had not seen it:
+    it walked the manifests), `--repair` quarantines it, and the next run rebuilds the same version (before,
+    every later run failed: a rebuilt artifact cannot be renamed into a non-empty directory)."""
+    root = _copy(pristine, tmp_path)
+    art = pristine["partition"]
+    (root / art.path.relative_to(art.path.parents[2]) / "manifest.json").unlink()
+    report = json.loads(cli.invoke(app, ["verify", "--root", str(root), "--json"]).stdout)
+    bad = [r for r in report["results"] if r["status"] == "BAD"]
+    assert [r["stage"] for r in bad] == ["partition"] and "got no such file" in bad[0]["problem"]
+    repaired = cli.invoke(app, ["verify", "--root", str(root), "--repair", "--json"])
+    assert repaired.exit_code == 1 and len(json.loads(repaired.stdout)["quarantined"]) == 1
+    assert _run(root) == {s: s != "partition" for s in STAGES}  # the same version again: downstream reused
