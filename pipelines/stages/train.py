@@ -66,6 +66,20 @@ def check_reused_plan(cfg: PipelineConfig, reorder: Artifact) -> None:
     check_fits(cfg, int(np.load(reorder.file("features.npy"), mmap_mode="r").nbytes))
 
 
+def check_splits(reorder: Artifact, labels: np.ndarray) -> None:
+    """Node classification trains on ``train``, stops early on ``val`` and reports ``test``: each needs a node.
+    ``ValueError`` naming the empty split and the sizes (a random split of a handful of labelled nodes can leave
+    one empty), instead of a NaN accuracy failing the run when its history is written."""
+    sizes = {name: int(reorder.array(f"{name}_idx.npy").shape[0]) for name in ("train", "val", "test")}
+    empty = [name for name, size in sizes.items() if size == 0]
+    if empty:
+        split = "/".join(str(s) for s in sizes.values())
+        raise ValueError(
+            f"'{empty[0]}' split expected at least one labelled node for node classification (got 0; {len(labels)} "
+            f"nodes, {int((labels >= 0).sum())} labelled, train/val/test {split}): give the source its own split "
+            "(edgelist: --set ingest.options.val_idx=PATH.npy, and train_idx, test_idx) or label more nodes")
+
+
 def full_graph(cfg: PipelineConfig, reorder: Artifact, labels: np.ndarray, scratch: Path) -> LayerwiseGraph | None:
     """The full graph ``train.eval_mode=layerwise`` evaluates on (the reorder artifact's CSR, feature file and
     val/test nodes; inference works in ``train.layerwise_memory_mb``, its scratch tables under ``scratch``), else
@@ -109,6 +123,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
 
         sample_set = SampleSet(sample.path)
         labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+        check_splits(reorder, labels)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens

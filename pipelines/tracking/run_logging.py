@@ -17,6 +17,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pipelines.config import PipelineConfig, describe_settings
+from pipelines.tracking.model_registry import model_name_for
 from storage_kernels.store import Artifact, ArtifactStore
 
 __all__ = ["artifact_tags", "lineage", "pipeline_order", "run_params", "stage_seconds", "summary_metrics"]
@@ -27,7 +28,9 @@ _SUMMARY_NAMES = {"val_acc": "best_val_acc", "epoch_s": "mean_epoch_s", "train_a
 
 
 def run_params(cfg: PipelineConfig, skip_sections: Collection[str] = ("train",)) -> dict[str, str]:
-    """Every setting of ``cfg`` outside ``skip_sections`` (the trainer logs its own), dotted, as strings."""
+    """Every setting of ``cfg`` outside ``skip_sections`` (the trainer logs its own), dotted, as strings; a
+    setting left to a default the run derives is logged as derived (``export.model_name``: the name it
+    registers under)."""
     out: dict[str, str] = {}
     for row in describe_settings(cfg):
         key = row["key"]
@@ -35,6 +38,8 @@ def run_params(cfg: PipelineConfig, skip_sections: Collection[str] = ("train",))
             continue
         value = row["value"]
         out[key] = "" if value is None else str(value)
+    if "export.model_name" in out:
+        out["export.model_name"] = model_name_for(cfg)
     return out
 
 

@@ -102,7 +102,7 @@ def edgelist_source(
         hint = (
             ""
             if num_nodes is not None
-            else " (max edge id + 1; set num_nodes=... for trailing isolated nodes)"
+            else " (max edge id + 1; --set ingest.options.num_nodes=N for trailing isolated nodes)"
         )
         raise ValueError(f"'{features}' expected features of shape ({n}, F){hint} (got {x.shape})")
     if x.dtype.kind not in "fiub":
@@ -161,7 +161,8 @@ def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
     for required in ("features", "labels"):
         if required not in options:
             raise ValueError(
-                f"'option {required}' expected for edgelist sources, e.g. --set {required}=PATH.npy (got none)"
+                f"'option {required}' expected for edgelist sources, e.g. --set ingest.options.{required}=PATH.npy "
+                "(got none)"
             )
     return edgelist_source(Path(rest).expanduser(), **options)
 

@@ -21,6 +21,12 @@ def test_run_params_are_every_setting_but_the_trainers_own() -> None:
     assert not any(k.startswith("train.") for k in params)  # trainer.train logs those, flat
 
 
+def test_the_model_name_logged_is_the_one_registered() -> None:
+    assert run_params(PipelineConfig.load(dataset="demo"))["export.model_name"] == "strata-demo"  # not ''
+    named = PipelineConfig.load(overrides=["export.model_name=mine"], dataset="demo")
+    assert run_params(named)["export.model_name"] == "mine"
+
+
 def test_summary_metrics_never_share_a_name_with_a_curve() -> None:
     headline = {"val_acc": 0.8, "test_acc": 0.7, "epoch_s": 1.5, "bytes_read": 4096, "best_epoch": 3,
                 "early_stopped": True, "direct_io": False, "overlap": 1.2, "final_loss": 0.4}

@@ -59,7 +59,8 @@ def test_synthetic_spec_keys_and_options() -> None:
             {"normalize_features": "maybe"},
             r"'option normalize_features' expected one of true/false",
         ),
-        ("edgelist:e.csv", {"labels": "y.npy"}, r"'option features' expected for edgelist sources"),
+        ("edgelist:e.csv", {"labels": "y.npy"},
+         r"'option features' expected for edgelist sources, e.g. --set ingest.options.features=PATH.npy"),
         ("edgelist:e.csv", {"feature": "x.npy"}, r"'option feature' expected one of \['features', 'labels'"),
     ],
 )
