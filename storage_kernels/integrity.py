@@ -270,9 +270,9 @@ def find_verified(store: ArtifactStore, dataset: str, stage: str, version: str, 
     if mode == "off":
         return store.find(dataset, stage, version)
     path = store.path(dataset, stage, version)
-    if not path.exists():
-        return None
-    check = verify_manifest_dir(path, mode)  # no manifest.json: BAD, naming it
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        return None  # absent (an empty directory is too: a rebuilt artifact is renamed over it)
+    check = verify_manifest_dir(path, mode)  # files but no manifest.json: BAD, naming it
     if check.status == "BAD":
         moved = quarantine(store.root, path, check.problem(), store.catalog)
         raise ArtifactCorrupted(check, moved)

@@ -84,14 +84,15 @@ def published_dirs(root: str | Path, dataset: str | None = None) -> list[Path]:
 
 
 def unpublished_dirs(root: str | Path, dataset: str | None = None) -> list[Path]:
-    """Version directories (``<dataset>/<stage>/<12 hex>``) under ``root`` without a manifest: never a published
-    artifact (publishing renames a complete directory, manifest included, into place), so a manifest deleted by
-    hand or a copy cut short. Hidden ones (``.tmp``, ``.quarantine``) are excluded."""
+    """Version directories (``<dataset>/<stage>/<12 hex>``) under ``root`` that hold files but no manifest: never
+    a published artifact (publishing renames a complete directory, manifest included, into place), so a manifest
+    deleted by hand or a copy cut short. Empty ones (a rebuilt artifact is renamed over them) and hidden ones
+    (``.tmp``, ``.quarantine``) are excluded."""
     root = Path(root)
     pattern = f"{dataset}/*/*" if dataset else "*/*/*"
     return [d for d in sorted(root.glob(pattern))
             if _VERSION_RE.fullmatch(d.name) and d.is_dir() and not (d / MANIFEST_NAME).exists()
-            and not any(p.startswith(".") for p in d.relative_to(root).parts)]
+            and any(d.iterdir()) and not any(p.startswith(".") for p in d.relative_to(root).parts)]
 
 
 def mark_used(path: str | Path) -> None:

@@ -244,6 +244,8 @@ def test_unpublished_dirs_finds_version_directories_without_a_manifest(tmp_path:
     (lost.path / "manifest.json").unlink()
     (tmp_path / "mlflow" / "artifacts" / "1").mkdir(parents=True)  # not a version name: never matched
     (tmp_path / ".quarantine" / "ds" / "graph" / "0123456789ab").mkdir(parents=True)  # hidden
+    (tmp_path / "ds" / "graph" / "0123456789ab").mkdir()  # empty: absent, a rebuilt artifact renames over it
+    assert find_verified(store, "ds", "graph", "0123456789ab", "full") is None
     assert unpublished_dirs(tmp_path) == [lost.path]
     assert unpublished_dirs(tmp_path, "ds") == [lost.path] and unpublished_dirs(tmp_path, "other") == []
     assert kept.path.exists()
