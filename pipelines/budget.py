@@ -76,21 +76,20 @@ def check_fits(cfg: Any, feature_bytes: int, machine_bytes: int | None = None) -
     most ``feature_bytes``: no buffer holds more rows than the feature file has) exceed ``cfg.memory_budget``,
     or, with no budget, the memory this process may use (``machine_bytes``, default
     :func:`pipelines.core.confine.memory_limit`): a run that could only end in an out-of-memory kill."""
-    size = format_bytes
     parts = {k: min(v, feature_bytes) for k, v in resident_bytes(cfg, feature_bytes).items()}
     total = sum(parts.values())
-    detail = " + ".join(f"{k} {size(v)}" for k, v in parts.items())
+    detail = " + ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
     budget = cfg.memory_budget
     if budget is not None:
         if total > budget:
             raise ValueError(f"'memory_budget' expected to hold the policy's resident buffers, {detail} = "
-                             f"{size(total)} (got {size(budget)}): lower those settings or leave them at "
-                             "their defaults, which the budget sizes (or choose an out-of-core policy)")
+                             f"{format_bytes(total)} (got {format_bytes(budget)}): lower those settings or leave "
+                             "them at their defaults, which the budget sizes (or choose an out-of-core policy)")
         return
     if machine_bytes is None:
         machine_bytes = memory_limit()
     if total > machine_bytes:
-        raise ValueError(f"'plan' expected caches that fit this machine's {size(machine_bytes)} of memory (got "
-                         f"{detail} = {size(total)} for {size(feature_bytes)} of features): set "
+        raise ValueError(f"'plan' expected caches that fit this machine's {format_bytes(machine_bytes)} of memory (got "
+                         f"{detail} = {format_bytes(total)} for {format_bytes(feature_bytes)} of features): set "
                          "memory_budget (strata run --memory-budget 4G), smaller cache fractions, or an out-of-core "
                          "policy")

@@ -78,8 +78,6 @@ _NAMED: dict[str, dict[str, Registry[Any]]] = {
     "sample": {"sampler": SAMPLERS},
 }
 _SELECTOR = {"reorder": "strategy", "partition": "method"}
-#: Top-level names: the policy and the model (``train.model``).
-_NAMED_TOP: dict[str, Registry[Any]] = {"policy": POLICIES, "train.model": MODELS}
 
 
 def _fanouts_valid(value: list[int]) -> list[int]:
@@ -252,11 +250,8 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _registered_names(self) -> PipelineConfig:
         """The policy and the model name registered entries."""
-        for path, registry in _NAMED_TOP.items():
-            value: Any = self
-            for part in path.split("."):
-                value = getattr(value, part)
-            registry.check(value)
+        POLICIES.check(self.policy)
+        MODELS.check(self.train.model)
         for section, model in POLICIES.get(self.policy).settings.items():
             unknown = sorted(set(model.model_fields) - set(section_fields(getattr(self, section))))
             if unknown:  # a plugin's own settings: the sections were assembled from the built-in policies

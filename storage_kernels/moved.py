@@ -25,9 +25,8 @@ _TABLE: dict[str, str] = {}
 
 def moved_name(name: str) -> str | None:
     """The current name of module ``name`` if it (or a package above it) moved, else None."""
-    for old in sorted((o for o in _TABLE if name == o or name.startswith(o + ".")), key=len, reverse=True):
-        return _TABLE[old] + name[len(old):]
-    return None
+    old = max((o for o in _TABLE if name == o or name.startswith(o + ".")), key=len, default=None)
+    return None if old is None else _TABLE[old] + name[len(old):]
 
 
 class _Alias(importlib.abc.Loader):

@@ -10,15 +10,11 @@ of the real width. Everything else -- counters, ``read`` and ``release`` for the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from trainer.features.base import FeatureSource, FeatureTier, NodeBatch
-
-if TYPE_CHECKING:
-    from trainer.batch import TrainHook
+from trainer.features.base import FeatureSource, NodeBatch
 
 __all__ = ["HalfFeatures", "decode_half_words"]
 
@@ -34,9 +30,10 @@ def decode_half_words(words: torch.Tensor, feature_dim: int) -> torch.Tensor:
 class HalfFeatures:
     """A feature source over a float16 file whose batches come out as ``(n, feature_dim)`` float32.
 
-    Every member of :class:`~trainer.features.base.FeatureSource` is declared here, passed through to the
-    wrapped source but ``feature_dim``, ``load`` and ``assemble``; anything else a policy's source has (its
-    caches, ``reset_counters``, ...) passes through too.
+    ``feature_dim``, ``load`` and ``assemble`` are its own; every other member of
+    :class:`~trainer.features.base.FeatureSource` (``split``, ``read``, ``release``, the counters,
+    ``train_hook``, ...) and whatever else the wrapped source has (its caches, ``reset_counters``) is the wrapped
+    source's, through :meth:`__getattr__`.
     """
 
     def __init__(self, source: FeatureSource, feature_dim: int) -> None:
@@ -57,71 +54,7 @@ class HalfFeatures:
     def assemble(self, read: Any) -> torch.Tensor:
         return decode_half_words(self.source.assemble(read), self._dim)
 
-    # ------------------------------------------------------------------------------------ the wrapped source's
-    @property
-    def split(self) -> bool:
-        return self.source.split
-
-    @property
-    def max_reads_ahead(self) -> int:
-        return self.source.max_reads_ahead
-
-    @property
-    def tiers(self) -> Sequence[FeatureTier]:
-        return self.source.tiers
-
-    @property
-    def train_hook(self) -> TrainHook | None:
-        return self.source.train_hook
-
-    @property
-    def bytes_read(self) -> int:
-        return self.source.bytes_read
-
-    @property
-    def read_requests(self) -> int:
-        return self.source.read_requests
-
-    @property
-    def rows_by_tier(self) -> dict[str, int]:
-        return self.source.rows_by_tier
-
-    @property
-    def hit_rate(self) -> float:
-        return self.source.hit_rate
-
-    @property
-    def direct_io(self) -> bool:
-        return self.source.direct_io
-
-    @property
-    def fallback_reason(self) -> str:
-        return self.source.fallback_reason
-
-    @property
-    def read_s(self) -> float:
-        return self.source.read_s
-
-    @property
-    def assemble_s(self) -> float:
-        return self.source.assemble_s
-
-    def read(self, batch: NodeBatch) -> Any:
-        return self.source.read(batch)
-
-    def release(self, read: Any) -> None:
-        self.source.release(read)
-
-    def keep(self, read: Any) -> None:
-        self.source.keep(read)
-
-    def stats(self) -> dict[str, float]:
-        return self.source.stats()
-
-    def close(self) -> None:
-        self.source.close()
-
-    def __getattr__(self, name: str) -> Any:  # the wrapped source's own members (caches, reset_counters, ...)
+    def __getattr__(self, name: str) -> Any:  # every member not defined here is the wrapped source's
         if name == "source":  # not yet set (during unpickling or a failed __init__)
             raise AttributeError(name)
         return getattr(self.source, name)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -208,9 +207,6 @@ class SetHook(TrainHook):
 
     def batch_ids(self, epoch: int) -> list[int]:
         return self.samples.train_ids(epoch)
-
-    def forward(self, model: Any, lb: Any) -> torch.Tensor:
-        return model(lb.x, lb.blocks)
 
 
 class BufferTier(FeatureTier):

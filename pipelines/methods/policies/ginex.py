@@ -41,7 +41,6 @@ from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInput
 from pipelines.methods.policies.sharded import ShardedPack
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels import changesets as cs
-from storage_kernels.changesets import iter_changesets, trace_superbatches, write_changesets
 from trainer.config import setting
 
 if TYPE_CHECKING:
@@ -94,9 +93,9 @@ class Ginex(Policy):
         rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
         plan = frequency_plan(inputs, {"gpu": 0, "cpu": 0})  # no static cache: tiers 2 (train) and 3 (eval)
         # the simulated hit rate of the dynamic cache (pack repeats the simulation and stores its changesets)
-        trace, superbatch_ptr = trace_superbatches(samples, cfg.plan.superbatch_size)
+        trace, superbatch_ptr = cs.trace_superbatches(samples, cfg.plan.superbatch_size)
         hits = accesses = 0
-        for sb in iter_changesets(samples, trace, superbatch_ptr, graph.num_nodes, rows, cfg.pack.num_threads):
+        for sb in cs.iter_changesets(samples, trace, superbatch_ptr, graph.num_nodes, rows, cfg.pack.num_threads):
             hits += int(sb.changes.hits.sum())
             accesses += int(sb.rows.sum())
             if inputs.progress:
@@ -120,7 +119,7 @@ class Ginex(Policy):
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
         graph, cfg = inputs.graph, inputs.cfg
         rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
-        stats = write_changesets(inputs.builder, inputs.samples, graph.num_nodes, rows, cfg.plan.superbatch_size,
+        stats = cs.write_changesets(inputs.builder, inputs.samples, graph.num_nodes, rows, cfg.plan.superbatch_size,
                                  cfg.pack.num_threads, inputs.progress)
         return pack_stats(stats, graph.num_nodes, graph.row_bytes)
 
