@@ -62,7 +62,3 @@ app.command()(bench)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(config_app, name="config")
 app.add_typer(models_app, name="models")
-
-
-if __name__ == "__main__":
-    app()
