@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="tiny")
     parser.add_argument("--root", default=None, help="Strata's data root (default STRATA_HOME or ./strata_data)")
-    parser.add_argument("--policy", default=None, help="default: the config's (diskgnn)")
+    parser.add_argument("--policy", default=None, help="default: the config's (auto: chosen per run)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override KEY=VALUE")
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--hidden", type=int, default=64)

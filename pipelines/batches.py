@@ -204,6 +204,7 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
     from pipelines.config import PipelineConfig
     from pipelines.core.paths import StrataPaths
     from pipelines.methods.policies import POLICIES
+    from pipelines.methods.policies.auto import resolved as resolved_policy
     from pipelines.runner import StageRunner
     from pipelines.stages.train import check_reused_plan, open_features
     from storage_kernels.locks import dataset_lock
@@ -226,6 +227,11 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
         runner = StageRunner(cfg, paths.store())
         runner.run_until("pack")
         artifacts = {name: runner.artifact(name) for name in ("reorder", "sample", "pack")}
+        cfg = resolved_policy(cfg, artifacts["pack"].stats)  # policy=auto: the policy its plan chose
+        own_step = POLICIES.get(cfg.policy).own_training_step
+        if own_step:
+            raise ValueError(f"'policy' expected one whose batches train any model (got {cfg.policy!r}, chosen "
+                             f"by auto: {own_step}; train it with `strata run`)")
         check_reused_plan(cfg, artifacts["reorder"])
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)
         resolved = resolve_device(device or cfg.train.device)

@@ -210,9 +210,10 @@ class PipelineConfig(Section):
 
     dataset: str = setting("tiny", "Built-in dataset name or a source spec (see `strata datasets`).")
     policy: str = setting(
-        "diskgnn",
-        "Cache/batching policy, an entry of pipelines.methods.policies.POLICIES (the seed systems and the baselines "
-        "in_memory, mmap, naive; README 'Choosing a policy' compares them).",
+        "auto",
+        "Cache/batching policy, an entry of pipelines.methods.policies.POLICIES: auto (the default) plans each run "
+        "by predicted epoch time and picks one of the others (the seed systems and the baselines in_memory, mmap, "
+        "naive; `strata plan --explain` says why); name one to force it.",
     )
     memory_budget: MemoryBudget = setting(
         None, "RAM for the graph's data (caches, read buffers, page cache), e.g. 2G: sizes the CPU cache (half), "

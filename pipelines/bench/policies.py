@@ -331,11 +331,20 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
         for i, name in enumerate(names):
             if memory_overhead is not None:
                 overheads[name] = memory_overhead
+            elif name == "auto":  # the working set of what it chose (after the policies it may share it with)
+                continue
             elif POLICIES.get(name).out_of_core:
                 probes[name] = {}
                 overheads[name] = _calibrate(workers, cfg, name, _prepare_limit(memory_budget, None), probes[name])
             if progress:
                 progress("bench: calibration", i + 1, len(names))
+        if "auto" in names and memory_overhead is None:
+            chosen = _auto_record(shared, cfg)["policy"]
+            probe = chosen if POLICIES.get(chosen).out_of_core else "naive"  # its features count in the budget
+            if probe not in overheads:
+                probes[probe] = {}
+                overheads[probe] = _calibrate(workers, cfg, probe, _prepare_limit(memory_budget, None), probes[probe])
+            overheads["auto"] = overheads[probe]
         report["memory_overhead"] = overheads
         report["calibration"] = probes
 
@@ -358,6 +367,8 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
         if name in overheads and memory_budget is not None:
             report["policies"][name].update(memory_overhead=overheads[name],
                                             cgroup_limit=memory_budget + overheads[name])
+    if "auto" in names:
+        report["auto"] = auto_report(_auto_record(shared, cfg), report["policies"])
     base = report["policies"].get("naive", {}).get("epoch_s")
     for entry in report["policies"].values():
         epoch_s = entry.get("epoch_s")
@@ -366,6 +377,36 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
         write_report(out_path, report)
         write_plot(Path(out_path).with_suffix(".png"), report)
     return report
+
+
+def _auto_record(shared: StageRunner, cfg: PipelineConfig) -> dict[str, Any]:
+    """``policy=auto``'s record in its plan artifact (its choice and every candidate's prediction)."""
+    return shared.derive(cfg.model_copy(update={"policy": "auto"})).artifact("plan").stats["auto"]
+
+
+def auto_report(record: dict[str, Any], measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What ``auto`` chose, its measured epoch against the best policy's, and every candidate's predicted
+    epoch against the epoch measured for that policy in this bench (candidates with settings of their own are
+    measured only when chosen: ``auto``'s own run)."""
+    own = measured.get("auto", {}).get("epoch_s")
+    others = {n: e["epoch_s"] for n, e in measured.items() if n != "auto" and e.get("epoch_s")}
+    best = min(others.items(), key=lambda kv: kv[1]) if others else None
+    rows = []
+    for c in record["candidates"]:
+        own_settings = {k: v for k, v in record["settings"].items() if not k.startswith("train.")}
+        is_choice = c["policy"] == record["policy"] and c["settings"] == own_settings
+        actual = own if is_choice else (others.get(c["policy"]) if not c["settings"] else None)
+        entry = measured.get("auto" if is_choice else c["policy"], {}) if is_choice or not c["settings"] else {}
+        rows.append({"policy": c["policy"], "settings": c["settings"], "predicted_epoch_s": c["epoch_s"],
+                     "measured_epoch_s": actual, "refused": c["refused"] or None, "chosen": is_choice,
+                     "predicted_bytes": (c.get("reads") or {}).get("bytes"), "measured_bytes": entry.get("bytes_read"),
+                     "predicted_requests": (c.get("reads") or {}).get("requests"),
+                     "measured_requests": entry.get("read_requests"),
+                     "predicted_over_measured": c["epoch_s"] / actual if actual and c["epoch_s"] else None})
+    return {"chosen": record["policy"], "settings": record["settings"], "epoch_s": own,
+            "best_policy": best[0] if best else None, "best_epoch_s": best[1] if best else None,
+            "over_best": own / best[1] if own and best else None, "candidates": rows,
+            "left_out": record.get("left_out", {})}
 
 
 def _prepare_limit(memory_budget: int, memory_overhead: int | None) -> int:

@@ -91,6 +91,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
 
     import numpy as np
 
+    from pipelines.methods.policies.auto import resolved
     from pipelines.runner import StageRunner
     from pipelines.stages.common import peak_rss_mb
     from pipelines.stages.train import full_graph, open_features
@@ -104,6 +105,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     runner = StageRunner(cfg, store)
     runner.run_until("pack", checks=False)
     ordering, pack = runner.artifact("reorder"), runner.artifact("pack")
+    cfg = resolved(cfg, pack.stats)  # policy=auto: the policy, settings and threads its plan chose
     samples: Any = SampleSet(runner.artifact("sample").path)
     if job.get("max_train_batches") or job.get("max_eval_batches"):
         samples = TruncatedSamples(samples, int(job.get("max_train_batches", 0)), int(job.get("max_eval_batches", 0)))
@@ -116,7 +118,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
         io_marks.append(os_io())
 
-    source = open_features(cfg, job["policy"], ordering, pack, samples, device)
+    source = open_features(cfg, cfg.policy, ordering, pack, samples, device)
     try:
         layerwise = full_graph(cfg, ordering, labels, store.tmp_dir)  # train.eval_mode=layerwise: evaluate on it
         result = train(tcfg, samples, source, labels, progress=on_epoch, layerwise=layerwise)

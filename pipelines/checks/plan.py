@@ -76,7 +76,10 @@ def _budgets_respected(c: CheckInputs) -> Finding:
     features = c.upstream("reorder").array("features.npy")
     row_bytes = int(features.shape[1]) * features.dtype.itemsize
     # recomputed from the plan's parameters, not its stats
-    plan_cfg = PlanConfig.model_validate({k: v for k, v in art.params.items() if k in PlanConfig.model_fields})
+    params = {k: v for k, v in art.params.items() if k in PlanConfig.model_fields}
+    chosen = (art.stats.get("auto") or {}).get("settings", {})  # policy=auto: the plan settings it chose
+    params.update({k.split(".", 1)[1]: v for k, v in chosen.items() if k.startswith("plan.")})
+    plan_cfg = PlanConfig.model_validate(params)
     budgets = plan_cfg.budgets(int(features.shape[0]) * row_bytes)
     return check_plan_budgets(len(art.array("gpu_nodes.npy")), len(art.array("cpu_nodes.npy")), row_bytes,
                               budgets["gpu"], budgets["cpu"])

@@ -25,6 +25,7 @@ from pipelines.cli.bench import bench
 from pipelines.cli.catalog import catalog_app
 from pipelines.cli.config import config_app
 from pipelines.cli.datasets import datasets
+from pipelines.cli.disk import disk_profile_command
 from pipelines.cli.errors import StrataGroup
 from pipelines.cli.models import models_app
 from pipelines.cli.run import register_stage_commands, run
@@ -59,6 +60,7 @@ register_stage_commands(app)
 app.command()(ui)
 app.command()(datasets)
 app.command()(bench)
+app.command("disk-profile")(disk_profile_command)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(config_app, name="config")
 app.add_typer(models_app, name="models")

@@ -115,6 +115,15 @@ def bench(
         table.add_row(name, *cells)
     # ten numeric columns: wider than a terminal rather than truncated to "…"
     Console(width=max(out.width, 180), soft_wrap=True).print(table)
+    auto = report.get("auto")
+    if auto:
+        ratios = ", ".join(f"{c['policy']}{' ' + str(c['settings']) if c['settings'] else ''} "
+                           f"{fmt(c['predicted_over_measured'])}"
+                           for c in auto["candidates"] if c["predicted_over_measured"] is not None)
+        out.print(f"auto chose {auto['chosen']} {auto['settings']}: epoch {fmt(auto['epoch_s'])} s, "
+                  f"{fmt(auto['over_best'])}x the best policy's ({auto['best_policy']}, "
+                  f"{fmt(auto['best_epoch_s'])} s); "
+                  f"predicted/measured epoch: {ratios or 'none measured'}", highlight=False)
     disk = report.get("disk", {})
     out.print(f"memory budget: {human_bytes(report.get('memory_budget'))}, confinement: {report.get('confinement')}; "
               f"disk sequential read: {fmt(disk.get('seq_read_mb_s'))} MB/s (direct I/O: {disk.get('direct_io')}); "

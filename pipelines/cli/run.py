@@ -233,7 +233,7 @@ def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: Stra
     ]
     store = paths.store()
     stats: dict[str, dict[str, Any]] = {}
-    for stage in ("train", "export"):
+    for stage in ("plan", "train", "export"):
         if stage in materialized:
             stats[stage] = store.open(cfg.dataset_name, stage, materialized[stage]["version"]).stats
     model, export = stats.get("train", {}), stats.get("export", {})
@@ -241,7 +241,11 @@ def _summary(result: dg.ExecuteInProcessResult, cfg: PipelineConfig, paths: Stra
     metrics = {k: model.get(k) for k in headline} if model else {}
     metrics.update({k: v for k, v in model.items()
                     if k not in metrics and isinstance(v, (int, float)) and not isinstance(v, bool)})
-    return {**run_summary(cfg, paths, artifacts, metrics, model, export), "dagster_run_id": result.run_id}
+    chosen = stats.get("plan", {}).get("auto")
+    policy = {"policy": cfg.policy, **({"chosen": chosen["policy"], "settings": chosen["settings"],
+                                        "predicted_epoch_s": chosen["predicted_epoch_s"]} if chosen else {})}
+    return {**run_summary(cfg, paths, artifacts, metrics, model, export), "policy": policy,
+            "dagster_run_id": result.run_id}
 
 
 def _emit_summary(summary: dict[str, Any], start: float, json_out: bool) -> None:
@@ -271,6 +275,11 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
         metrics.add_row(key, shown)
     out.print(metrics)
 
+    policy = summary.get("policy") or {}
+    if policy.get("chosen"):
+        from pipelines.cli.explain import choice_line
+
+        out.print(choice_line({**policy, "policy": policy["chosen"]}), highlight=False)
     ml = summary["mlflow"]
     registry = Table(title="MLflow", title_justify="left", show_header=False)
     registry.add_column("key")
@@ -291,9 +300,9 @@ def _stage_command(app: typer.Typer, name: str, description: str) -> None:
     """Register ``strata <name>`` on ``app``: ``strata run --until <name>``, with every option of ``run`` but
     ``--until``."""
 
-    from pipelines.cli.web import stage_options
+    from pipelines.cli.explain import stage_options
 
-    extra = stage_options(name)  # options only this stage command has (export: --web, --screenshot)
+    extra = stage_options(name)  # options only this stage command has (plan: --explain; export: --web ...)
 
     def command(**options: Any) -> None:
         after = extra.hook(**{k: options.pop(k) for k in extra.params}) if extra else None

@@ -20,6 +20,7 @@ from pipelines.config import PipelineConfig, artifact_params
 from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, PackInputs, Policy
+from pipelines.methods.policies.auto import choice_stats, resolved
 from pipelines.methods.policies.sharded import NoLayout, ShardedPack
 from pipelines.shards.sample import shard_bounds
 from pipelines.stages import pack as pack_stage
@@ -46,8 +47,8 @@ def sharded_pack_for(policy_name: str) -> ShardedPack:
         return NoLayout(policy.pack)
     sharded = policy.sharded_pack()
     if sharded is None:
-        shardable = sorted(n for n in POLICIES.names() if POLICIES.get(n).pack is Policy.pack
-                           or POLICIES.get(n)().sharded_pack() is not None)
+        shardable = sorted(n for n in POLICIES.names() if n != "auto" and (  # auto packs as what it chose
+            POLICIES.get(n).pack is Policy.pack or POLICIES.get(n)().sharded_pack() is not None))
         raise ValueError(f"'policy' expected one whose pack runs partitioned ({', '.join(shardable)}) (got "
                          f"{policy_name}: its pack is one global pass; materialize the unpartitioned pack asset)")
     return sharded
@@ -80,14 +81,14 @@ def _shard_version(store: ArtifactStore, prep: Artifact, index: int, shards: int
 
 def _inputs(cfg: PipelineConfig, reorder: Artifact, sample: Artifact, plan: Artifact, builder: ArtifactBuilder,
             progress: Progress | None) -> PackInputs:
-    return PackInputs(load_graph(reorder), SampleSet(sample.path), plan, cfg, builder, progress)
+    return PackInputs(load_graph(reorder), SampleSet(sample.path), plan, resolved(cfg, plan.stats), builder, progress)
 
 
 def prepare(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, plan: Artifact,
             progress: Progress | None = None) -> StageResult:
     """The ``pack_prep`` artifact: the global part of the policy's pack and the number of units (reused when
     it exists; built by one process at a time)."""
-    packer = sharded_pack_for(cfg.policy)  # an unshardable policy fails before anything is built
+    packer = sharded_pack_for(resolved(cfg, plan.stats).policy)  # an unshardable policy fails before any build
     upstream = _upstream(reorder, sample, plan)
     version, params, versions = _prep_version(store, cfg, upstream)
     with root_lock(store.root, f"{PREP_STAGE}-{cfg.dataset_name}-{version}"):
@@ -109,7 +110,7 @@ def run_shard(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int
     """Pack shard ``index`` of ``shards`` (reused when it exists; the prep is built first when missing)."""
     if not 0 <= index < shards:
         raise ValueError(f"'shard' expected 0 <= index < {shards} (got {index})")
-    packer = sharded_pack_for(cfg.policy)
+    packer = sharded_pack_for(resolved(cfg, plan.stats).policy)
     prep = prepare(store, cfg, reorder=reorder, sample=sample, plan=plan, progress=progress).artifact
     version, params, upstream = _shard_version(store, prep, index, shards)
     existing = find_verified(store, cfg.dataset_name, SHARD_STAGE, version, cfg.verify.on_reuse)
@@ -172,7 +173,7 @@ def _checked(store: ArtifactStore, cfg: PipelineConfig, prep: Artifact, shards: 
 def merge(store: ArtifactStore, cfg: PipelineConfig, shards: int, *, reorder: Artifact, sample: Artifact,
           plan: Artifact, progress: Progress | None = None) -> StageResult:
     """The ``pack`` artifact from every shard (checked first: nothing is written unless all are usable)."""
-    packer = sharded_pack_for(cfg.policy)
+    packer = sharded_pack_for(resolved(cfg, plan.stats).policy)
     upstream = _upstream(reorder, sample, plan)
     version = _prep_version(store, cfg, upstream)[0]
     try:  # fully re-checksummed, like the shards: the merge copies its files into the pack
@@ -187,6 +188,6 @@ def merge(store: ArtifactStore, cfg: PipelineConfig, shards: int, *, reorder: Ar
 
     def build(builder: ArtifactBuilder) -> None:
         stats = packer.merge(_inputs(cfg, reorder, sample, plan, builder, progress), prep, parts)
-        builder.stats.update({"policy": cfg.policy, **stats})  # as pack.run does
+        builder.stats.update({"policy": cfg.policy, **stats, **choice_stats(plan.stats)})  # as pack.run does
 
     return materialize(store, cfg, "pack", pack_stage.FORMAT_VERSION, upstream, build, also=pack_stage.ALSO_READS)

@@ -16,6 +16,7 @@ from pipelines.core.formatting import format_bytes, markdown_table
 from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, PackInputs
+from pipelines.methods.policies.auto import choice_stats, resolved
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
@@ -31,11 +32,12 @@ ALSO_READS = ("policy",)
 def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, plan: Artifact,
         progress: Progress | None = None) -> StageResult:
     """Write the ``pack`` artifact (layout in ``docs/CONTRACTS.md``)."""
-    policy = POLICIES.get(cfg.policy)()
+    run_cfg = resolved(cfg, plan.stats)  # policy=auto: the policy and settings its plan chose
+    policy = POLICIES.get(run_cfg.policy)()
 
     def build(builder: ArtifactBuilder) -> None:
-        stats = policy.pack(PackInputs(load_graph(reorder), SampleSet(sample.path), plan, cfg, builder, progress))
-        builder.stats.update({"policy": cfg.policy, **stats})
+        stats = policy.pack(PackInputs(load_graph(reorder), SampleSet(sample.path), plan, run_cfg, builder, progress))
+        builder.stats.update({"policy": cfg.policy, **stats, **choice_stats(plan.stats)})
 
     return materialize(store, cfg, "pack", FORMAT_VERSION, {"reorder": reorder, "sample": sample, "plan": plan},
                        build, also=ALSO_READS)

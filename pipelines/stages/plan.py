@@ -45,7 +45,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     def build(builder: ArtifactBuilder) -> None:
         graph = load_graph(reorder)
         check_fits(cfg, graph.num_nodes * graph.row_bytes)  # memory_budget: the caches it asks for fit in it
-        plan = policy.plan(PlanInputs(graph, SampleSet(sample.path), cfg, progress))
+        plan = policy.plan(PlanInputs(graph, SampleSet(sample.path), cfg, progress, data_root=store.root))
         builder.save_array("tier.npy", plan.tier)
         builder.save_array("slot.npy", plan.slot)
         builder.save_array("gpu_nodes.npy", plan.gpu_nodes)

@@ -11,6 +11,7 @@ The export stage logs the MLflow model. The version carries the policy's name an
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,9 +25,17 @@ from pipelines.core.graphio import feature_dim
 from pipelines.core.paths import StrataPaths
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, FeatureInputs
+from pipelines.methods.policies.auto import choice_stats, resolved
 from pipelines.stages.common import StageResult, materialize, stage_version
 from pipelines.tracking.links import mlflow_run_url
-from pipelines.tracking.run_logging import artifact_tags, lineage, run_params, stage_seconds, summary_metrics
+from pipelines.tracking.run_logging import (
+    artifact_tags,
+    auto_params,
+    lineage,
+    run_params,
+    stage_seconds,
+    summary_metrics,
+)
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -52,6 +61,9 @@ def open_features(cfg: PipelineConfig, policy: str, reorder: Artifact, pack: Art
                   device: str) -> FeatureSource:
     """The feature source ``policy`` trains from (``pack`` must be the artifact it wrote, when it lays one out);
     over a float16 feature file its batches are decoded to float32 at assembly (``trainer.features.half``)."""
+    if policy == cfg.policy and pack is not None:  # policy=auto: the policy and settings its plan chose
+        cfg = resolved(cfg, pack.stats)
+        policy = cfg.policy
     source = POLICIES.get(policy)().features(FeatureInputs(reorder, pack, samples, device, cfg))
     if reorder.array("features.npy").dtype == np.float16:
         from trainer.features.half import HalfFeatures
@@ -105,7 +117,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     from trainer.train import train
 
     device = resolve_device(cfg.train.device)
-    tcfg = dataclasses.replace(cfg.train, device=device)  # CPU and GPU runs are different artifacts
+    policy_cfg = resolved(cfg, plan.stats)  # policy=auto: the policy, settings and threads its plan chose
+    tcfg = dataclasses.replace(policy_cfg.train, device=device)  # CPU and GPU runs are different artifacts
     paths = StrataPaths(store.root)
     upstream = {"reorder": reorder, "sample": sample, "plan": plan, "pack": pack}
     if cfg.train.task == "link":  # link prediction: pipelines/stages/train_link.py
@@ -127,8 +140,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
-        check_reused_plan(cfg, reorder)
-        source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
+        check_reused_plan(policy_cfg, reorder)
+        source = open_features(policy_cfg, policy_cfg.policy, reorder, pack, sample_set, device)
         # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
         # a data parallel run would have to resume together: those train from scratch after a kill
         stateless = source.train_hook is None and "world_size" not in _derived(device)
@@ -141,12 +154,13 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
 
         ancestors = lineage(store, cfg.dataset_name, upstream)
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
-                "strata.policy": cfg.policy, **artifact_tags(ancestors),
+                "strata.policy": cfg.policy, "strata.chosen_policy": policy_cfg.policy, **artifact_tags(ancestors),
                 **Owner.me().tags(MLFLOW_OWNER_PREFIX),  # a later run fails this one if we are killed
                 **({"strata.resumed_from": resumed} if resumed else {})}
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
                 tracker.log_params(run_params(cfg))  # the trainer logs the train section itself
+                tracker.log_params(auto_params(plan.stats))  # policy=auto: what it chose, predicted, and why
                 result = train(run_cfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm,
                                layerwise=full_graph(cfg, reorder, labels, store.tmp_dir))
                 if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
@@ -170,7 +184,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update(headline)
         builder.stats.update({"mlflow_run_id": run_id, "mlflow_experiment_id": tracker.experiment_id,
                               "mlflow_tracking_uri": paths.mlflow_tracking_uri,
-                              "device": device, "policy": cfg.policy})
+                              "device": device, "policy": cfg.policy, **choice_stats(plan.stats)})
 
     result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
                          derived=_derived(device, warm))
@@ -220,8 +234,15 @@ def _warm_note(result: StageResult, warm: WarmStart | None) -> str:
     return warm.describe() if warm is not None else "no champion registered yet: trained from scratch"
 
 
+def _finite_or_none(values: Any) -> list[Any]:
+    """A curve for JSON: an epoch without a value (NaN: not evaluated that epoch, ``train.eval_every``) is null."""
+    return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+
+
 def _history(result: Any) -> dict[str, Any]:
-    return {"loss": result.losses, "train_acc": result.train_acc, "val_acc": result.val_accs,
+    """``history.json``: the per-epoch curves (null where an epoch was not evaluated) and how training ended."""
+    return {"loss": _finite_or_none(result.losses), "train_acc": _finite_or_none(result.train_acc),
+            "val_acc": _finite_or_none(result.val_accs),
             "epoch_s": result.epoch_s, "timers": result.timers, "best_epoch": result.best_epoch,
             "stopped_epoch": result.stopped_epoch, "early_stopped": result.early_stopped}
 
@@ -271,9 +292,10 @@ def train_rank(cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, pack
     device = resolve_device(cfg.train.device)
     sample_set = SampleSet(sample.path)
     labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
-    source = open_features(cfg, cfg.policy, reorder, pack, sample_set, device)
+    run_cfg = resolved(cfg, pack.stats)
+    source = open_features(run_cfg, run_cfg.policy, reorder, pack, sample_set, device)
     try:
-        train(dataclasses.replace(cfg.train, device=device), sample_set, source, labels)
+        train(dataclasses.replace(run_cfg.train, device=device), sample_set, source, labels)
     finally:
         source.close()
 

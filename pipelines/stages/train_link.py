@@ -33,6 +33,7 @@ from pipelines.config import PipelineConfig
 from pipelines.core.graphio import feature_values
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES
+from pipelines.methods.policies.auto import resolved
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -88,7 +89,7 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
         features = feature_values(reorder) if tcfg.link_encoder == "gnn" else None
         if features is not None and features.dtype != np.float32:
             features = np.asarray(features, dtype=np.float32)
-        layout = _partitioning(cfg, len(indptr) - 1) if _is_out_of_core(cfg) else None
+        layout = _partitioning(cfg, len(indptr) - 1) if _is_out_of_core(resolved(cfg, upstream["plan"].stats)) else None
         # a scratch sibling of the builder's dir: unique to this build (two runs of one version never share it)
         # and removed by ArtifactStore.cleanup_tmp once its process is gone
         node_file = builder.scratch_sibling("link-embeddings", ".bin") if layout is not None else None

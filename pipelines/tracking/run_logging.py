@@ -20,11 +20,26 @@ from pipelines.config import PipelineConfig, describe_settings
 from pipelines.tracking.model_registry import model_name_for
 from storage_kernels.store import Artifact, ArtifactStore
 
-__all__ = ["artifact_tags", "lineage", "pipeline_order", "run_params", "stage_seconds", "summary_metrics"]
+__all__ = ["artifact_tags", "auto_params", "lineage", "pipeline_order", "run_params", "stage_seconds",
+           "summary_metrics"]
 
 #: Summary names of headline metrics that are also curves (the rest get ``total_``).
 _SUMMARY_NAMES = {"val_acc": "best_val_acc", "epoch_s": "mean_epoch_s", "train_acc": "final_train_acc",
                   "loss": "final_loss"}
+
+
+def auto_params(plan_stats: Mapping[str, Any]) -> dict[str, str]:
+    """``policy=auto``'s choice as MLflow params (``auto.policy``, ``auto.predicted_epoch_s``, the settings it
+    chose, and each candidate's predicted epoch); empty for a forced policy."""
+    record = plan_stats.get("auto")
+    if not record:
+        return {}
+    params = {"auto.policy": str(record["policy"]), "auto.predicted_epoch_s": str(record["predicted_epoch_s"])}
+    params.update({f"auto.{k}": str(v) for k, v in record["settings"].items()})
+    for i, c in enumerate(record["candidates"]):
+        params[f"auto.candidate.{i}"] = (f"{c['policy']} {c['settings'] or ''} epoch_s={c['epoch_s']}"
+                                         + (f" refused: {c['refused']}" if c["refused"] else ""))[:500]
+    return params
 
 
 def run_params(cfg: PipelineConfig, skip_sections: Collection[str] = ("train",)) -> dict[str, str]:

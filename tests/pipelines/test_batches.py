@@ -175,7 +175,7 @@ def test_the_pyg_example_runs(root: Path, capsys: pytest.CaptureFixture[str]) ->
     from examples.pyg_graphsage import main
 
     report = main(["--dataset", "tiny", "--root", str(root), "--epochs", "20", "--set", "sample.epochs=2",
-                   "--set", "train.device=cpu"])
+                   "--set", "train.device=cpu", "--policy", "diskgnn"])
     assert report["policy"] == "diskgnn" and report["bytes_read"] > 0 and report["test_acc"] > 0.8, report
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
 
@@ -186,9 +186,9 @@ def test_policies_with_their_own_training_step_and_bad_splits_are_refused(root: 
     with pytest.raises(ValueError, match=r"'train.task' expected node \(got 'link'"):
         open_training_data("tiny", root=root, overrides=["train.task=link"])
     cache = [*FAST, "plan.cpu_cache_bytes=300K"]
-    open_training_data("tiny", root=root, overrides=cache).close()  # a plan built without a budget ...
+    open_training_data("tiny", root=root, overrides=cache, policy="diskgnn").close()  # a plan built without a budget
     with pytest.raises(ValueError, match=r"'memory_budget' expected to hold the policy's resident buffers"):
-        open_training_data("tiny", root=root, overrides=[*cache, "memory_budget=100K"])  # ... reused under one
+        open_training_data("tiny", root=root, overrides=[*cache, "memory_budget=100K"], policy="diskgnn")  # reused
     with open_training_data("tiny", root=root, overrides=FAST) as data:
         with pytest.raises(ValueError, match="'split' expected one of"):
             list(data.batches("holdout"))
@@ -218,7 +218,7 @@ def test_the_dataset_run_lock_is_held_while_open(root: Path) -> None:
 
 def test_compute_threads_leave_the_loader_a_core_only_when_it_reads_the_disk(root: Path) -> None:
     cores = torch.get_num_threads()
-    with open_training_data("tiny", root=root, overrides=FAST) as data:  # diskgnn: packed chunks from disk
+    with open_training_data("tiny", root=root, overrides=FAST, policy="diskgnn") as data:  # packed chunks from disk
         assert data.compute_threads == max(cores - 1, 1)
         assert torch.get_num_threads() == cores  # advice only: torch's setting is the user's
     with open_training_data("tiny", root=root, overrides=FAST, policy="in_memory") as data:

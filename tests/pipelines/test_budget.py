@@ -66,19 +66,20 @@ def test_dagster_run_config_takes_a_budget_as_a_size_and_it_sizes_the_run():
 
 
 def test_resident_buffers_count_the_window_only_for_the_policy_that_has_one():
-    diskgnn = _cfg("memory_budget=100M")
+    diskgnn = _cfg("memory_budget=100M", "policy=diskgnn")
     assert resident_bytes(diskgnn, 1 << 30) == {"plan.cpu_cache": 50 << 20, "plan.disk_cache_buffer": 50 << 20}
     ginex = _cfg("memory_budget=100M", "policy=ginex")
     assert resident_bytes(ginex, 1 << 30) == {"plan.cpu_cache": 50 << 20}
     for cacheless in ("naive", "mmap"):  # no cache of their own (mmap's page cache is the kernel's)
         assert resident_bytes(_cfg("memory_budget=100M", f"policy={cacheless}"), 1 << 30) == {}
     check_fits(diskgnn, 1 << 30)  # exactly the budget
-    check_fits(_cfg("plan.cpu_cache_bytes=8G"), 1 << 30, machine_bytes=4 << 30)  # (sizes parse: 8 GiB)
+    check_fits(_cfg("plan.cpu_cache_bytes=8G", "policy=diskgnn"), 1 << 30, machine_bytes=4 << 30)  # 8G parses
     with pytest.raises(ValueError, match=r"'plan' expected caches that fit this machine's 1.0 GiB of memory "
                                          r"\(got plan.cpu_cache 1.0 GiB \+ plan.disk_cache_buffer 1.0 GiB"):
-        check_fits(_cfg(), 10 << 30, machine_bytes=1 << 30)  # no budget: 10% + 10% of 10 GiB on a 1 GiB machine
-    check_fits(_cfg(), 10 << 30)  # this machine has more than 2 GiB
-    chosen = _cfg("memory_budget=100M", "plan.cpu_cache_bytes=80M")
+        check_fits(_cfg("policy=diskgnn"), 10 << 30, machine_bytes=1 << 30)  # no budget: 10% + 10% of 10 GiB
+    check_fits(_cfg("policy=diskgnn"), 10 << 30)  # this machine has more than 2 GiB
+    assert resident_bytes(_cfg("memory_budget=100M"), 1 << 30) == {}  # auto: its choice's, checked when it chooses
+    chosen = _cfg("memory_budget=100M", "plan.cpu_cache_bytes=80M", "policy=diskgnn")
     with pytest.raises(ValueError, match=r"plan.cpu_cache 80.0 MiB \+ plan.disk_cache_buffer 50.0 MiB = 130.0 MiB "
                                          r"\(got 100.0 MiB\)"):
         check_fits(chosen, 1 << 30)
@@ -91,19 +92,20 @@ def test_resident_buffers_count_the_window_only_for_the_policy_that_has_one():
 
 def test_the_plan_stage_refuses_caches_beyond_the_budget_and_writes_nothing(tmp_path: Path):
     store = StrataPaths.at(tmp_path).store()
-    cfg = _cfg("memory_budget=64K", "plan.cpu_cache_bytes=1M")
+    cfg = _cfg("memory_budget=64K", "plan.cpu_cache_bytes=1M", "policy=diskgnn")
     runner = StageRunner(cfg, store)
     runner.run_until("sample")
     with pytest.raises(ValueError, match="'memory_budget' expected to hold the policy's resident buffers"):
         runner.run_until("plan")
     assert not list(tmp_path.glob("tiny/plan/*"))
-    fitting = StageRunner(_cfg("memory_budget=64K"), store).run_until("plan")[-1].artifact
+    fitting = StageRunner(_cfg("memory_budget=64K", "policy=diskgnn"), store).run_until("plan")[-1].artifact
     assert fitting.stats["cpu_budget_bytes"] == 32 << 10
 
 
 def test_training_on_a_reused_plan_checks_a_new_budget(tmp_path: Path):
     store = StrataPaths.at(tmp_path).store()
-    chosen = ["plan.cpu_cache_bytes=1M", "plan.disk_cache_buffer_bytes=4096", "sample.eval_batch_size=1024",
+    chosen = ["policy=diskgnn", "plan.cpu_cache_bytes=1M", "plan.disk_cache_buffer_bytes=4096",
+              "sample.eval_batch_size=1024",
               "reorder.memory_mb=64", "pack.memory_mb=64", "train.layerwise_memory_mb=64"]
     StageRunner(_cfg(*chosen), store).run_until("pack")
     runner = StageRunner(_cfg(*chosen, "memory_budget=64K"), store)  # the budget changes no artifact setting

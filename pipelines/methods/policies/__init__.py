@@ -5,6 +5,7 @@ that registers its policy and declares its own settings (``Policy.settings``); a
 plus one line below (``docs/EXTENDING.md``).
 """
 
+from pipelines.methods.policies.auto import Auto
 from pipelines.methods.policies.base import (
     POLICIES,
     FeatureInputs,
@@ -23,7 +24,10 @@ from pipelines.methods.policies.outre import Outre
 
 #: The policies Strata ships, in the order their own settings are listed in the ``plan`` and ``pack`` sections
 #: (``pipelines.config`` assembles those sections from them).
-BUILTIN_POLICIES: tuple[type[Policy], ...] = (DiskGNN, Hyperbatch, Outre, Ginex, MariusGNN, InMemory, Mmap, Naive)
+BUILTIN_POLICIES: tuple[type[Policy], ...] = (Auto, DiskGNN, Hyperbatch, Outre, Ginex, MariusGNN, InMemory, Mmap,
+                                               Naive)
+# auto plans as any of the others, under their settings: each of theirs that changes an artifact changes its own
+Auto.reads = frozenset().union(*(p.reads for p in BUILTIN_POLICIES))
 
 __all__ = ["BUILTIN_POLICIES", "POLICIES", "FeatureInputs", "PackInputs", "PlanInputs", "Policy", "TierPlan",
            "register_policy"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.core.sections import RunConfig, Section
 from pipelines.methods.policies.inputs import FeatureInputs, PackInputs, PlanInputs, TierPlan
+from pipelines.methods.policies.reads import EpochReads, file_block_reads
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels.registry import Registry
 from trainer.config import artifact_effect
@@ -60,6 +61,11 @@ class Policy(ABC):
     #: Whether ``train.task=link`` with learned embeddings (``train.link_encoder=embedding``) trains them out of
     #: core in this policy's partition buffer (``mariusgnn``) rather than in memory.
     link_embeddings_out_of_core: ClassVar[bool] = False
+    #: Whether the policy trains on exactly the sampled batches, as ``in_memory`` does (same model, same
+    #: accuracy): False for a policy that changes what a batch sees (``mariusgnn``'s partition buffer,
+    #: ``outre``'s pruned batches and historical embeddings). ``policy=auto`` considers only exact ones unless
+    #: ``plan.auto_candidates`` names others.
+    exact_samples: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -76,6 +82,18 @@ class Policy(ABC):
     def plan(self, inputs: PlanInputs) -> TierPlan:
         """Default: no cache; every node a batch reads is read from disk (or RAM) by the feature source."""
         return frequency_plan(inputs, {"gpu": 0, "cpu": 0})
+
+    def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
+        """The bytes and read requests one training epoch of this policy reads from disk under ``plan`` (its own
+        plan of ``inputs``), for ``policy=auto``'s cost model (:mod:`pipelines.methods.policies.reads`).
+        Default: page-merged aligned reads of every uncached row a batch reads from the feature file."""
+        return file_block_reads(inputs, plan)
+
+    def auto_variants(self, cfg: RunConfig, feature_bytes: int, reads: EpochReads) -> list[dict[str, Any]]:
+        """Settings (``{"section.field": value}``) besides ``cfg``'s own under which ``policy=auto`` also weighs
+        this policy, given what it predicted it ``reads`` under ``cfg``: its main knobs' alternatives. Default:
+        none."""
+        return []
 
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
         """Default: nothing to lay out; the feature source reads the ordered feature file (or RAM)."""

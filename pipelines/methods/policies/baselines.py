@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from pipelines.methods.policies.base import FeatureInputs, Policy, register_policy
+from pipelines.methods.policies.base import FeatureInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.reads import EpochReads, row_reads, training_rows
 from storage_kernels.halfwords import as_words
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class InMemory(Policy):
     def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {"the feature file (in_memory)": int(feature_bytes)}
 
+    def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
+        return EpochReads(0, 0, model="every row in RAM")
+
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import InMemoryFeatures
 
@@ -58,6 +62,9 @@ class Mmap(InMemory):
     def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {}  # the page cache holds what the kernel lets it
 
+    def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
+        return Policy.predict_reads(self, inputs, plan)  # page faults of the blocks a batch reads, nothing cached
+
 
 @register_policy
 class Naive(Policy):
@@ -66,6 +73,9 @@ class Naive(Policy):
 
     def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
         return {}  # no cache
+
+    def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
+        return row_reads(inputs, training_rows(inputs), queue_depth=32)
 
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import NaiveDiskFeatures

@@ -38,6 +38,7 @@ import numpy as np
 
 from pipelines.core.sections import Section
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.reads import EpochReads, row_reads
 from pipelines.methods.policies.sharded import ShardedPack
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels import changesets as cs
@@ -115,6 +116,11 @@ class Ginex(Policy):
             "predicted_hit_rate": rate,
         })
         return plan
+
+    def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
+        """Every miss of the simulated cache is one row read (the trace covers every sampled epoch)."""
+        misses = int(plan.stats["total_accesses"] * (1.0 - plan.stats["predicted_hit_rate"]))
+        return row_reads(inputs, misses // max(inputs.samples.epochs, 1), queue_depth=32)
 
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
         graph, cfg = inputs.graph, inputs.cfg

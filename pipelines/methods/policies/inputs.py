@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pipelines.core.graphio import GraphArrays
     from pipelines.core.progress import Progress
     from pipelines.core.sections import RunConfig
@@ -28,6 +30,8 @@ class PlanInputs:
     samples: SampleSet
     cfg: RunConfig
     progress: Progress | None = None
+    #: The data root (``policy=auto`` keeps the disk's profile there); None where a caller has none.
+    data_root: Path | None = None
 
 
 @dataclass

@@ -199,11 +199,12 @@ def test_stage_verb_runs_up_to_that_stage(tmp_path: Path) -> None:
 
 def test_a_stage_verb_takes_the_memory_budget_and_the_plan_is_sized_by_it(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "--dataset", "tiny", "--root", str(tmp_path), "--json",
-                                 "--memory-budget", "64M", "--set", "sample.epochs=1"])
+                                 "--memory-budget", "64M", "--set", "sample.epochs=1", "--policy", "diskgnn"])
     assert result.exit_code == 0, result.stderr
     plan = json.loads(next((tmp_path / "tiny" / "plan").glob("*/manifest.json")).read_text())
     assert plan["params"]["cpu_cache_bytes"] == 32 << 20 and plan["stats"]["cpu_budget_bytes"] == 32 << 20
     refused = runner.invoke(app, ["plan", "--dataset", "tiny", "--root", str(tmp_path), "--memory-budget", "64K",
+                                  "--policy", "diskgnn",
                                   "--set", "sample.epochs=1", "--set", "plan.cpu_cache_bytes=1048576"])
     assert refused.exit_code != 0 and "'memory_budget' expected to hold the policy's resident buffers" in (
         refused.stderr)
@@ -218,7 +219,7 @@ def test_policy_flag_is_the_policy_setting(tmp_path: Path) -> None:
     plan = json.loads(next((tmp_path / "tiny" / "plan").glob("*/manifest.json")).read_text())
     assert plan["params"]["policy"] == "ginex"
     bad = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path), "-p", "lru"])
-    assert bad.exit_code == 2 and "'policy' expected one of in_memory, mmap, naive, diskgnn" in bad.stderr
+    assert bad.exit_code == 2 and "'policy' expected one of auto, in_memory, mmap, naive, diskgnn" in bad.stderr
 
 
 def test_run_rejects_an_unknown_until(tmp_path: Path) -> None:
@@ -230,7 +231,7 @@ def test_config_show_prints_the_effective_config(tmp_path: Path) -> None:
     as_json = runner.invoke(app, ["config", "show", "--json", "--dataset", "demo", "--set", "train.eval_every=3"])
     assert as_json.exit_code == 0, as_json.output
     doc = json.loads(as_json.stdout)
-    assert doc["dataset"] == "demo" and doc["train"]["eval_every"] == 3 and doc["policy"] == "diskgnn"
+    assert doc["dataset"] == "demo" and doc["train"]["eval_every"] == 3 and doc["policy"] == "auto"
     every = runner.invoke(app, ["config", "show", "--json", "--set", "train.checkpoint_every=50",
                                 "--set", "train.checkpoint_path=ckpt.pt", "--set", "train.patience=5"])
     assert every.exit_code == 0, every.output

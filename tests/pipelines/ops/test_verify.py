@@ -27,7 +27,7 @@ from storage_kernels.store import Artifact
 from tests.pipelines.source_fixtures import hand_graph
 
 SPEC = "synthetic:nodes=600,degree=6,dim=8,classes=3,seed=0"
-SETS = ["sample.epochs=1", "partition.num_parts=2", "sample.batch_size=128", "train.epochs=1"]
+SETS = ["policy=diskgnn", "sample.epochs=1", "partition.num_parts=2", "sample.batch_size=128", "train.epochs=1"]
 CFG = PipelineConfig.load(overrides=SETS, dataset=SPEC)
 STAGES = ("ingest", "reorder", "partition", "sample", "plan", "pack")
 cli = CliRunner()

@@ -17,6 +17,7 @@ from tests.pipelines.stage_fixtures import make_graph_artifact
 def _cfg(**overrides: str) -> PipelineConfig:
     sets = [f"{k.replace('__', '.')}={v}" for k, v in overrides.items()]
     base = [
+        "policy=diskgnn",  # the pack layout these tests check
         "sample.fanouts=[4,3]",
         "sample.batch_size=64",
         "sample.epochs=2",

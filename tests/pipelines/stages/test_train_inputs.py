@@ -40,3 +40,14 @@ def test_the_source_s_own_split_trains(tmp_path: Path) -> None:
                               dataset=f"edgelist:{tmp_path / 'edges.csv'}")
     result = StageRunner(cfg, StrataPaths.at(tmp_path / "root").store()).result("train")
     assert 0.0 <= result.artifact.stats["test_acc"] <= 1.0
+
+
+def test_epochs_without_evaluation_are_null_in_the_history(tmp_path: Path) -> None:
+    """``train.eval_every`` > 1 leaves epochs unevaluated: their validation accuracy is null in history.json
+    (was NaN, which failed the artifact's JSON write after training had succeeded)."""
+    cfg = PipelineConfig.load(overrides=["policy=in_memory", "train.eval_every=2", "train.epochs=3",
+                                         "train.hidden_dim=8", "sample.epochs=1"], dataset="tiny")
+    runner = StageRunner(cfg, StrataPaths.at(tmp_path / "root").store())
+    runner.run_until("train")  # the model checks read the history too
+    curve = runner.artifact("train").json("history.json")["val_acc"]
+    assert curve[0] is None and isinstance(curve[1], float) and curve[2] is not None  # epochs 2 and 3 (the last)

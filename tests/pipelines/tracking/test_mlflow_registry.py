@@ -105,7 +105,8 @@ def test_run_has_every_setting_version_and_plot_once(tiny: dict[str, Any]) -> No
     params = run.data.params
     assert params["num_layers"] == "2" and params["num_classes"] == "6"  # resolved, not the config's 0
     assert params["sample.fanouts"] == "[10, 10]" and params["sample.batching"] == "random"
-    assert params["plan.cpu_cache_fraction"] == "0.1" and params["policy"] == "diskgnn"
+    assert params["plan.cpu_cache_fraction"] == "0.1" and params["policy"] == "auto"
+    assert params["auto.policy"] == "in_memory" and "auto.candidate.0" in params  # what auto chose, and why
     assert params["dataset"] == "tiny" and params["epochs"] == "2" and params["export.opset"] == "18"
     versions = {e: tiny["events"][e].metadata["version"].value for e in STAGE_NAMES}
     for stage in ("ingest", "reorder", "partition", "sample", "plan", "pack"):

@@ -15,7 +15,7 @@ from pipelines.tracking.run_logging import run_params, summary_metrics
 def test_run_params_are_every_setting_but_the_trainers_own() -> None:
     cfg = PipelineConfig.load(overrides=["sample.fanouts=[15,5]", "plan.cpu_cache_bytes=4096"], dataset="demo")
     params = run_params(cfg)
-    assert params["dataset"] == "demo" and params["policy"] == "diskgnn"
+    assert params["dataset"] == "demo" and params["policy"] == "auto"
     assert params["sample.fanouts"] == "[15, 5]" and params["plan.cpu_cache_bytes"] == "4096"
     assert params["plan.gpu_cache_bytes"] == ""  # None
     assert not any(k.startswith("train.") for k in params)  # trainer.train logs those, flat

@@ -36,11 +36,13 @@ import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write_addresses, write_layout
+from pipelines.methods.policies.diskgnn.search import search, training_trace
 from pipelines.methods.policies.diskgnn.settings import DiskGNNPackSettings, DiskGNNPlanSettings
 from pipelines.methods.policies.diskgnn.shards import DiskGNNShards
+from pipelines.methods.policies.reads import EpochReads
 from pipelines.methods.policies.sharded import ShardedPack
 from pipelines.methods.policies.tiers import frequency_plan
-from storage_kernels.packstore import CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN
+from storage_kernels.packstore import CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN, chunk_bytes, store_budget_bytes
 
 if TYPE_CHECKING:
     from pipelines.core.sections import RunConfig
@@ -64,6 +66,34 @@ class DiskGNN(Policy):
     def plan(self, inputs: PlanInputs) -> TierPlan:
         feature_bytes = inputs.graph.num_nodes * inputs.graph.row_bytes
         return frequency_plan(inputs, inputs.cfg.plan.budgets(feature_bytes))
+
+    def auto_variants(self, cfg: RunConfig, feature_bytes: int, reads: EpochReads) -> list[dict[str, Any]]:
+        """Under pure packing, the segment window's RAM given to the CPU cache instead (the window serves only
+        segment disk caches, which pure packing has none of; with them, the window is what reads them once)."""
+        window = int(cfg.plan.disk_cache_buffer(feature_bytes))
+        if window <= 0 or not reads.detail.get("pure_packing"):
+            return []
+        cpu = int(cfg.plan.budgets(feature_bytes)["cpu"])
+        return [{"plan.cpu_cache_bytes": cpu + window, "plan.disk_cache_buffer_bytes": 0}]
+
+    def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
+        """The pack's own read model (:mod:`pipelines.methods.policies.diskgnn.search`): with pure packing, one
+        aligned chunk read per batch; under a disk budget that needs segment caches, the (m, s) search's exact
+        read bytes and two requests a batch (its chunk, its segment cache's page-merged blocks)."""
+        graph, cfg, samples = inputs.graph, inputs.cfg, inputs.samples
+        row_bytes, epochs = graph.row_bytes, max(samples.epochs, 1)
+        trace = training_trace(samples, plan.tier)
+        pure = int(chunk_bytes(trace.rows, row_bytes).sum())
+        store = store_budget_bytes(cfg.pack.disk_budget, graph.num_nodes * row_bytes)
+        budget = None if store is None else int(store) - (len(plan.gpu_nodes) + len(plan.cpu_nodes)) * row_bytes
+        if budget is None or pure <= budget:
+            return EpochReads(pure // epochs, trace.num_batches // epochs, model="one aligned chunk read per batch",
+                              detail={"pure_packing": True})
+        buffer_rows = cfg.plan.disk_cache_buffer(graph.num_nodes * row_bytes) // row_bytes
+        choice = search(trace, row_bytes, max(budget, 0), k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
+                        buffer_rows=buffer_rows, order=cfg.pack.disk_cache_order, gap_blocks=cfg.pack.read_gap_blocks)
+        return EpochReads(choice.read_bytes // epochs, 2 * trace.num_batches // epochs,
+                          model=f"segment caches (m={choice.segment_batches}, s={choice.cache_rows}) + chunks")
 
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
         # the global part, then every batch (pipelines.shards.pack runs the batches in shards instead)

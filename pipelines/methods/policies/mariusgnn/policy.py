@@ -168,6 +168,7 @@ def _resolve(cfg: RunConfig, graph: GraphArrays) -> Any:
 @register_policy
 class MariusGNN(Policy):
     name = "mariusgnn"
+    exact_samples = False  # batches sampled within the partition buffer: another model
     description = ("MariusGNN: the feature file in physical partitions, a CPU buffer of c of them filled by large "
                    "direct reads with a prefetch thread; training batches sampled per partition set from the "
                    "in-memory subgraph (static set when the training partitions fit, else BETA/COMET/random).")

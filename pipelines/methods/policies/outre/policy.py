@@ -90,6 +90,7 @@ def training_order(samples: Any) -> list[int]:
 @register_policy
 class Outre(Policy):
     name = "outre"
+    exact_samples = False  # pruned batches, historical embeddings: another model
     description = ("OUTRE: historical embeddings of the last layer's inputs reused for plan.staleness iterations, "
                    "their subtrees pruned from the batches; the CPU budget split (Eq. 5) with a feature cache.")
     settings = {"plan": OutrePlanSettings}

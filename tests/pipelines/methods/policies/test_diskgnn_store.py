@@ -26,9 +26,9 @@ from trainer.features import DiskCacheTier, InMemoryFeatures, PackedFeatures
 
 
 def _cfg(budget: str) -> PipelineConfig:
-    sets = ["sample.fanouts=[4,3]", "sample.batch_size=64", "sample.epochs=2", "sample.eval_batch_size=100",
-            "partition.num_parts=4", "plan.cpu_cache_fraction=0.1", "plan.gpu_cache_fraction=0.05",
-            f"pack.disk_budget={budget}", "pack.memory_mb=1"]
+    sets = ["policy=diskgnn", "sample.fanouts=[4,3]", "sample.batch_size=64", "sample.epochs=2",
+            "sample.eval_batch_size=100", "partition.num_parts=4", "plan.cpu_cache_fraction=0.1",
+            "plan.gpu_cache_fraction=0.05", f"pack.disk_budget={budget}", "pack.memory_mb=1"]
     return PipelineConfig.load(overrides=sets, dataset="unit")
 
 
@@ -84,7 +84,8 @@ def test_features_and_bytes_read_are_the_predicted_ones(store: ArtifactStore, bu
 def test_the_default_budget_fits_a_feature_file_smaller_than_a_block(store: ArtifactStore) -> None:
     # 300 rows of one float: 1200 bytes, while every chunk and disk cache is whole 4 KiB blocks (this failed
     # with "expected a budget the store can meet" before the budget counted the file in blocks)
-    cfg = PipelineConfig.load(overrides=["sample.epochs=2", "sample.batch_size=64"], dataset="tiny-rows")
+    cfg = PipelineConfig.load(overrides=["policy=diskgnn", "sample.epochs=2", "sample.batch_size=64"],
+                              dataset="tiny-rows")
     ordering, samples_art, packed = _pipeline(store, cfg, "tiny-rows", n=300, dim=1)
     assert packed.stats["store_bytes"] <= store_budget_bytes(cfg.pack.disk_budget, 1200)
     assert DISK_BUDGET_RESPECTED.run(packed, store).passed

@@ -25,7 +25,8 @@ ROW_BYTES = 24 * 4
 
 
 def _cfg(buffer_rows: int, order: str = "uses", gap: int = 0) -> PipelineConfig:
-    sets = ["sample.fanouts=[4,3]", "sample.batch_size=64", "sample.epochs=2", "sample.eval_batch_size=100",
+    sets = ["policy=diskgnn", "sample.fanouts=[4,3]", "sample.batch_size=64", "sample.epochs=2",
+            "sample.eval_batch_size=100",
             "partition.num_parts=4", "plan.cpu_cache_fraction=0.1", "plan.gpu_cache_fraction=0.05",
             "pack.disk_budget=2.0", "pack.memory_mb=1", f"plan.disk_cache_buffer_bytes={buffer_rows * ROW_BYTES}",
             f"pack.disk_cache_order={order}", f"pack.read_gap_blocks={gap}"]

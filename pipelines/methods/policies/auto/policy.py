@@ -1,0 +1,215 @@
+"""``auto`` (the default policy): each run planned by predicted epoch time, not by a fixed name.
+
+At the plan stage, with the sampled trace in hand, ``auto``:
+
+1. takes the memory the run may use: ``memory_budget``, or without one :data:`MEMORY_SHARE` of the memory this
+   process may use (:func:`pipelines.core.confine.memory_limit`), stated in the plan;
+2. measures (once per data root, :mod:`pipelines.core.disk_profile`) the disk, and probes the model's compute
+   time per batch at each thread count it may use (:mod:`.probe`);
+3. for every candidate (the registered policies that train the sampled batches exactly, ``Policy.exact_samples``,
+   and whose cache is not the OS page cache; ``plan.auto_candidates`` names others) and each of its variants
+   (``Policy.auto_variants``: e.g. ``diskgnn`` with its segment window's RAM given to the CPU cache), refuses it
+   when its resident buffers exceed that memory, else plans it and predicts one epoch's reads
+   (``Policy.predict_reads``) and time (:mod:`.cost`);
+4. keeps the plan of the fastest (the plan artifact holds it, as if that policy had been forced) and records
+   the choice, its settings and every candidate's prediction in the plan's ``auto`` statistic.
+
+The pack and train stages, and everything that opens the run's batches, see the chosen policy with its
+settings (:func:`resolved`); the artifacts keep ``policy=auto`` in their versions. A user can always force a
+policy (``--policy diskgnn``); ``auto`` never picks one the budget refuses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pipelines.core.confine import memory_limit
+from pipelines.core.disk_profile import DiskProfile, disk_profile, measure_disk
+from pipelines.core.formatting import format_bytes
+from pipelines.methods.policies.auto.cost import Candidate, choose, epoch_seconds, threads_for
+from pipelines.methods.policies.auto.probe import ComputeProbe, probe_compute, usable_cores
+from pipelines.methods.policies.auto.settings import AutoPlanSettings
+from pipelines.methods.policies.base import POLICIES, FeatureInputs, Policy, register_policy
+from pipelines.methods.policies.inputs import PlanInputs, TierPlan
+
+if TYPE_CHECKING:
+    from pipelines.core.sections import RunConfig
+    from trainer.features import FeatureSource
+
+__all__ = ["MEMORY_SHARE", "Auto", "candidate_names", "choice_stats", "resolved", "usable_memory", "with_settings"]
+
+#: Without a ``memory_budget``: the share of the memory this process may use that ``auto`` lets a plan hold
+#: (the rest: the interpreter, torch, the batches in flight, the page cache of the topology).
+MEMORY_SHARE = 0.5
+AUTO = "auto"
+
+
+def with_settings(cfg: RunConfig, policy: str, settings: dict[str, Any]) -> RunConfig:
+    """``cfg`` with ``policy`` and the ``section.field`` ``settings`` set (values already valid: they come from
+    ``auto``'s own candidates or its recorded choice)."""
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        section, name = key.split(".", 1)
+        sections.setdefault(section, {})[name] = value
+    update: dict[str, Any] = {"policy": policy}
+    for section, values in sections.items():
+        current = getattr(cfg, section)
+        update[section] = (dataclasses.replace(current, **values) if dataclasses.is_dataclass(current)  # train
+                           else current.model_copy(update=values))
+    return cfg.model_copy(update=update)  # type: ignore[attr-defined]
+
+
+def resolved(cfg: RunConfig, plan_stats: dict[str, Any] | None) -> RunConfig:
+    """The configuration the stages after ``plan`` run under: with ``policy=auto``, the policy and settings its
+    plan chose (``plan_stats``: the plan or pack artifact's statistics); any other policy unchanged."""
+    if cfg.policy != AUTO:
+        return cfg
+    choice = (plan_stats or {}).get("auto")
+    if not choice:
+        raise ValueError("'policy' auto expected a plan artifact with its choice ('auto' statistic; got none): "
+                         "run the plan stage with policy=auto")
+    settings = dict(choice["settings"])
+    if cfg.train.num_threads != 0:  # threads set by the user win (a speed knob: the plan is reused across them)
+        settings.pop("train.num_threads", None)
+    return with_settings(cfg, choice["policy"], settings)
+
+
+def choice_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of a plan's statistics that says what ``auto`` chose (copied into the pack's, so that whatever
+    holds only the pack can resolve the run's policy too); empty for any other policy."""
+    choice = (stats or {}).get("auto")
+    if not choice:
+        return {}
+    return {"chosen_policy": choice["policy"], "auto": {"policy": choice["policy"], "settings": choice["settings"]}}
+
+
+def usable_memory(cfg: RunConfig) -> tuple[int, str]:
+    """The bytes a plan may hold resident, and how they were chosen (for the record)."""
+    if cfg.memory_budget is not None:
+        return int(cfg.memory_budget), f"memory_budget {format_bytes(cfg.memory_budget)}"
+    limit = memory_limit()
+    return int(limit * MEMORY_SHARE), (f"no memory_budget: {MEMORY_SHARE:.0%} of the {format_bytes(limit)} this "
+                                        "process may use")
+
+
+def candidate_names(cfg: RunConfig) -> tuple[list[str], dict[str, str]]:
+    """The policies ``auto`` plans, and those it leaves out with the reason."""
+    named = list(cfg.plan.auto_candidates)
+    for name in named:
+        POLICIES.check(name)  # checked when the config loaded; a plugin may have gone since
+    names, left_out = [], {}
+    for name in named or POLICIES.names():
+        cls = POLICIES.get(name)
+        if name == AUTO:
+            continue
+        if not named and cls.page_cache:
+            left_out[name] = "its cache is the OS page cache, which no budget bounds"
+        elif not named and not cls.exact_samples:
+            left_out[name] = "trains other batches than the sampled ones (accuracy may differ); name it in " \
+                             "plan.auto_candidates to consider it"
+        else:
+            names.append(name)
+    return names, left_out
+
+
+def _disk(inputs: PlanInputs) -> DiskProfile:
+    """The data root's profile (cached there); with no root known, measured in the temp folder."""
+    if inputs.data_root is not None:
+        return disk_profile(inputs.data_root)
+    return measure_disk(tempfile.gettempdir())
+
+
+@register_policy
+class Auto(Policy):
+    name = AUTO
+    description = ("The default: plans each run by predicted epoch time from the sampled trace, a measured disk "
+                   "profile and a compute probe; picks the fastest policy (and its cache split and threads) that "
+                   "fits the memory budget. `strata plan --explain` shows why.")
+    settings = {"plan": AutoPlanSettings}
+
+    def resident_bytes(self, cfg: RunConfig, feature_bytes: int) -> dict[str, int]:
+        return {}  # the chosen policy's, checked against the budget when auto chooses
+
+    def plan(self, inputs: PlanInputs) -> TierPlan:
+        cfg, graph = inputs.cfg, inputs.graph
+        feature_bytes = graph.num_nodes * graph.row_bytes
+        usable, memory_note = usable_memory(cfg)
+        names, left_out = candidate_names(cfg)
+        if inputs.progress:
+            inputs.progress("plan (auto): measuring the disk and the model's step", 0, len(names))
+        start = time.perf_counter()
+        disk = _disk(inputs)
+        if cfg.train.task == "node":
+            probe = probe_compute(inputs, cfg.plan.auto_probe_batches, cores=usable_cores())
+        else:  # link prediction trains on edges, not these batches: the reads alone decide
+            probe = ComputeProbe({usable_cores(): 0.0}, 0, 0, "not probed (train.task link)")
+        measure_s = time.perf_counter() - start
+        candidates: list[Candidate] = []
+        plans: dict[int, TierPlan] = {}
+        for i, name in enumerate(names):
+            policy = POLICIES.get(name)()
+            variants: list[dict[str, Any]] = [{}]
+            while variants:  # the policy's own settings first; its variants from what they were predicted to read
+                settings = variants.pop(0)
+                ccfg = with_settings(cfg, name, settings)
+                resident = policy.resident_bytes(ccfg, feature_bytes)
+                c = Candidate(name, settings=dict(settings),
+                              resident_bytes=sum(min(v, feature_bytes) for v in resident.values()))
+                candidates.append(c)
+                if c.resident_bytes > usable:
+                    c.refused = (f"holds {format_bytes(c.resident_bytes)} resident "
+                                 f"({', '.join(resident)}), more than {format_bytes(usable)}")
+                    continue
+                cin = replace(inputs, cfg=ccfg, progress=None)
+                start = time.perf_counter()
+                try:
+                    tier_plan = policy.plan(cin)
+                    c.reads = policy.predict_reads(cin, tier_plan)
+                except ValueError as e:  # a setting this policy cannot meet (pack.disk_budget too small, ...)
+                    c.refused = f"its plan failed: {e}"
+                    continue
+                finally:
+                    c.plan_s = time.perf_counter() - start
+                plans[len(candidates) - 1] = tier_plan
+                c.threads = threads_for(c.reads, probe)
+                c.io_s, c.compute_s = epoch_seconds(c.reads, disk, probe, c.threads)
+                c.epoch_s = max(c.io_s, c.compute_s)
+                if not settings:
+                    variants = policy.auto_variants(cfg, feature_bytes, c.reads)
+            if inputs.progress:
+                inputs.progress("plan (auto): predicting each policy's epoch", i + 1, len(names))
+        best = choose(candidates)
+        plan = plans[candidates.index(best)]
+        settings = dict(best.settings)
+        if cfg.train.num_threads == 0:  # a thread count the user set is kept
+            settings["train.num_threads"] = best.threads
+        plan.stats.update({
+            "policy": AUTO,
+            "chosen_policy": best.policy,
+            "auto": {
+                "policy": best.policy,
+                "settings": settings,
+                "predicted_epoch_s": round(best.epoch_s, 6),
+                "memory": {"usable_bytes": usable, "how": memory_note, "feature_bytes": feature_bytes},
+                "disk": disk.to_dict(),
+                "compute": _probe_record(probe),
+                "measure_s": round(measure_s, 3),  # the disk profile (when not cached) and the compute probe
+                "candidates": [c.to_dict() for c in candidates],
+                "left_out": left_out,
+            },
+        })
+        return plan
+
+    def features(self, inputs: FeatureInputs) -> FeatureSource:
+        raise ValueError("'policy' auto expected to be resolved to its chosen policy before opening features "
+                         "(pipelines.methods.policies.auto.resolved)")
+
+
+def _probe_record(probe: ComputeProbe) -> dict[str, Any]:
+    return {"seconds_per_batch": {str(t): round(s, 6) for t, s in probe.seconds_per_batch.items()},
+            "batches_per_epoch": probe.batches_per_epoch, "probe_batches": probe.probe_batches,
+            "device": probe.device}

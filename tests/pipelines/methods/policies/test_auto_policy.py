@@ -1,0 +1,160 @@
+"""``policy=auto``: the cost model's choice, its record in the plan, the stages after it running the chosen
+policy (with the same results as forcing it), the budget it never breaks, the disk profile it caches, and the
+predicted reads against the reads training measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import PipelineConfig
+from pipelines.core import disk_profile as dp
+from pipelines.core.paths import StrataPaths
+from pipelines.methods.policies.auto import resolved
+from pipelines.methods.policies.auto.cost import Candidate, choose, epoch_seconds, threads_for
+from pipelines.methods.policies.auto.probe import ComputeProbe
+from pipelines.methods.policies.reads import EpochReads
+from pipelines.runner import StageRunner
+
+SMALL = ["sample.epochs=2", "train.epochs=2", "sample.batch_size=32", "partition.num_parts=4", "train.hidden_dim=16",
+         "train.device=cpu"]
+DISK = dp.DiskProfile(seq_read_bytes_s=1e9, random_iops_qd1=10_000, random_iops=100_000, direct_io=True,
+                      measured_at="now")
+
+
+def _probe(per_batch: dict[int, float], batches: int = 10) -> ComputeProbe:
+    return ComputeProbe(per_batch, batches, 3, "cpu")
+
+
+# ---- the cost model ----------------------------------------------------------------------------------------
+
+def test_reads_are_bandwidth_or_request_bound_whichever_is_slower() -> None:
+    probe = _probe({1: 0.01})
+    big = EpochReads(bytes=2_000_000_000, requests=10)  # 2 s of bandwidth, 0.1 ms of requests
+    small = EpochReads(bytes=4096 * 50_000, requests=50_000)  # 0.2 s of bandwidth, 0.5 s of requests
+    assert epoch_seconds(big, DISK, probe, 1) == (pytest.approx(2.0), pytest.approx(0.1))
+    assert epoch_seconds(small, DISK, probe, 1)[0] == pytest.approx(0.5)
+    one_at_a_time = EpochReads(bytes=4096 * 50_000, requests=50_000, queue_depth=1)
+    assert epoch_seconds(one_at_a_time, DISK, probe, 1)[0] == pytest.approx(5.0)  # 10,000 reads/s at depth 1
+    assert epoch_seconds(EpochReads(0, 0), DISK, probe, 1)[0] == 0.0
+
+
+def test_threads_leave_the_loader_a_core_only_when_it_costs_nothing() -> None:
+    reads_disk, in_ram = EpochReads(4096, 1), EpochReads(0, 0)
+    assert threads_for(in_ram, _probe({1: 0.02, 2: 0.01})) == 2  # no reads: the fastest
+    assert threads_for(reads_disk, _probe({1: 0.0102, 2: 0.01})) == 1  # within the tie: the loader's core
+    assert threads_for(reads_disk, _probe({1: 0.02, 2: 0.01})) == 2  # fewer threads twice as slow: not worth it
+    assert threads_for(in_ram, _probe({1: 0.013, 2: 0.064})) == 1  # oversubscribed: one thread is faster
+
+
+def test_choose_takes_the_fastest_and_breaks_ties_by_bytes_then_memory() -> None:
+    def c(name: str, epoch: float, nbytes: int = 0, resident: int = 0, refused: str = "") -> Candidate:
+        return Candidate(name, reads=EpochReads(nbytes, 1), epoch_s=epoch, resident_bytes=resident, refused=refused)
+
+    assert choose([c("naive", 2.0), c("diskgnn", 1.0), c("ginex", 1.5)]).policy == "diskgnn"
+    assert choose([c("diskgnn", 1.0, nbytes=10), c("hyperbatch", 1.02, nbytes=5)]).policy == "hyperbatch"  # a tie
+    assert choose([c("diskgnn", 1.0, resident=9), c("ginex", 1.0, resident=5)]).policy == "ginex"
+    assert choose([c("in_memory", 0.1, refused="holds too much"), c("naive", 9.0)]).policy == "naive"
+    with pytest.raises(ValueError, match=r"'policy' auto expected a candidate policy that fits .*in_memory: too big"):
+        choose([c("in_memory", 0.1, refused="too big")])
+
+
+# ---- the disk profile --------------------------------------------------------------------------------------
+
+def test_the_disk_profile_is_measured_once_and_cached_in_the_root(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(dp, "PROBE_BYTES", 8 << 20)
+    root = tmp_path / "root"
+    first = dp.disk_profile(root)
+    assert first.seq_read_bytes_s > 0 and first.random_iops > 0 and first.random_iops_qd1 > 0
+    cached = json.loads((root / dp.PROFILE_NAME).read_text())
+    assert cached["seq_read_bytes_s"] == first.seq_read_bytes_s and not list(root.glob(".disk_probe*"))
+    assert dp.disk_profile(root) == first  # reused, not measured again
+    other = tmp_path / "other"  # another root on the same device: the machine cache answers
+    assert dp.disk_profile(other) == first and (other / dp.PROFILE_NAME).exists()
+    assert dp.disk_profile(root, refresh=True).measured_at >= first.measured_at
+    (root / dp.PROFILE_NAME).write_text("{not json")
+    (dp.machine_cache(first.device)).unlink()
+    assert dp.disk_profile(root).seq_read_bytes_s > 0  # an unreadable cache is measured again, not an error
+
+
+# ---- through the stages ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def auto_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("auto")
+
+
+def _runner(root: Path, *overrides: str) -> StageRunner:
+    cfg = PipelineConfig.load(overrides=[*SMALL, *overrides], dataset="tiny")
+    return StageRunner(cfg, StrataPaths.at(root).store())
+
+
+def test_auto_is_the_default_and_takes_in_memory_when_the_features_fit(auto_root: Path) -> None:
+    runner = _runner(auto_root)
+    assert runner.cfg.policy == "auto"
+    runner.run_until("train")
+    plan, pack, train = (runner.artifact(s) for s in ("plan", "pack", "train"))
+    record = plan.stats["auto"]
+    assert record["policy"] == "in_memory" == plan.stats["chosen_policy"] == pack.stats["chosen_policy"]
+    assert train.stats["chosen_policy"] == "in_memory" and train.stats["bytes_read"] == 0
+    by_name = {c["policy"]: c for c in record["candidates"] if not c["settings"]}
+    assert by_name["in_memory"]["epoch_s"] <= min(c["epoch_s"] for c in record["candidates"] if c["epoch_s"])
+    assert set(record["left_out"]) == {"mariusgnn", "outre", "mmap"}  # other samples, or the page cache
+    assert record["settings"]["train.num_threads"] >= 1 and record["memory"]["how"].startswith("no memory_budget")
+
+
+def test_auto_never_picks_what_the_budget_refuses_and_trains_as_its_choice_forced(auto_root: Path) -> None:
+    features = 2000 * 128 * 4  # tiny: 2,000 nodes x 128 float32
+    runner = _runner(auto_root, f"memory_budget={features // 4}")
+    runner.run_until("train")
+    record = runner.artifact("plan").stats["auto"]
+    refused = {c["policy"]: c["refused"] for c in record["candidates"] if c["refused"]}
+    assert "in_memory" in refused and "more than" in refused["in_memory"]
+    assert record["policy"] != "in_memory" and runner.artifact("train").stats["bytes_read"] > 0
+    forced = runner.derive(resolved(runner.cfg, runner.artifact("plan").stats))  # the choice, with its settings
+    ours, theirs = runner.artifact("train").stats, forced.artifact("train").stats
+    assert forced.cfg.policy == record["policy"]
+    assert (ours["val_acc"], ours["test_acc"], ours["bytes_read"]) == (theirs["val_acc"], theirs["test_acc"],
+                                                                       theirs["bytes_read"])
+
+
+def test_named_candidates_limit_the_choice_and_predicted_reads_match_training(auto_root: Path) -> None:
+    runner = _runner(auto_root, "plan.auto_candidates=naive", "train.epochs=2")
+    runner.run_until("train")
+    record = runner.artifact("plan").stats["auto"]
+    assert record["policy"] == "naive" and [c["policy"] for c in record["candidates"]] == ["naive"]
+    predicted = record["candidates"][0]["reads"]
+    train = runner.artifact("train").stats
+    epochs = 2  # train.epochs == sample.epochs: training reads every sampled epoch once
+    assert abs(train["read_requests"] - predicted["requests"] * epochs) < epochs  # one read a row: exact (the
+    # prediction is a whole number per epoch)
+    assert train["bytes_read"] == pytest.approx(predicted["bytes"] * epochs, rel=0.05)  # rows straddling blocks
+
+
+def test_a_forced_policy_is_untouched_and_explains_nothing(auto_root: Path) -> None:
+    runner = _runner(auto_root, "policy=diskgnn")
+    runner.run_until("plan")
+    assert "auto" not in runner.artifact("plan").stats
+    assert resolved(runner.cfg, runner.artifact("plan").stats) is runner.cfg
+    with pytest.raises(ValueError, match="'policy' auto expected a plan artifact with its choice"):
+        resolved(runner.cfg.model_copy(update={"policy": "auto"}), runner.artifact("plan").stats)
+
+
+def test_candidates_are_checked_when_the_config_loads() -> None:
+    cfg = PipelineConfig.load(overrides=["plan.auto_candidates=diskgnn,ginex"])
+    assert cfg.plan.auto_candidates == ["diskgnn", "ginex"]
+    assert PipelineConfig.load(overrides=["plan.auto_candidates=naive"]).plan.auto_candidates == ["naive"]
+    with pytest.raises(ValueError, match=r"'plan.auto_candidates' .*nope"):
+        PipelineConfig.load(overrides=["plan.auto_candidates=diskgnn,nope"])
+    with pytest.raises(ValueError, match="got 'auto'"):
+        PipelineConfig.load(overrides=["plan.auto_candidates=auto"])
+
+
+def test_the_chosen_threads_give_way_to_threads_the_user_set() -> None:
+    stats = {"auto": {"policy": "diskgnn", "settings": {"plan.disk_cache_buffer_bytes": 0, "train.num_threads": 1}}}
+    chosen = resolved(PipelineConfig.load(), stats)
+    assert (chosen.policy, chosen.plan.disk_cache_buffer_bytes, chosen.train.num_threads) == ("diskgnn", 0, 1)
+    assert resolved(PipelineConfig.load(overrides=["train.num_threads=3"]), stats).train.num_threads == 3
