@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.core.graphio import feature_values
+from pipelines.core.nodeids import original_ids
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import MANIFEST_NAME, Artifact, ArtifactBuilder
 
@@ -127,11 +128,12 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
 
     batch = samples.batch(val_ids[0])
     sub = restrict_batch(batch, min(web_seeds, batch.num_seeds))
-    perm = reorder.array("perm.npy")  # new id -> the dataset's original id, shown on the page
+    source_ids = np.asarray(reorder.array("perm.npy")[sub.nodes])  # new id -> the source's id
+    names = original_ids(reorder, source_ids)  # a graph with named nodes: the ids its input used
+    extra: dict[str, Any] = {"split": "val"} if names is None else {"split": "val", "node_names": names.tolist()}
     for name in ("subgraph.json", "subgraph.bin"):
         builder.add_file(name)
-    write_subgraph(builder.dir, sub, features[sub.nodes], perm[sub.nodes], labels[sub.seeds],
-                   extra={"split": "val"})
+    write_subgraph(builder.dir, sub, features[sub.nodes], source_ids, labels[sub.seeds], extra=extra)
     for name in PAGE_FILES:
         source = WEB_SOURCE / name
         if not source.is_file():
