@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from pipelines.cli.options import (
     ConfigOption,
@@ -270,6 +271,8 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
         shown = f"{value} ({human_bytes(value)})" if key.startswith("bytes") and value is not None else fmt(value)
         metrics.add_row(key, shown)
     out.print(metrics)
+    for warning in summary.get("warnings", []):
+        out.print(Text.assemble(("warning: ", "bold yellow"), warning))
 
     ml = summary["mlflow"]
     registry = Table(title="MLflow", title_justify="left", show_header=False)
