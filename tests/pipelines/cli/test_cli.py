@@ -240,5 +240,25 @@ def test_config_show_prints_the_effective_config(tmp_path: Path) -> None:
     assert table.exit_code == 0, table.output
     for text in ("plan.cpu_cache_fraction", "0.2", "0.1", "train.eval_every", "if used"):
         assert text in table.stdout
+    assert "plan.cpu_cache_fraction = 0.2  (default: 0.1)" in table.stdout
+    from pipelines.cli.options import out
+
+    assert max(map(len, table.stdout.splitlines())) <= out.width  # the console's width: 80 through a pipe
     bad = runner.invoke(app, ["config", "show", "--set", "policy=nope"])
     assert bad.exit_code == 2 and "'policy' expected one of" in bad.stderr
+
+
+@pytest.mark.parametrize("width", [40, 80, 132])
+def test_config_show_reads_at_any_width(width: int) -> None:
+    """One block per setting, nothing past the width: 80 columns and pipes used to get a 3-character column."""
+    from pipelines.cli.config import settings_lines
+    from pipelines.config import PipelineConfig, describe_settings
+
+    rows = describe_settings(PipelineConfig.model_validate({"sample": {"seed": 3}}))
+    lines = settings_lines(rows, width)
+    assert max(map(len, lines)) <= width
+    heads = [line for line in lines if " = " in line and not line.startswith(" ")]
+    assert [h.split(" = ")[0] for h in heads] == [r["key"] for r in rows]
+    assert any(h.startswith("sample.seed = 3  (default: 0)") for h in heads)
+    assert "[sample]" in lines and len(lines) < 6 * len(rows)
+    assert "    Sampling seed." in lines
