@@ -101,7 +101,14 @@ def test_run_missing_config_file(tmp_path: Path) -> None:
     assert "expected an existing YAML or JSON file" in result.stderr
 
 
-def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_installed_dagster_runs_the_ui_without_dagster_dev() -> None:
+    """`strata ui` calls what `dg dev` calls; had Dagster changed it, the fallback `dagster dev` would warn again."""
+    from pipelines.cli.dagster_dev import dev_impl
+
+    assert dev_impl() is not None
+
+
+def test_ui_runs_the_dagster_ui_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pipelines.cli.ui_process
 
     calls: list[dict[str, Any]] = []
@@ -116,7 +123,7 @@ def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 0, result.output
     (call,) = calls
     command = call["command"]
-    assert command[:4] == [sys.executable, "-m", "dagster", "dev"]
+    assert command[:3] == [sys.executable, "-m", "pipelines.cli.dagster_dev"]  # what `dg dev -w FILE` runs
     assert command[command.index("--port") + 1] == "3333"
     assert command[command.index("-w") + 1].endswith("workspace.yaml")
     env = call["env"]
