@@ -296,6 +296,11 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
         f"MLflow UI:  [bold]mlflow ui --backend-store-uri {ml['tracking_uri']}[/]",
         highlight=False,
     )
+    if summary.get("web"):
+        from pipelines.cli.web import web_lines
+
+        for line in web_lines(summary["web"]):
+            out.print(line, markup=False, highlight=False)
 
 
 def _stage_command(app: typer.Typer, name: str, description: str) -> None:

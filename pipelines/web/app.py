@@ -163,8 +163,9 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
 def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None = None) -> dict[str, Any]:
     """Copy the web folder of an ``export`` artifact to ``dest`` (created; an existing ``dest`` must be empty
     or hold an earlier copy, i.e. a ``web.json``), with onnxruntime-web under ``dest/ort/`` when ``npm_cache``
-    (default :func:`npm_cache_dir`) holds the pinned version. Returns ``{"dir", "files", "runtime"}``: ``runtime`` is
-    ``"ort/"`` when copied (the folder works offline), else the CDN URL the page falls back to."""
+    (default :func:`npm_cache_dir`) holds the pinned version. Returns ``{"dir", "files", "runtime", "bundled",
+    "npm_cache"}``: ``runtime`` is ``"ort/"`` when copied (``bundled``: the folder works offline), else the CDN URL
+    the page falls back to; ``npm_cache`` is the directory looked in."""
     src = export.path if isinstance(export, Artifact) else Path(export)
     if not (src / "web.json").is_file():
         raise FileNotFoundError(f"'export' expected a web folder (web.json) in {src} (got none; an export "
@@ -178,6 +179,7 @@ def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None =
         if path.is_file() and path.name != MANIFEST_NAME:
             shutil.copyfile(path, dest / path.name)
             files.append(path.name)
+    npm_cache = npm_cache or npm_cache_dir()
     package = ort_web_dir(npm_cache)
     where = ORT_WEB_CDN
     if package is not None:
@@ -185,4 +187,5 @@ def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None =
         for name in ORT_WEB_FILES:
             shutil.copyfile(package / "dist" / name, dest / "ort" / name)
         where = "ort/"
-    return {"dir": str(dest), "files": files, "runtime": where}
+    return {"dir": str(dest.resolve()), "files": files, "runtime": where, "bundled": package is not None,
+            "npm_cache": str(npm_cache)}
