@@ -16,7 +16,8 @@ policy's caches and packed chunks with direct I/O, exactly as ``strata run`` tra
 
 A :class:`Batch` holds what ``NeighborLoader`` gives: ``x`` (input node features), ``edge_index`` (local
 indices, source -> target, the seeds' edges first, every node's neighbourhood once: :func:`pyg_topology`),
-``n_id`` (the source's node ids), ``batch_size`` (the seeds are the first ``batch_size`` nodes), ``y`` (the
+``n_id`` (the source's node ids; :meth:`TrainingData.original_ids` turns them into the input's names for a graph
+with string ids), ``batch_size`` (the seeds are the first ``batch_size`` nodes), ``y`` (the
 seeds' labels), ``num_sampled_nodes`` and ``num_sampled_edges`` per hop (for PyG's ``trim_to_layer``), plus
 ``blocks``, Strata's per-layer form (DGL's message flow graphs, which ``strata run``'s models take).
 
@@ -131,6 +132,15 @@ class TrainingData:
     def read_requests(self) -> int:
         """Read requests the feature source has issued so far."""
         return int(self.source.read_requests)
+
+    def original_ids(self, n_id: Any) -> np.ndarray:
+        """The ids the input gave the nodes ``n_id`` (a batch's ``n_id``, tensor or array): their names (an object
+        array of ``str``) for a graph read with a node list (string ids), else ``n_id`` itself as int64."""
+        from pipelines.core.nodeids import original_ids
+
+        ids = np.asarray(n_id.cpu() if hasattr(n_id, "cpu") else n_id, dtype=np.int64)
+        names = original_ids(self.artifacts["reorder"], ids)
+        return ids if names is None else names
 
     def batch_ids(self, split: str, epoch: int = 0) -> list[int]:
         """The batches :meth:`batches` yields for ``split`` (``train``, ``val``, ``test``) and ``epoch``."""

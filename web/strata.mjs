@@ -5,7 +5,8 @@
 // every array ({dtype, shape, offset, nbytes}) in subgraph.bin, a little-endian blob with each array at a
 // 16-byte-aligned offset. Arrays: the ONNX inputs (x float32 (num_nodes, feature_dim); per layer i,
 // edge_src_i / edge_dst_i / dst_pos_i int64), node_ids int64 (num_nodes,) (the dataset's ids) and labels
-// int64 (num_seeds,) (-1 = unlabelled). The seeds are the first num_seeds nodes.
+// int64 (num_seeds,) (-1 = unlabelled). The seeds are the first num_seeds nodes. A graph whose input named its
+// nodes (string ids) adds header.node_names, the name of each of the num_nodes nodes.
 
 export const SUBGRAPH_FORMAT = "strata-subgraph";
 export const WEB_FORMAT = "strata-web";
@@ -61,9 +62,12 @@ export async function runModel(ort, session, subgraph) {
   return { data: Float32Array.from(logits.data), dims: logits.dims.slice() };
 }
 
-/** Per seed: {node, predicted, probability, label}, the probability by a numerically stable softmax. */
+/** Per seed: {node, predicted, probability, label}, the probability by a numerically stable softmax; node is the
+ * input's id (its name for a graph with named nodes). */
 export function predictions(subgraph, logits) {
   const [rows, classes] = logits.dims;
+  // a graph with named nodes (string ids) carries their names in the header; else the int64 ids are the input's
+  const names = subgraph.header.node_names;
   const ids = subgraph.arrays.node_ids;
   const labels = subgraph.arrays.labels;
   const out = [];
@@ -73,7 +77,7 @@ export function predictions(subgraph, logits) {
     for (let c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
     let sum = 0;
     for (let c = 0; c < classes; c++) sum += Math.exp(row[c] - row[best]);
-    out.push({ node: Number(ids[r]), predicted: best, probability: 1 / sum, label: Number(labels[r]) });
+    out.push({ node: names ? names[r] : Number(ids[r]), predicted: best, probability: 1 / sum, label: Number(labels[r]) });
   }
   return out;
 }

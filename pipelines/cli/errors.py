@@ -21,7 +21,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-__all__ = ["EXIT_KNOWN", "EXIT_UNKNOWN", "StrataGroup", "describe", "is_debug"]
+__all__ = ["EXIT_KNOWN", "EXIT_UNKNOWN", "StrataGroup", "describe", "exit_code_of", "is_debug"]
 
 EXIT_KNOWN = 2
 EXIT_UNKNOWN = 1
@@ -102,6 +102,20 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return own, EXIT_KNOWN
     return (f"internal error: {type(exc).__name__}: {_first_line(str(exc))} (rerun with `strata --debug ...` "
             "for the traceback)", EXIT_UNKNOWN)
+
+
+#: Exception classes of bad input or settings when raised with the project's message form ("'what' expected ...");
+#: a corrupted artifact (``ArtifactCorrupted``) is not among them: the next run rebuilds it.
+_INPUT_ERRORS = frozenset({"ValueError", "FileNotFoundError", "NotADirectoryError", "IsADirectoryError",
+                           "PermissionError", "UnpicklingError", "OSError"})
+
+
+def exit_code_of(class_name: str, message: str) -> int:
+    """The exit code of an error known only by its class name and message (a failed Dagster step's):
+    :data:`EXIT_KNOWN` for bad input or settings (one of the plain input error classes whose message is the
+    project's ``'what' expected ...``), else :data:`EXIT_UNKNOWN`."""
+    known = class_name in _INPUT_ERRORS and message.lstrip().startswith("'")
+    return EXIT_KNOWN if known else EXIT_UNKNOWN
 
 
 class StrataGroup(TyperGroup):

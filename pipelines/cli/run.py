@@ -3,8 +3,8 @@
 A run materializes the selected stages through Dagster, in process, under the dataset's lock, with live
 progress on stderr (:mod:`pipelines.cli.progress`), and prints a summary: the artifacts, the headline metrics
 and the MLflow run (``--json``: one JSON document). Under torchrun the ranks run the stages without Dagster
-(:mod:`pipelines.cli.distributed`). A failed run exits 1 with the failing stage (or check) and its exception
-text.
+(:mod:`pipelines.cli.distributed`). A failed run prints the failing stage (or check) and its exception text, and
+exits 2 when the failure is bad input or settings (a missing input file or option: ``exit_code_of``), else 1.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from pipelines.cli.errors import EXIT_KNOWN, EXIT_UNKNOWN, exit_code_of
 from pipelines.cli.options import (
     ConfigOption,
     DatasetOption,
@@ -142,14 +144,14 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
                       **Owner.me().tags(DAGSTER_OWNER_PREFIX)},  # the next run fails this one if it is killed
             )
     if not result.success:
-        fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n"
-              + _failure_message(result, verbose))
+        message, code = _failure_message(result, verbose)
+        fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n{message}", code=code)
     summary = _summary(result, cfg, paths)
     if after is not None:
         try:
             after(summary)
         except (OSError, RuntimeError, ValueError) as e:  # TimeoutError is an OSError
-            fail(f"strata {until or 'run'}: {e}")
+            fail(f"strata {until or 'run'}: {e}", code=exit_code_of(type(e).__name__, str(e)))
     _emit_summary(summary, start, json_out)
 
 
@@ -174,21 +176,26 @@ def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbo
         with quiet_libraries(verbose):
             summary = run_distributed(cfg, paths, until)
     except (ValueError, RuntimeError) as e:
-        fail(f"strata {until or 'run'} under torchrun for {cfg.dataset_name!r} failed: {e}")
+        fail(f"strata {until or 'run'} under torchrun for {cfg.dataset_name!r} failed: {e}",
+             code=exit_code_of(type(e).__name__, str(e)))
     if summary is None:
         return
     _emit_summary(summary, start, json_out)
 
 
-def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
-    """The failing stage (or check) and the real exception text, not Dagster's wrapper."""
+def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> tuple[str, int]:
+    """The failing stage (or check) and the real exception text, not Dagster's wrapper, and the exit code:
+    2 when every failure is bad input or settings (``exit_code_of``), as when the error escapes a command,
+    else 1 (a failed check, an internal error)."""
     from pipelines.graph import STAGE_NAMES, get_stage
 
     lines: list[str] = []
+    codes: list[int] = []
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             stage = evaluation.asset_key.to_user_string()
             lines.append(f"check '{stage}:{evaluation.check_name}' failed: {evaluation.description}")
+            codes.append(EXIT_UNKNOWN)
     for event in result.get_step_failure_events():
         error = event.step_failure_data.error if event.step_failure_data else None
         if error is None or error.cls_name == "DagsterAssetCheckFailedError":
@@ -197,6 +204,8 @@ def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
         where = f"stage '{step}' ({get_stage(step).function})" if step in STAGE_NAMES else f"step '{step}'"
         cause = error.cause or error
         lines.append(f"{where} failed: {cause.message.strip()}")
+        text = cause.message.strip()
+        codes.append(exit_code_of(cause.cls_name or "", text.removeprefix(f"{cause.cls_name}:")))
         inner = cause.cause or cause.context
         while inner is not None:
             lines.append(f"  caused by: {inner.message.strip()}")
@@ -206,7 +215,7 @@ def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> str:
     if not lines:
         failure = result.get_run_failure_event()
         lines.append(failure.message if failure is not None else "the Dagster run failed")
-    return "\n".join(lines)
+    return "\n".join(lines), EXIT_KNOWN if codes and set(codes) == {EXIT_KNOWN} else EXIT_UNKNOWN
 
 
 def _stage_names() -> list[str]:
@@ -274,6 +283,8 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
         shown = f"{value} ({human_bytes(value)})" if key.startswith("bytes") and value is not None else fmt(value)
         metrics.add_row(key, shown)
     out.print(metrics)
+    for warning in summary.get("warnings", []):
+        out.print(Text.assemble(("warning: ", "bold yellow"), warning))
 
     policy = summary.get("policy") or {}
     if policy.get("chosen"):
@@ -294,6 +305,11 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
         f"MLflow UI:  [bold]mlflow ui --backend-store-uri {ml['tracking_uri']}[/]",
         highlight=False,
     )
+    if summary.get("web"):
+        from pipelines.cli.web import web_lines
+
+        for line in web_lines(summary["web"]):
+            out.print(line, markup=False, highlight=False)
 
 
 def _stage_command(app: typer.Typer, name: str, description: str) -> None:

@@ -1,4 +1,7 @@
-"""``strata ui``: the Dagster UI (``dagster dev``) on a data root's run history, in its own process group.
+"""``strata ui``: the Dagster UI (webserver and daemon) on a data root's run history, in its own process group.
+
+It runs :mod:`pipelines.cli.dagster_dev`, what ``dg dev -w workspace.yaml`` runs, not the superseded
+``dagster dev`` (which prints a deprecation warning on every start).
 
 The workspace file at the repository root (``workspace.yaml``) is used when present, else the definitions module;
 :mod:`pipelines.cli.ui_process` runs the server and stops its whole process group on Ctrl-C or a ``kill``.
@@ -29,7 +32,7 @@ def ui(
     dataset: str | None = typer.Option(None, "--dataset", "-d", help="Default dataset of UI-launched runs."),
     config: Path | None = ConfigOption,
 ) -> None:
-    """Start the Dagster UI (`dagster dev`) on this data root's run history."""
+    """Start the Dagster UI (webserver and daemon, as `dg dev` does) on this data root's run history."""
     paths = strata_paths(root)
     with dagster_home(paths) as home:
         env = {**os.environ, "DAGSTER_HOME": str(home), "STRATA_HOME": str(paths.root)}
@@ -38,12 +41,12 @@ def ui(
     if config:
         env["STRATA_CONFIG"] = str(config.resolve())
     target = ["-w", str(_WORKSPACE)] if _WORKSPACE.exists() else ["-m", "pipelines.orchestration.definitions"]
-    command = [sys.executable, "-m", "dagster", "dev", *target, "--port", str(port), "--host", host]
+    command = [sys.executable, "-m", "pipelines.cli.dagster_dev", *target, "--port", str(port), "--host", host]
     err.print(f"Dagster UI on http://{host}:{port} (DAGSTER_HOME={home}); Ctrl-C to stop.", highlight=False)
     err.print(_ui_datasets_line(paths.root, env), highlight=False)
     from pipelines.cli.ui_process import run_process_group
 
-    # its own process group: SIGINT/SIGTERM to `strata ui` stop dagster dev and everything it started
+    # its own process group: SIGINT/SIGTERM to `strata ui` stop the UI and everything it started
     code = run_process_group(command, env, _REPO_ROOT if _WORKSPACE.exists() else None, _UI_SHUTDOWN_S,
                              log=lambda message: err.print(message, highlight=False))
     raise typer.Exit(code)

@@ -1,6 +1,6 @@
-"""Run a server command (``dagster dev``) in its own process group and stop the whole group cleanly.
+"""Run a server command (the Dagster UI) in its own process group and stop the whole group cleanly.
 
-``dagster dev`` shuts down its webserver, daemon and code server when the group gets SIGINT (Ctrl-C in a
+The Dagster UI shuts down its webserver, daemon and code server when the group gets SIGINT (Ctrl-C in a
 terminal). Launched from a script or in the background (``strata ui &``), a shell starts the process with
 SIGINT ignored, which its children inherit, and nothing turns a ``kill`` (SIGTERM) into that shutdown.
 :func:`run_process_group` fixes both: the child starts in a new session with default signal dispositions

@@ -3,7 +3,9 @@
 After the stages run, ``--web`` copies the ``export`` artifact's web folder to ``DIR`` with onnxruntime-web
 from the npm cache (:func:`pipelines.web.app.copy_web`); ``--screenshot`` then opens ``DIR/index.html`` in
 headless Chromium (:mod:`pipelines.web.browser`) and saves a PNG once the predictions table is filled. The summary
-gets a ``web`` entry (directory, files, where the page loads onnxruntime-web from, screenshot).
+gets a ``web`` entry (directory, files, where the page loads onnxruntime-web from, screenshot), which
+:func:`web_lines` puts in words: where the folder is, how to serve it, and, when onnxruntime-web was not in the
+npm cache, that the page will load it from a CDN (and how to bundle it: ``make web-runtime``), also on stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import typer
 
-__all__ = ["StageOptions", "stage_options"]
+__all__ = ["StageOptions", "stage_options", "web_lines"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,25 @@ class StageOptions:
 
 def _param(name: str, option: Any, annotation: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+
+
+def _cdn_note(info: dict[str, Any]) -> str:
+    from pipelines.web.app import ORT_WEB_VERSION
+
+    return (f"onnxruntime-web NOT bundled (not in the npm cache {info['npm_cache']}): the page will load it from "
+            f"{info['runtime']} and needs the internet; bundle it with `make web-runtime` (npm install --prefix "
+            f"{info['npm_cache']} onnxruntime-web@{ORT_WEB_VERSION}), then export again")
+
+
+def web_lines(info: dict[str, Any]) -> list[str]:
+    """What ``--web`` did, for people: the folder, how to serve it, where the page gets onnxruntime-web."""
+    lines = [f"Web app:    {info['dir']} ({len(info['files'])} files; serve it: "
+             f"python -m http.server -d {info['dir']} 8000)"]
+    lines.append(f"Runtime:    onnxruntime-web bundled in {info['dir']}/ort/ (the folder works offline)"
+                 if info["bundled"] else f"Runtime:    {_cdn_note(info)}")
+    if info.get("screenshot"):
+        lines.append(f"Screenshot: {info['screenshot']} ({info.get('page_status')})")
+    return lines
 
 
 def _export_hook(web: Path | None, screenshot: Path | None, variant: str | None
@@ -46,6 +67,10 @@ def _export_hook(web: Path | None, screenshot: Path | None, variant: str | None
         if export is None:
             raise RuntimeError("'export' expected among the run's artifacts (got none)")
         info = copy_web(Path(export["path"]), web)
+        if not info["bundled"]:  # said now, on stderr, in --json mode too: the folder is not self-contained
+            from pipelines.cli.options import err
+
+            err.print(f"strata export: {_cdn_note(info)}", markup=False, highlight=False)
         if screenshot is not None:
             from pipelines.web.browser import open_web
 
@@ -62,7 +87,8 @@ def _export_hook(web: Path | None, screenshot: Path | None, variant: str | None
 _EXPORT = StageOptions(
     params={
         "web": _param("web", typer.Option(None, "--web", help="Copy the browser app (index.html, model variants, "
-                                          "subgraph, onnxruntime-web from the npm cache) to this directory.",
+                                          "subgraph, onnxruntime-web from the npm cache: `make web-runtime`; "
+                                          "without it the page loads it from a CDN) to this directory.",
                                           file_okay=False), Path | None),
         "screenshot": _param("screenshot", typer.Option(None, "--screenshot", help="With --web: open the page in "
                                                         "headless Chromium and save a PNG here.", dir_okay=False),

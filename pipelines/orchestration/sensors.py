@@ -19,7 +19,7 @@ from pipelines.config import PipelineConfig
 from pipelines.orchestration.jobs import RETRAIN_JOB, retrain_run_config
 from pipelines.orchestration.resources import StrataResource
 from pipelines.orchestration.source_watch import fingerprint, source_files, source_key, take_snapshot
-from pipelines.orchestration.ui_datasets import materialized_datasets
+from pipelines.orchestration.ui_datasets import built_options, materialized_datasets
 
 __all__ = ["SENSOR_INTERVAL_S", "evaluate_sources", "source_sensor", "watched_configs"]
 
@@ -29,12 +29,14 @@ _CURSOR_FORMAT = 1
 
 
 def watched_configs(base: PipelineConfig, root: str | Path) -> tuple[list[PipelineConfig], list[str]]:
-    """(configurations to watch, one line per dataset skipped): ``base`` first, then every other dataset with an
-    ``ingest`` artifact under ``root`` (its newest ingest's spec and source options, ``base``'s other settings).
+    """(configurations to watch, one line per dataset skipped): ``base`` first (with the ingest options its dataset
+    was built with when it sets none: ``built_options``), then every other dataset with an ``ingest`` artifact
+    under ``root`` (its newest ingest's spec and source options, ``base``'s other settings).
 
     A materialized dataset whose spec this configuration refuses (e.g. its source type was removed) is skipped
     with a line saying why; two specs that name the same dataset directory are watched once.
     """
+    base = built_options(base, root)  # a dataset named without its options: those it was built with
     configs, seen, skipped = [base], {base.dataset_name}, []
     for found in materialized_datasets(root):
         if found.name in seen:

@@ -4,12 +4,13 @@ the last one run first.
 Every run records its dataset in ``<root>/last_run.json`` (:func:`record_last_run`, called when a run's stage
 runner is built, so CLI and UI runs both count). The UI's default configuration (:func:`default_config`) takes,
 in order: ``STRATA_DATASET``, a ``dataset`` set in ``STRATA_CONFIG``'s file, the last run's dataset (with its
-ingest options), and the built-in default (``tiny``). :func:`materialized_datasets` lists every dataset with an
-``ingest`` artifact under the root, read from the manifests (the catalog may be locked by a running process);
-``pipelines.orchestration.definitions`` offers one job per dataset (``strata_job_<name>``) whose launchpad config
-selects it,
-and the schedule resolves the default again at every tick (:func:`default_run_config`).
-:func:`environment_root` and :func:`environment_config` read the root and the default from the environment.
+ingest options), and the built-in default (``tiny``); a dataset named without ingest options gets those its
+newest ``ingest`` artifact under the root was built with (:func:`built_options`). :func:`materialized_datasets`
+lists every dataset with an ``ingest`` artifact under the root, read from the manifests (the catalog may be
+locked by a running process); ``pipelines.orchestration.definitions`` offers one job per dataset
+(``strata_job_<name>``) whose launchpad config selects it, and the schedule resolves the default again at every
+tick (:func:`default_run_config`). :func:`environment_root` and :func:`environment_config` read the root and the
+default from the environment.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any
 from pipelines.config import PipelineConfig
 from pipelines.core.paths import resolve_root
 
-__all__ = ["LAST_RUN_FILE", "MaterializedDataset", "dataset_run_config", "default_config", "default_run_config",
+__all__ = ["LAST_RUN_FILE", "MaterializedDataset", "built_options", "dataset_run_config", "default_config",
+           "default_run_config",
            "environment_config", "environment_root", "job_name_for", "last_run", "materialized_datasets",
            "record_last_run"]
 
@@ -100,7 +102,7 @@ def default_config(root: str | Path, config_file: str | None = None, dataset: st
     ``dataset``, else the last run's dataset and its ingest options, else the built-in default."""
     cfg = PipelineConfig.load(config_file or None, dataset=dataset or None)
     if dataset or "dataset" in cfg.model_fields_set:
-        return cfg
+        return built_options(cfg, root)
     record = last_run(root)
     if record is None:
         return cfg
@@ -113,6 +115,25 @@ def default_config(root: str | Path, config_file: str | None = None, dataset: st
     except ValueError as e:  # e.g. a dataset whose source was removed from the registry since
         warnings.warn(f"'{Path(root) / LAST_RUN_FILE}' names a dataset this configuration refuses ({e}); "
                       f"defaulting to {cfg.dataset!r}", stacklevel=2)
+        return cfg
+
+
+def built_options(cfg: PipelineConfig, root: str | Path) -> PipelineConfig:
+    """``cfg`` with the ingest options its dataset was last built with under ``root`` (its newest ``ingest``
+    artifact's), when it sets none itself: ``STRATA_DATASET="edgelist:..."`` without ``STRATA_CONFIG`` then runs
+    and watches the source with the ``features``/``labels`` it was built with, instead of refusing it."""
+    if cfg.ingest.options:
+        return cfg
+    found = next((d for d in materialized_datasets(root) if d.name == cfg.dataset_name and d.options), None)
+    if found is None:
+        return cfg
+    data = cfg.to_dict()
+    data["ingest"]["options"] = dict(found.options)
+    try:
+        return PipelineConfig.validated(data)
+    except ValueError as e:  # options a newer Strata refuses: keep the configuration as given
+        warnings.warn(f"'{cfg.dataset_name}' was built with ingest options this configuration refuses ({e}); "
+                      "not using them", stacklevel=2)
         return cfg
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import markdown_table
+from pipelines.core.nodeids import write_node_ids
 from pipelines.core.progress import Progress
 from pipelines.methods.sources.base import GraphSource, dedupe_csr_rows
 from pipelines.methods.sources.fingerprint import fingerprint_files
@@ -144,6 +145,9 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 "test_nodes": len(source.test_idx),
             }
         )
+        if source.node_names is not None:  # named nodes (string ids): the original id of each source id
+            write_node_ids(builder, source.node_names)
+            builder.stats["node_ids"] = "named"
         if source.link_split is not None:  # the source's own edge split (pipelines.methods.sources.linksplit)
             builder.stats.update(write_link_split(builder, source.link_split, source.num_nodes))
 

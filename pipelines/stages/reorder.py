@@ -26,6 +26,7 @@ import numpy as np
 from pipelines.config import PipelineConfig, ReorderConfig
 from pipelines.core.formatting import markdown_table
 from pipelines.core.graphio import GraphArrays, load_graph
+from pipelines.core.nodeids import NODE_IDS_FILE, has_node_ids
 from pipelines.core.progress import Progress
 from pipelines.methods.orders import compute_order
 from pipelines.methods.orders.locality import average_edge_gap, pages_per_batch
@@ -247,6 +248,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
             info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress,
                                           ingest.array("features.npy").dtype))
             info.update(relabel_link_split(ingest, builder, np.load(builder.dir / "inverse.npy", mmap_mode="r")))
+            if has_node_ids(ingest):  # keyed by the source's id, which perm.npy maps to: carried unchanged
+                shutil.copyfile(ingest.file(NODE_IDS_FILE), builder.add_file(NODE_IDS_FILE))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         rewrite_s = time.perf_counter() - t1

@@ -92,6 +92,29 @@ def check_splits(reorder: Artifact, labels: np.ndarray) -> None:
             "(edgelist: --set ingest.options.val_idx=PATH.npy, and train_idx, test_idx) or label more nodes")
 
 
+#: A split with fewer labelled nodes than this is named in the run's warnings: its accuracy moves in steps of
+#: 1/size (at least 0.05), too coarse for early stopping or a comparison.
+TINY_SPLIT = 20
+
+
+def input_warnings(reorder: Artifact, labels: np.ndarray, num_classes: int) -> list[str]:
+    """What the run trains on but a user should know (the train artifact's stats ``warnings``, printed in the
+    run summary): a class with labelled nodes but none in ``train`` (the model can never predict it; some real
+    datasets have such classes, so this warns and trains) and a split smaller than :data:`TINY_SPLIT`."""
+    splits = {name: np.asarray(reorder.array(f"{name}_idx.npy"), dtype=np.int64) for name in ("train", "val", "test")}
+    size = max(num_classes, int(labels.max()) + 1 if labels.size else 0)
+    counts = {name: np.bincount(labels[idx], minlength=size) for name, idx in splits.items()}
+    out = []
+    for c in np.flatnonzero((counts["train"] == 0) & ((counts["val"] + counts["test"]) > 0)).tolist():
+        out.append(f"class {c} has no training node (val {int(counts['val'][c])}, test {int(counts['test'][c])}, "
+                   f"train 0 of {len(splits['train'])}): the model cannot learn it; its nodes count as errors")
+    for name, idx in splits.items():
+        if 0 < len(idx) < TINY_SPLIT:
+            out.append(f"'{name}' split has {len(idx)} labelled node{'s' * (len(idx) != 1)}: its accuracy moves in "
+                       f"steps of {1 / len(idx):.2g}")
+    return out
+
+
 def full_graph(cfg: PipelineConfig, reorder: Artifact, labels: np.ndarray, scratch: Path) -> LayerwiseGraph | None:
     """The full graph ``train.eval_mode=layerwise`` evaluates on (the reorder artifact's CSR, feature file and
     val/test nodes; inference works in ``train.layerwise_memory_mb``, its scratch tables under ``scratch``), else
@@ -137,6 +160,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         sample_set = SampleSet(sample.path)
         labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
         check_splits(reorder, labels)
+        warnings = input_warnings(reorder, labels, cfg.train.num_classes or int(labels.max()) + 1)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
                                 experiment=f"strata-{cfg.dataset_name}")
         set_io_defaults(cfg.train.io_backend, cfg.train.io_queue_depth)  # every DirectFile the policy opens
@@ -161,6 +185,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
                 tracker.log_params(run_params(cfg))  # the trainer logs the train section itself
                 tracker.log_params(auto_params(plan.stats))  # policy=auto: what it chose, predicted, and why
+                if warnings:
+                    tracker.set_tags({"strata.warnings": "; ".join(warnings)[:5000]})
                 result = train(run_cfg, sample_set, source, labels, tracker=tracker, progress=on_epoch, init=warm,
                                layerwise=full_graph(cfg, reorder, labels, store.tmp_dir))
                 if warm is not None:  # visible in the run (tag, param), the artifact's stats and the log
@@ -184,7 +210,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update(headline)
         builder.stats.update({"mlflow_run_id": run_id, "mlflow_experiment_id": tracker.experiment_id,
                               "mlflow_tracking_uri": paths.mlflow_tracking_uri,
-                              "device": device, "policy": cfg.policy, **choice_stats(plan.stats)})
+                              "device": device, "policy": cfg.policy, "warnings": warnings,
+                              **choice_stats(plan.stats)})
 
     result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
                          derived=_derived(device, warm))

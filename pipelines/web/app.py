@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.core.graphio import feature_values
+from pipelines.core.nodeids import original_ids
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import MANIFEST_NAME, Artifact, ArtifactBuilder
 
@@ -127,11 +128,12 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
 
     batch = samples.batch(val_ids[0])
     sub = restrict_batch(batch, min(web_seeds, batch.num_seeds))
-    perm = reorder.array("perm.npy")  # new id -> the dataset's original id, shown on the page
+    source_ids = np.asarray(reorder.array("perm.npy")[sub.nodes])  # new id -> the source's id
+    names = original_ids(reorder, source_ids)  # a graph with named nodes: the ids its input used
+    extra: dict[str, Any] = {"split": "val"} if names is None else {"split": "val", "node_names": names.tolist()}
     for name in ("subgraph.json", "subgraph.bin"):
         builder.add_file(name)
-    write_subgraph(builder.dir, sub, features[sub.nodes], perm[sub.nodes], labels[sub.seeds],
-                   extra={"split": "val"})
+    write_subgraph(builder.dir, sub, features[sub.nodes], source_ids, labels[sub.seeds], extra=extra)
     for name in PAGE_FILES:
         source = WEB_SOURCE / name
         if not source.is_file():
@@ -161,8 +163,9 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
 def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None = None) -> dict[str, Any]:
     """Copy the web folder of an ``export`` artifact to ``dest`` (created; an existing ``dest`` must be empty
     or hold an earlier copy, i.e. a ``web.json``), with onnxruntime-web under ``dest/ort/`` when ``npm_cache``
-    (default :func:`npm_cache_dir`) holds the pinned version. Returns ``{"dir", "files", "runtime"}``: ``runtime`` is
-    ``"ort/"`` when copied (the folder works offline), else the CDN URL the page falls back to."""
+    (default :func:`npm_cache_dir`) holds the pinned version. Returns ``{"dir", "files", "runtime", "bundled",
+    "npm_cache"}``: ``runtime`` is ``"ort/"`` when copied (``bundled``: the folder works offline), else the CDN URL
+    the page falls back to; ``npm_cache`` is the directory looked in."""
     src = export.path if isinstance(export, Artifact) else Path(export)
     if not (src / "web.json").is_file():
         raise FileNotFoundError(f"'export' expected a web folder (web.json) in {src} (got none; an export "
@@ -176,6 +179,7 @@ def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None =
         if path.is_file() and path.name != MANIFEST_NAME:
             shutil.copyfile(path, dest / path.name)
             files.append(path.name)
+    npm_cache = npm_cache or npm_cache_dir()
     package = ort_web_dir(npm_cache)
     where = ORT_WEB_CDN
     if package is not None:
@@ -183,4 +187,5 @@ def copy_web(export: Artifact | Path, dest: str | Path, npm_cache: Path | None =
         for name in ORT_WEB_FILES:
             shutil.copyfile(package / "dist" / name, dest / "ort" / name)
         where = "ort/"
-    return {"dir": str(dest), "files": files, "runtime": where}
+    return {"dir": str(dest.resolve()), "files": files, "runtime": where, "bundled": package is not None,
+            "npm_cache": str(npm_cache)}

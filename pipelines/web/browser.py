@@ -188,8 +188,9 @@ class Chromium:
 
 #: Poll expression: the page's final state (``done`` or ``error``), once it has one.
 PAGE_SETTLED = "['done', 'error'].includes(document.body?.dataset.state) && document.body.dataset.state"
-#: The predictions table as JSON rows.
-PAGE_ROWS = ("Array.from(document.querySelectorAll('#predictions tbody tr')).map(r => ({node: Number(r.dataset.node),"
+#: The predictions table as JSON rows (``node``: an integer id, or the name of a node of a graph with string ids).
+PAGE_ROWS = ("Array.from(document.querySelectorAll('#predictions tbody tr')).map(r => ({node: /^-?[0-9]+$/.test("
+             "r.dataset.node) ? Number(r.dataset.node) : r.dataset.node,"
              " predicted: Number(r.dataset.predicted), probability: Number(r.dataset.probability)}))")
 
 

@@ -113,3 +113,24 @@ def test_export_screenshot_needs_web(tmp_path: Path) -> None:
     text = " ".join(result.output.replace("│", " ").split())  # unwrap the error box
     assert result.exit_code == 2 and "'--screenshot' expected together with --web DIR" in text
     assert not (tmp_path / "tiny").exists()  # refused before anything ran
+
+
+@pytest.mark.web
+def test_predictions_name_the_nodes_of_a_graph_with_string_ids() -> None:
+    """``predictions()`` reports ``header.node_names`` where the export wrote them (string ids), else the int64 ids."""
+    import json
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not on PATH")
+    strata = Path(__file__).resolve().parents[2] / "web" / "strata.mjs"
+    script = (f"const s = await import({json.dumps(strata.as_uri())});\n"
+              "const logits = {data: new Float32Array([0, 1, 2, 0]), dims: [2, 2]};\n"
+              "const sub = (names) => ({header: {node_names: names},"
+              " arrays: {node_ids: new BigInt64Array([7n, 9n, 3n]), labels: new BigInt64Array([1n, 0n])}});\n"
+              "console.log(JSON.stringify([s.predictions(sub(['alice', 'bob', 'carol']), logits),"
+              " s.predictions(sub(undefined), logits)].map((ps) => ps.map((p) => [p.node, p.predicted]))));\n")
+    proc = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [[["alice", 1], ["bob", 0]], [[7, 1], [9, 0]]]

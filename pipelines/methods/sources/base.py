@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -71,6 +71,8 @@ class GraphSource:
             ... Validation messages name these.
         link_split: the source's own train/valid/test split of its edges (link prediction), or None: the
             link task then generates one (``pipelines.methods.sources.linksplit``).
+        node_names: the original id of every node (a string ``pyarrow`` array of ``N``, in id order) when the
+            input named its nodes (string ids), else None: ingest keeps it (``pipelines.core.nodeids``).
     """
 
     name: str
@@ -88,6 +90,7 @@ class GraphSource:
     deduplicated: bool = False
     files: dict[str, str] = field(default_factory=dict)
     link_split: LinkSplit | None = None
+    node_names: Any = None
 
     def where(self, role: str) -> str:
         """The file (or spec) that holds ``role`` (``"edges"``, ``"features"``, ...), for messages."""

@@ -9,6 +9,10 @@
   arrays (sorted here; all three or none). Without split files, a seeded 60/20/20 random split of the
   labelled nodes.
 - ``num_nodes`` defaults to ``max id + 1`` (one extra pass over the edges).
+- ``nodes=FILE``: ids that are not integers (user names, URLs), or integers to keep as given: ``FILE`` lists
+  every node once, in the row order of the features and labels, and node ``i`` is its row ``i``
+  (:mod:`pipelines.methods.sources.nodelist`). The split files then hold rows (integers) or ids (strings);
+  ingest keeps the list as ``node_ids.parquet`` (:mod:`pipelines.core.nodeids`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pipelines.methods.sources.files import (
     raw_edges,
 )
 from pipelines.methods.sources.kinds import SOURCE_KINDS, SourceKind
+from pipelines.methods.sources.nodelist import NodeIndex, named_edges, named_split, read_node_list
 from pipelines.methods.sources.options import parse_bool, parse_int, parse_str
 from pipelines.methods.sources.validate import check_edge_chunk, check_feature_chunk
 
@@ -48,9 +53,9 @@ def _max_id(path: Path) -> int:
     return top
 
 
-def _edge_chunks(path: Path, num_nodes: int, undirected: bool) -> Iterator[EdgeChunk]:
+def _edge_chunks(path: Path, num_nodes: int, undirected: bool, index: NodeIndex | None) -> Iterator[EdgeChunk]:
     row = 0
-    for src, dst in raw_edges(path):
+    for src, dst in (raw_edges(path) if index is None else named_edges(path, index)):
         src, dst = check_edge_chunk(src, dst, num_nodes, str(path), row)
         row += len(src)
         if undirected:
@@ -73,6 +78,7 @@ def edgelist_source(
     undirected: bool = True,
     seed: int = 0,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    nodes: str | Path | None = None,
 ) -> GraphSource:
     """An edge-list :class:`GraphSource` (see the module docstring).
 
@@ -85,32 +91,41 @@ def edgelist_source(
         undirected: symmetrise; otherwise a row ``u,v`` is a directed edge ``u -> v``.
         seed: seed of the random split.
         chunk_rows: feature rows per chunk.
+        nodes: a node list (text, Parquet or ``.npy``): node ``i`` is its row ``i``, edge ids are looked up in it
+            (string ids); ``num_nodes`` is its length.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"'{path}' expected an edge-list file (got no such file)")
     if path.suffix.lower() in PARQUET_SUFFIXES:  # fail early on a bad layout
-        parquet_file(path)
+        if nodes is None:
+            parquet_file(path)
     else:
         CsvLayout(path)
-    n = int(num_nodes) if num_nodes is not None else _max_id(path) + 1
+    index = NodeIndex(read_node_list(nodes), str(nodes)) if nodes is not None else None
+    if index is not None and num_nodes is not None and int(num_nodes) != len(index):
+        raise ValueError(f"'num_nodes' expected the length of the node list '{nodes}', {len(index)}, or no value "
+                         f"(got {num_nodes})")
+    n = len(index) if index is not None else int(num_nodes) if num_nodes is not None else _max_id(path) + 1
     if n < 1:
         raise ValueError(f"'num_nodes' expected a positive integer (got {n})")
 
+    counted = (f"one per line of the node list '{nodes}'" if index is not None else "one per node"
+               if num_nodes is not None else
+               "one per node, max edge id + 1; --set ingest.options.num_nodes=N for trailing isolated nodes")
     x = load_npy(features, "features")
-    if x.ndim != 2 or x.shape[0] != n:
-        hint = (
-            ""
-            if num_nodes is not None
-            else " (max edge id + 1; --set ingest.options.num_nodes=N for trailing isolated nodes)"
-        )
-        raise ValueError(f"'{features}' expected features of shape ({n}, F){hint} (got {x.shape})")
+    if x.ndim != 2:
+        raise ValueError(f"'{features}' expected a 2-D (nodes, features) array (got shape {x.shape})")
+    if x.shape[0] != n:
+        raise ValueError(f"'{features}' expected {n} feature rows ({counted}) (got {x.shape[0]} rows)")
     if x.dtype.kind not in "fiub":
         raise ValueError(f"'{features}' expected a numeric array (got dtype {x.dtype})")
 
     y = load_npy(labels, "labels")
-    if y.ndim != 1 or y.shape[0] != n:
-        raise ValueError(f"'{labels}' expected labels of shape ({n},) (got {y.shape})")
+    if y.ndim != 1:
+        raise ValueError(f"'{labels}' expected a 1-D array of labels (got shape {y.shape})")
+    if y.shape[0] != n:
+        raise ValueError(f"'{labels}' expected {n} labels ({counted}) (got {y.shape[0]})")
     if y.dtype.kind not in "iu":
         raise ValueError(f"'{labels}' expected integer labels (got dtype {y.dtype})")
     y = np.asarray(y, dtype=np.int64)
@@ -118,6 +133,8 @@ def edgelist_source(
 
     given = {"train_idx": train_idx, "val_idx": val_idx, "test_idx": test_idx}
     files = {"source": str(path), "edges": str(path), "features": str(features), "labels": str(labels)}
+    if index is not None:
+        files["nodes"] = str(nodes)
     if all(v is None for v in given.values()):
         train, val, test = random_split(y, seed)
         split_desc = {"split": "random", "fractions": list(RANDOM_SPLIT), "seed": seed}
@@ -125,7 +142,7 @@ def edgelist_source(
         missing = sorted(k for k, v in given.items() if v is None)
         raise ValueError(f"'splits' expected all of train_idx, val_idx, test_idx or none (got no {missing})")
     else:
-        train, val, test = (np.sort(np.asarray(load_npy(v, k))) for k, v in given.items())
+        train, val, test = (np.sort(_split_ids(load_npy(v, k), index, str(v))) for k, v in given.items())
         files.update({k: str(v) for k, v in given.items()})
         split_desc = {"split": "files"}
 
@@ -138,23 +155,35 @@ def edgelist_source(
         num_nodes=n,
         feature_dim=int(x.shape[1]),
         num_classes=classes,
-        edge_chunks=lambda: _edge_chunks(path, n, undirected),
+        edge_chunks=lambda: _edge_chunks(path, n, undirected, index),
         feature_chunks=feature_chunks,
         labels=y,
         train_idx=train,
         val_idx=val,
         test_idx=test,
-        description={"kind": "edgelist", "path": str(path), "undirected": undirected, **split_desc},
+        description={"kind": "edgelist", "path": str(path), "undirected": undirected, **split_desc,
+                     **({"node_ids": "node list"} if index is not None else {})},
         undirected=undirected,
         deduplicated=False,
         files=files,
+        node_names=index.names if index is not None else None,
     )
+
+
+def _split_ids(values: np.ndarray, index: NodeIndex | None, where: str) -> np.ndarray:
+    """A split file's node ids: rows (integers), or with a node list also the nodes' own ids (strings)."""
+    values = np.asarray(values)
+    if index is not None and values.dtype.kind in "US":
+        return named_split(values, index, where)
+    return values
 
 
 def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
     if Path(rest).expanduser().is_dir():  # train/valid/test edge files: a link-prediction split
         from pipelines.methods.sources.edgedir import edgelist_dir_source
 
+        if "nodes" in options:
+            raise ValueError(f"'option nodes' expected only with edgelist:FILE (got directory {rest!r})")
         return edgelist_dir_source(Path(rest).expanduser(), **options)
     if "overlap" in options:
         raise ValueError(f"'option overlap' expected only with edgelist:DIR, a split directory (got file {rest!r})")
@@ -173,8 +202,9 @@ SOURCE_KINDS.register("edgelist", SourceKind(
     "(DIR/{train,valid,test}.txt: a link-prediction edge split)",
     {"features": parse_str, "labels": parse_str, "train_idx": parse_str, "val_idx": parse_str, "test_idx": parse_str,
      "num_nodes": parse_int, "num_classes": parse_int, "undirected": parse_bool, "seed": parse_int,
-     "chunk_rows": parse_int, "overlap": parse_str},
+     "chunk_rows": parse_int, "overlap": parse_str, "nodes": parse_str},
     "Edge list plus features=PATH.npy and labels=PATH.npy (required for a FILE, optional for a DIR); "
-    "train_idx/val_idx/test_idx .npy files or a seeded 60/20/20 split; a DIR's overlap=allow|reject.",
+    "train_idx/val_idx/test_idx .npy files or a seeded 60/20/20 split; nodes=FILE lists the node ids (string ids: "
+    "user names, URLs) in the row order of features and labels; a DIR's overlap=allow|reject.",
     _open,
 ))

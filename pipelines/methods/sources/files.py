@@ -14,11 +14,15 @@ import pyarrow.parquet as pq
 
 from pipelines.methods.sources.csvstream import csv_batches
 
-__all__ = ["PARQUET_SUFFIXES", "RANDOM_SPLIT", "CsvLayout", "load_npy", "parquet_file", "random_split", "raw_edges"]
+__all__ = ["PARQUET_SUFFIXES", "RANDOM_SPLIT", "STRING_IDS_HINT", "CsvLayout", "load_npy", "parquet_file",
+           "random_split", "raw_edges"]
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 RANDOM_SPLIT = (0.6, 0.2, 0.2)
 """Train / val / test fractions of the labelled nodes when no split files are given."""
+#: What an error about a non-integer id adds: how to read named nodes.
+STRING_IDS_HINT = ("ids that are not integers (user names, URLs) need a node list: edgelist:FILE with "
+                   "--set ingest.options.nodes=NODES.txt, one id per line in the row order of features and labels")
 _BLOCK_BYTES = 16 << 20
 _BATCH_ROWS = 1 << 20
 
@@ -96,7 +100,7 @@ def _csv_edges(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     names = ["src", "dst"] + [f"c{i}" for i in range(2, layout.num_columns)]
     batches = csv_batches(
         path,
-        lambda e: ValueError(f"'{path}' expected two integer columns ({e})"),
+        lambda e: ValueError(f"'{path}' expected two integer columns ({e}); {STRING_IDS_HINT}"),
         read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.skip_rows, block_size=_BLOCK_BYTES),
         parse_options=pacsv.ParseOptions(delimiter=layout.delimiter),
         convert_options=pacsv.ConvertOptions(
@@ -120,7 +124,7 @@ def parquet_file(path: Path) -> pq.ParquetFile:
     for c in ("src", "dst"):
         kind = handle.schema_arrow.field(c).type
         if not pa.types.is_integer(kind):
-            raise ValueError(f"'{path}: {c}' expected an integer column (got {kind})")
+            raise ValueError(f"'{path}: {c}' expected an integer column (got {kind}); {STRING_IDS_HINT}")
     return handle
 
 

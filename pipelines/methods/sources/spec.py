@@ -42,13 +42,16 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     "tiny": BuiltinDataset(
         "tiny",
         "Synthetic: 2,500 nodes, mean degree ~10, 32 features, 6 classes (~0.3 MB of features); "
-        "the whole pipeline runs in seconds.",
-        {"nodes": 2_500, "degree": 10, "dim": 32, "classes": 6, "seed": 0},
+        "the whole pipeline runs in seconds. Noise-free (label_noise=0, feature_noise=1: nearly separable), "
+        "for smoke tests, not accuracy comparisons.",
+        {"nodes": 2_500, "degree": 10, "dim": 32, "classes": 6, "seed": 0, "label_noise": 0.0,
+         "feature_noise": 1.0},
     ),
     "demo": BuiltinDataset(
         "demo",
         "Synthetic: 200,000 nodes, mean degree ~15, 128 features, 8 classes (~100 MB of features, "
-        "~3M directed edges); the pipeline runs in a few minutes on 2 cores.",
+        "~3M directed edges); the pipeline runs in a few minutes on 2 cores. The default noise (10% of labels "
+        "redrawn, feature noise 3): in-memory GraphSAGE reaches ~0.78 test accuracy.",
         {"nodes": 200_000, "degree": 15, "dim": 128, "classes": 8, "seed": 0},
     ),
 }

@@ -256,4 +256,5 @@ def validate_source(source: GraphSource) -> GraphSource:
         deduplicated=source.deduplicated,
         files=dict(source.files),
         link_split=source.link_split,
+        node_names=source.node_names,
     )

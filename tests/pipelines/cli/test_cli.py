@@ -101,7 +101,14 @@ def test_run_missing_config_file(tmp_path: Path) -> None:
     assert "expected an existing YAML or JSON file" in result.stderr
 
 
-def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_installed_dagster_runs_the_ui_without_dagster_dev() -> None:
+    """`strata ui` calls what `dg dev` calls; had Dagster changed it, the fallback `dagster dev` would warn again."""
+    from pipelines.cli.dagster_dev import dev_impl
+
+    assert dev_impl() is not None
+
+
+def test_ui_runs_the_dagster_ui_under_the_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pipelines.cli.ui_process
 
     calls: list[dict[str, Any]] = []
@@ -116,7 +123,7 @@ def test_ui_runs_dagster_dev_under_the_data_root(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 0, result.output
     (call,) = calls
     command = call["command"]
-    assert command[:4] == [sys.executable, "-m", "dagster", "dev"]
+    assert command[:3] == [sys.executable, "-m", "pipelines.cli.dagster_dev"]  # what `dg dev -w FILE` runs
     assert command[command.index("--port") + 1] == "3333"
     assert command[command.index("-w") + 1].endswith("workspace.yaml")
     env = call["env"]
@@ -241,5 +248,25 @@ def test_config_show_prints_the_effective_config(tmp_path: Path) -> None:
     assert table.exit_code == 0, table.output
     for text in ("plan.cpu_cache_fraction", "0.2", "0.1", "train.eval_every", "if used"):
         assert text in table.stdout
+    assert "plan.cpu_cache_fraction = 0.2  (default: 0.1)" in table.stdout
+    from pipelines.cli.options import out
+
+    assert max(map(len, table.stdout.splitlines())) <= out.width  # the console's width: 80 through a pipe
     bad = runner.invoke(app, ["config", "show", "--set", "policy=nope"])
     assert bad.exit_code == 2 and "'policy' expected one of" in bad.stderr
+
+
+@pytest.mark.parametrize("width", [40, 80, 132])
+def test_config_show_reads_at_any_width(width: int) -> None:
+    """One block per setting, nothing past the width: 80 columns and pipes used to get a 3-character column."""
+    from pipelines.cli.config import settings_lines
+    from pipelines.config import PipelineConfig, describe_settings
+
+    rows = describe_settings(PipelineConfig.model_validate({"sample": {"seed": 3}}))
+    lines = settings_lines(rows, width)
+    assert max(map(len, lines)) <= width
+    heads = [line for line in lines if " = " in line and not line.startswith(" ")]
+    assert [h.split(" = ")[0] for h in heads] == [r["key"] for r in rows]
+    assert any(h.startswith("sample.seed = 3  (default: 0)") for h in heads)
+    assert "[sample]" in lines and len(lines) < 6 * len(rows)
+    assert "    Sampling seed." in lines

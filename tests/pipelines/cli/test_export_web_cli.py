@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from pipelines.checks.model import EXPORT_FILES, ONNX_MATCHES_TORCH, ONNX_TOLERANCE
 from pipelines.cli import app
+from pipelines.cli.web import web_lines
 from pipelines.web.app import ORT_WEB_CDN, ORT_WEB_FILES, variant_file
 from pipelines.web.browser import find_chromium
 from storage_kernels.store import Artifact, ArtifactStore
@@ -59,10 +60,29 @@ def test_export_web_copies_a_deployable_folder(exported: tuple[dict[str, Any], P
     assert all((site / v["file"]).stat().st_size == v["bytes"] for v in manifest["variants"])
     subgraph = json.loads((site / "subgraph.json").read_text())
     assert subgraph["num_seeds"] > 0
+    assert web["dir"] == str(site.resolve()) and web["bundled"] == (web["runtime"] == "ort/")
     if web["runtime"] == "ort/":  # onnxruntime-web from the npm cache: the folder works offline
         assert all((site / "ort" / f).is_file() for f in ORT_WEB_FILES)
+        assert web_lines(web)[1] == f"Runtime:    onnxruntime-web bundled in {site.resolve()}/ort/ (the folder " \
+            "works offline)"
     else:  # no onnxruntime-web in the npm cache: the page loads it from the CDN
         assert web["runtime"] == ORT_WEB_CDN and not (site / "ort").exists()
+
+
+def test_export_web_says_where_it_wrote_and_that_the_runtime_is_not_bundled(
+        exported: tuple[dict[str, Any], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, root = exported
+    empty = tmp_path / "npm"  # an empty npm cache: the page falls back to the CDN, and the command says so
+    monkeypatch.setenv("STRATA_NPM_CACHE", str(empty))
+    site = tmp_path / "site"
+    result = cli.invoke(app, ["export", "--dataset", "tiny", "--root", str(root), *SETS, "--web", str(site)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # rich wraps at the console's width
+    assert f"Web app: {site.resolve()} (" in text and f"python -m http.server -d {site.resolve()} 8000" in text
+    assert f"NOT bundled (not in the npm cache {empty})" in text and ORT_WEB_CDN in text
+    assert "make web-runtime" in " ".join(result.stderr.split()) and not (site / "ort").exists()
+    as_json = _export(root, "--web", str(tmp_path / "site2"))  # --json: stdout stays one JSON line
+    assert as_json["web"]["bundled"] is False and as_json["web"]["npm_cache"] == str(empty)
 
 
 @pytest.mark.web

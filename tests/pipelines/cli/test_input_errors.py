@@ -102,6 +102,32 @@ def test_cli_root_that_is_a_file_exits_2(tmp_path: Path) -> None:
         assert "'--root' expected a directory (got a file:" in _one_error_line(result)
 
 
+def test_a_missing_input_file_or_option_exits_2(tmp_path: Path) -> None:
+    """The source's errors surface inside the ingest stage (a Dagster step), and still exit 2 as bad input."""
+    edges = tmp_path / "e.csv"
+    edges.write_text("0,1\n1,2\n")
+    np.save(tmp_path / "y.npy", np.array([0, 1, 0]))
+    base = ["ingest", "--dataset", f"edgelist:{edges}", "--root", str(tmp_path / "r")]
+    for sets, message in (([], "'option features' expected for edgelist sources, e.g. --set "
+                                "ingest.options.features=PATH.npy (got none)"),
+                          ([f"ingest.options.features={tmp_path / 'nope.npy'}",
+                            f"ingest.options.labels={tmp_path / 'y.npy'}"],
+                           f"'{tmp_path / 'nope.npy'}' expected a .npy file for 'features' (got no such file)")):
+        result = runner.invoke(app, [*base, *(a for s in sets for a in ("--set", s))])
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_exit_code_of_a_stage_failure() -> None:
+    from pipelines.cli.errors import EXIT_KNOWN, EXIT_UNKNOWN, exit_code_of
+
+    assert exit_code_of("ValueError", "'x.npy' expected 3 labels (got 2)") == EXIT_KNOWN
+    assert exit_code_of("FileNotFoundError", " 'x.npy' expected a .npy file") == EXIT_KNOWN
+    assert exit_code_of("ValueError", "too many values to unpack") == EXIT_UNKNOWN  # not the project's message
+    assert exit_code_of("ArtifactCorrupted", "'a.npy' expected checksum") == EXIT_UNKNOWN  # the next run rebuilds
+    assert exit_code_of("ZeroDivisionError", "'x' expected") == EXIT_UNKNOWN
+
+
 def test_cli_bad_fanouts_exit_2_before_writing(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--dataset", "tiny", "--root", str(tmp_path / "r"), "--set",
                                  "sample.fanouts=[0]"])

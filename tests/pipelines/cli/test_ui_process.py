@@ -110,11 +110,11 @@ def _free_port() -> int:
 def test_strata_ui_in_the_background_stops_on_sigterm(tmp_path: Path) -> None:
     port = _free_port()
     ui = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ui", "--root", str(tmp_path), "--port", str(port)],
-                          cwd=REPO, preexec_fn=_ignore_sigint, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+                          cwd=REPO, preexec_fn=_ignore_sigint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)  # Dagster logs on both: one pipe
     deadline = time.monotonic() + 180
     while True:
-        assert ui.poll() is None, ui.stderr.read()
+        assert ui.poll() is None, ui.stdout.read()
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as response:
                 assert b"dagster_webserver_version" in response.read()
@@ -126,3 +126,7 @@ def test_strata_ui_in_the_background_stops_on_sigterm(tmp_path: Path) -> None:
     assert ui.wait(timeout=60) == 0
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
+    log = ui.stdout.read()
+    assert "Launching Dagster services" in log and "Shutting down Dagster services" in log, log
+    # not `dagster dev`: "SupersessionWarning: Function `dev_command` is superseded ... Use 'dg dev' instead."
+    assert "superseded" not in log and "Warning" not in log, log

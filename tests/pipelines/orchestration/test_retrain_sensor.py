@@ -166,3 +166,31 @@ def test_every_dataset_materialized_under_the_root_is_watched(tmp_path: Path) ->
     settings = request.run_config["resources"]["strata"]["config"]["settings"]
     assert settings["dataset"] == edge_cfg.dataset and settings["ingest"]["options"] == edge_cfg.ingest.options
     assert dg.validate_run_config(defs.resolve_job_def(RETRAIN_JOB), request.run_config)
+
+
+def test_the_usage_recipe_watches_with_the_options_the_dataset_was_built_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/usage/dagster.md's recipe: STRATA_DATASET="edgelist:..." and STRATA_HOME, no STRATA_CONFIG. The
+    dataset was built under the root with its features and labels; the sensor (and the UI's default runs) use
+    them, where every tick used to skip with "'option features' expected"."""
+    from pipelines.orchestration.ui_datasets import environment_config
+
+    edge_cfg = _edgelist(tmp_path)
+    root = tmp_path / "root"
+    build_resources(root=str(root), config=edge_cfg)["strata"].runner().result("ingest")
+    monkeypatch.setenv("STRATA_HOME", str(root))
+    monkeypatch.setenv("STRATA_DATASET", edge_cfg.dataset)
+    monkeypatch.delenv("STRATA_CONFIG", raising=False)
+    env_cfg = environment_config()
+    assert env_cfg.dataset == edge_cfg.dataset and env_cfg.ingest.options == edge_cfg.ingest.options
+    defs = make_definitions(build_resources(root=str(root), config=PipelineConfig(dataset=edge_cfg.dataset)))
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        evaluate = _evaluator(defs, instance)
+        first = evaluate(None)
+        assert f"{edge_cfg.dataset_name}: baseline" in str(first.skip_reason), first.skip_reason
+        assert "expected" not in str(first.skip_reason)
+        Path(edge_cfg.dataset.split(":", 1)[1]).write_text("0,1\n1,2\n0,2\n3,4\n2,5\n")
+        [request] = evaluate(first.cursor).run_requests
+    settings = request.run_config["resources"]["strata"]["config"]["settings"]
+    assert settings["dataset"] == edge_cfg.dataset and settings["ingest"]["options"] == edge_cfg.ingest.options

@@ -1,4 +1,5 @@
-"""What real data brings to the train stage gets one clear line: a split left empty is named with the sizes."""
+"""What real data brings to the train stage gets one clear line: a split left empty is named with the sizes; a
+class without training nodes and tiny splits are warned about, and the run trains."""
 
 from __future__ import annotations
 
@@ -51,3 +52,33 @@ def test_epochs_without_evaluation_are_null_in_the_history(tmp_path: Path) -> No
     runner.run_until("train")  # the model checks read the history too
     curve = runner.artifact("train").json("history.json")["val_acc"]
     assert curve[0] is None and isinstance(curve[1], float) and curve[2] is not None  # epochs 2 and 3 (the last)
+
+
+def test_a_class_without_training_nodes_and_tiny_splits_are_warned_and_trained(tmp_path: Path) -> None:
+    """Class 2 only in val and test: the run trains and says so (stats, MLflow tag, run summary), as it says
+    which split is too small for its accuracy to mean much."""
+    from pipelines.cli.summary import run_summary
+
+    sets = _three_nodes(tmp_path)
+    np.save(tmp_path / "y.npy", np.array([0, 1, 2]))
+    for name, ids in (("train_idx", [0]), ("val_idx", [1]), ("test_idx", [2])):
+        np.save(tmp_path / f"{name}.npy", np.array(ids))
+        sets.append(f"ingest.options.{name}={tmp_path / f'{name}.npy'}")
+    cfg = PipelineConfig.load(overrides=[*sets, "sample.batch_size=2", "train.epochs=2"],
+                              dataset=f"edgelist:{tmp_path / 'edges.csv'}")
+    paths = StrataPaths.at(tmp_path / "root")
+    stats = StageRunner(cfg, paths.store()).result("train").artifact.stats
+    assert stats["warnings"] == [
+        "class 1 has no training node (val 1, test 0, train 0 of 1): the model cannot learn it; its nodes count as "
+        "errors",
+        "class 2 has no training node (val 0, test 1, train 0 of 1): the model cannot learn it; its nodes count as "
+        "errors",
+        "'train' split has 1 labelled node: its accuracy moves in steps of 1",
+        "'val' split has 1 labelled node: its accuracy moves in steps of 1",
+        "'test' split has 1 labelled node: its accuracy moves in steps of 1",
+    ]
+    assert run_summary(cfg, paths, [], {}, stats, {})["warnings"] == stats["warnings"]
+    import mlflow
+
+    run = mlflow.MlflowClient(paths.mlflow_tracking_uri).get_run(stats["mlflow_run_id"])
+    assert run.data.tags["strata.warnings"].startswith("class 1 has no training node")

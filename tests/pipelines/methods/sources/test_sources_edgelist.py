@@ -83,11 +83,20 @@ def test_num_nodes_defaults_to_max_id_plus_one(tmp_path: Path, arrays: dict[str,
     path = tmp_path / "e.csv"
     path.write_text(_csv_text())  # max id 4: node 5 is isolated, so the 6-row features do not fit
     with pytest.raises(
-        ValueError, match=r"features.npy' expected features of shape \(5, F\) \(max edge id \+ 1"
+        ValueError, match=r"features.npy' expected 5 feature rows \(one per node, max edge id \+ 1; --set "
+                          r"ingest.options.num_nodes=N for trailing isolated nodes\) \(got 6 rows\)"
     ):
         edgelist_source(path, features=arrays["features"], labels=arrays["labels"])
     path.write_text(_csv_text() + "5,0\n")
     assert edgelist_source(path, features=arrays["features"], labels=arrays["labels"]).num_nodes == 6
+
+
+def test_labels_of_another_length_name_the_file_and_both_counts(tmp_path: Path, arrays: dict[str, Path]) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text(_csv_text())
+    np.save(tmp_path / "short.npy", np.zeros(4, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"short.npy' expected 6 labels \(one per node\) \(got 4\)"):
+        edgelist_source(path, features=arrays["features"], labels=tmp_path / "short.npy", num_nodes=6)
 
 
 def test_directed_input(tmp_path: Path, arrays: dict[str, Path]) -> None:

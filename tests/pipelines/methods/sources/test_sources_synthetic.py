@@ -1,4 +1,4 @@
-"""Synthetic generator: determinism, chunk independence, heavy tails, learnable labels."""
+"""Synthetic generator: determinism, chunk independence, heavy tails, learnable but noisy labels."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import scipy.sparse as sp
 
 from pipelines.methods.sources.synthetic import (
     BLOCK_NODES,
+    DEFAULT_FEATURE_NOISE,
+    DEFAULT_LABEL_NOISE,
     SPLIT_FRACTIONS,
     SyntheticGraph,
     SyntheticParams,
@@ -101,9 +103,10 @@ def test_degree_distribution_is_heavy_tailed(edges) -> None:
     assert top.sum() > 0.08 * degree.sum()
 
 
-def test_communities_are_homophilous_and_hidden_in_ids(source, edges) -> None:
+def test_communities_are_homophilous_and_hidden_in_ids(graph: SyntheticGraph, source, edges) -> None:
     src, dst = edges
-    same = (source.labels[src] == source.labels[dst]).mean()
+    community = graph.labels_of(np.arange(PARAMS.nodes))
+    same = (community[src] == community[dst]).mean()
     assert 0.7 < same < 0.95  # homophily 0.8 plus uniform picks that land in the own community
     assert len(np.unique(source.labels[:64])) == PARAMS.classes  # ids are not sorted by community
     assert np.bincount(source.labels).min() > 0.5 * PARAMS.nodes / PARAMS.classes
@@ -118,16 +121,61 @@ def _nearest_centroid_accuracy(
     return float((dist.argmin(1) == labels[test]).mean())
 
 
-def test_labels_learnable_from_features_and_better_with_neighbours(source, edges) -> None:
+@pytest.mark.parametrize(
+    ("noise", "alone_range", "gain"),
+    [
+        ({}, (0.25, 0.4), 0.05),  # the defaults: features alone say little (0.30 when written), neighbours help
+        ({"label_noise": 0.0, "feature_noise": 1.0}, (0.4, 0.95), 0.1),  # version 1: 0.62 alone, 0.84 smoothed
+    ],
+)
+def test_labels_learnable_from_features_and_better_with_neighbours(noise: dict, alone_range: tuple[float, float],
+                                                                   gain: float) -> None:
+    source = SyntheticGraph(dataclasses.replace(PARAMS, **noise)).source()
+    edges = collect_edges(source)
     x = collect_features(source)
     labels, train, test = source.labels, source.train_idx, source.test_idx
-    chance = 1.0 / PARAMS.classes
+    assert 1.0 / PARAMS.classes < alone_range[0]  # chance
     alone = _nearest_centroid_accuracy(x, labels, train, test)
-    assert 2 * chance < alone < 0.95
+    assert alone_range[0] < alone < alone_range[1], alone
     adj = sp.csr_matrix((np.ones(len(edges[0]), np.float32), edges), shape=(PARAMS.nodes, PARAMS.nodes))
     degree = np.maximum(np.asarray(adj.sum(1)).ravel(), 1)
     smoothed = x + (adj @ x) / degree[:, None]  # one mean-aggregation step, as GraphSAGE would
-    assert _nearest_centroid_accuracy(smoothed, labels, train, test) > alone + 0.05
+    assert _nearest_centroid_accuracy(smoothed, labels, train, test) > alone + gain
+
+
+def test_label_noise_redraws_a_fraction_of_labels_and_nothing_else(graph: SyntheticGraph, source) -> None:
+    assert PARAMS.label_noise == DEFAULT_LABEL_NOISE > 0
+    community = graph.labels_of(np.arange(PARAMS.nodes))
+    changed = source.labels != community
+    expected = PARAMS.label_noise * (1 - 1 / PARAMS.classes)  # a redraw may land on the community itself
+    assert abs(changed.mean() - expected) < 4 * np.sqrt(expected / PARAMS.nodes)
+    assert graph.description()["label_noise_ceiling"] == pytest.approx(1 - expected)
+    # the redrawn labels are uniform, whatever the community: every (community, label) pair occurs
+    pairs = np.bincount(community[changed] * PARAMS.classes + source.labels[changed], minlength=PARAMS.classes ** 2)
+    assert (pairs.reshape(PARAMS.classes, -1)[~np.eye(PARAMS.classes, dtype=bool)] > 0).all()
+    for block in range(graph.num_blocks):  # each block alone, from its own stream
+        start, stop = graph.block_range(block)
+        np.testing.assert_array_equal(SyntheticGraph(PARAMS).labels_block(block), source.labels[start:stop])
+    clean = SyntheticGraph(dataclasses.replace(PARAMS, label_noise=0.0))
+    np.testing.assert_array_equal(clean.labels(), community)
+    np.testing.assert_array_equal(clean.edges_block(1)[1], graph.edges_block(1)[1])  # edges and features stay
+    np.testing.assert_array_equal(clean.features_block(1), graph.features_block(1))
+    heavier = SyntheticGraph(dataclasses.replace(PARAMS, label_noise=0.5)).labels()
+    assert (heavier != community).mean() > 2 * changed.mean()
+
+
+def test_feature_noise_is_the_noise_around_the_class_centroid(graph: SyntheticGraph) -> None:
+    assert PARAMS.feature_noise == DEFAULT_FEATURE_NOISE
+    community = graph.labels_of(np.arange(*graph.block_range(0)))
+    residual = graph.features_block(0) - graph.centroids[community]
+    assert abs(residual.std() - PARAMS.feature_noise) < 0.02 * PARAMS.feature_noise
+    quiet = SyntheticGraph(dataclasses.replace(PARAMS, feature_noise=0.5))
+    np.testing.assert_allclose(quiet.features_block(0) - graph.centroids[community], residual / 6, rtol=1e-5,
+                               atol=1e-6)  # the same draws, scaled: the seed fixes the graph, the knob the noise
+    np.testing.assert_array_equal(quiet.edges_block(0)[1], graph.edges_block(0)[1])
+    np.testing.assert_array_equal(quiet.labels(), graph.labels())
+    exact = SyntheticGraph(dataclasses.replace(PARAMS, feature_noise=0.0)).features_block(0)
+    np.testing.assert_array_equal(exact, graph.centroids[community])
 
 
 def test_splits_are_seeded_fractions(source) -> None:
@@ -160,6 +208,10 @@ def test_feistel_is_a_bijection(n: int) -> None:
         ({"nodes": 100, "homophily": 1.5}, "'synthetic.homophily' expected a probability"),
         ({"nodes": 10, "degree": 40}, "'synthetic.degree' expected less than"),
         ({"nodes": 100, "dim": 0}, "'synthetic.dim' expected a positive integer \\(got 0\\)"),
+        ({"nodes": 100, "label_noise": 1.5}, "'synthetic.label_noise' expected a fraction in \\[0, 1\\] \\(got 1.5\\)"),
+        ({"nodes": 100, "feature_noise": -1.0},
+         "'synthetic.feature_noise' expected a finite number >= 0 \\(got -1.0\\)"),
+        ({"nodes": 100, "feature_noise": float("inf")}, "'synthetic.feature_noise' expected a finite number"),
     ],
 )
 def test_bad_params_are_named(kwargs: dict, message: str) -> None:
@@ -189,5 +241,7 @@ def test_labeled_scales_the_splits_and_leaves_default_specs_unchanged() -> None:
     assert "labeled" not in default.description["params"]
     assert few.description["params"]["labeled"] == 0.04
     assert "labeled" in synthetic_params("nodes=10,labeled=0.5", "synthetic:nodes=10,labeled=0.5")
+    spec = "synthetic:nodes=10,label_noise=0.25,feature_noise=2"
+    assert synthetic_params(spec.partition(":")[2], spec) == {"nodes": 10, "label_noise": 0.25, "feature_noise": 2.0}
     with pytest.raises(ValueError, match="synthetic.labeled"):
         SyntheticParams(nodes=10, labeled=0.0)
