@@ -122,14 +122,17 @@ def measure_sequential_read(path: Path, max_bytes: int = _SEQ_READ_MAX) -> dict[
 
 
 def resolve_policies(names: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"all"`` / None -> every registered policy (baselines last); ``"a,b"`` or a list -> checked names."""
+    """``"all"`` / None -> every registered policy (``auto`` first, baselines last); ``"a,b"`` or a list ->
+    checked names, where ``all`` stands for every policy (``all,auto`` is ``all``: auto is one of them)."""
     from pipelines.methods.policies import POLICIES
 
     known = list(POLICIES)
+    baselines = [n for n in ("in_memory", "mmap", "naive") if n in known]
+    every = [n for n in known if n not in baselines] + baselines
     if names is None or names == "all":
-        baselines = [n for n in ("in_memory", "mmap", "naive") if n in known]
-        return tuple([n for n in known if n not in baselines] + baselines)
+        return tuple(every)
     items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    items = [m for n in items for m in (every if n == "all" else [n])]
     unknown = [n for n in items if n not in known]
     if unknown or not items:
         raise ValueError(f"'--policies' expected 'all' or a comma-separated list of {', '.join(known)} (got {names!r})")

@@ -14,7 +14,7 @@ from pipelines.core.paths import StrataPaths
 from pipelines.methods.policies import POLICIES
 
 OVERRIDES = ["train.epochs=3", "sample.epochs=1", "train.hidden_dim=32", "train.device=cpu"]
-POLICY_NAMES = ("diskgnn", "in_memory", "mmap", "naive")
+POLICY_NAMES = ("auto", "diskgnn", "in_memory", "mmap", "naive")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,18 @@ def test_report_has_the_documented_shape(report):
         steady, every = entry["steady_timers"], entry["timers"]
         assert 0 < steady["train_s"] < every["train_s"]
         assert steady["compute_busy_s"] < every["compute_busy_s"] and steady["overlap"] > 0
+
+
+def test_auto_reports_its_choice_against_every_policy_measured(report):
+    auto = report["auto"]
+    assert auto["chosen"] == "in_memory"  # tiny's features fit this machine many times over
+    assert auto["epoch_s"] == report["policies"]["auto"]["epoch_s"] and auto["over_best"] > 0
+    assert auto["best_policy"] in POLICY_NAMES and auto["best_policy"] != "auto"
+    rows = {c["policy"]: c for c in auto["candidates"] if not c["settings"]}
+    assert rows["in_memory"]["chosen"] and rows["in_memory"]["measured_epoch_s"] == auto["epoch_s"]
+    assert rows["naive"]["predicted_over_measured"] > 0  # measured in this bench: the ratio is reported
+    assert rows["naive"]["predicted_requests"] == report["policies"]["naive"]["read_requests"]  # exact, one epoch
+    assert set(auto["left_out"]) >= {"mariusgnn", "outre"}
 
 
 def test_static_plans_predict_each_cache_tiers_hit_rate_exactly(report):
@@ -95,6 +107,7 @@ def test_policy_lists_are_checked():
     assert set(resolve_policies("all")) == set(POLICIES)
     assert resolve_policies("all")[-3:] == ("in_memory", "mmap", "naive")  # baselines last
     assert resolve_policies("naive, diskgnn,naive") == ("naive", "diskgnn")
+    assert resolve_policies("all,auto") == resolve_policies("all") and resolve_policies("all")[0] == "auto"
     with pytest.raises(ValueError, match="'--policies' expected"):
         resolve_policies("diskgnn,lru")
 
