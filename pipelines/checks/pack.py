@@ -32,6 +32,11 @@ __all__ = ["ADDRESSES_IN_BOUNDS", "CHANGESETS_REPLAY", "CHUNKS_ALIGNED", "DISK_B
            "check_disk_budget", "check_disk_caches", "check_packed_addresses", "check_packed_chunks"]
 
 
+
+def _policy(art: Artifact) -> str:
+    """The policy that laid the pack out (``policy=auto``: the one it chose)."""
+    return str(art.stats.get("chosen_policy") or art.stats.get("policy", "?"))
+
 def check_packed_addresses(
     addr_tier: np.ndarray,
     addr_slot: np.ndarray,
@@ -201,7 +206,7 @@ def _no_layout(art: Artifact) -> Finding | None:
     if layout == "packed":
         return None
     f = Finding()
-    f.facts["layout"] = (f"none (policy {art.stats.get('policy', '?')} reads the feature file or RAM)"
+    f.facts["layout"] = (f"none (policy {_policy(art)} reads the feature file or RAM)"
                          if layout == "none" else f"{layout} (not the packed store)")
     return f
 
@@ -245,7 +250,7 @@ def _disk_budget_respected(c: CheckInputs) -> Finding:
         return skipped
     if "disk_budget" not in art.stats:  # the policy does not budget its store
         f = Finding()
-        f.facts["disk_budget"] = f"none (policy {art.stats.get('policy', '?')} does not budget its store)"
+        f.facts["disk_budget"] = f"none (policy {_policy(art)} does not budget its store)"
         return f
     features = c.upstream("reorder").array("features.npy")
     feature_bytes = int(features.shape[0]) * int(features.shape[1]) * features.dtype.itemsize
@@ -260,7 +265,7 @@ def _changesets_replay(c: CheckInputs) -> Finding:
     art = c.artifact
     if art.stats.get("layout") != "changesets":
         f = Finding()
-        f.facts["layout"] = f"{art.stats.get('layout')} (policy {art.stats.get('policy', '?')}: no changesets)"
+        f.facts["layout"] = f"{art.stats.get('layout')} (policy {_policy(art)}: no changesets)"
         return f
     samples = c.upstream("sample")
     idx = _batch_index(samples)

@@ -3,7 +3,8 @@
 At the plan stage, with the sampled trace in hand, ``auto``:
 
 1. takes the memory the run may use: ``memory_budget``, or without one :data:`MEMORY_SHARE` of the memory this
-   process may use (:func:`pipelines.core.confine.memory_limit`), stated in the plan;
+   process may use (the lower of :func:`pipelines.core.confine.memory_limit` and the kernel's ``MemAvailable``),
+   stated in the plan;
 2. measures (once per data root, :mod:`pipelines.core.disk_profile`) the disk, and probes the model's compute
    time per batch at each thread count it may use (:mod:`.probe`);
 3. for every candidate (the registered policies that train the sampled batches exactly, ``Policy.exact_samples``,
@@ -91,9 +92,22 @@ def usable_memory(cfg: RunConfig) -> tuple[int, str]:
     """The bytes a plan may hold resident, and how they were chosen (for the record)."""
     if cfg.memory_budget is not None:
         return int(cfg.memory_budget), f"memory_budget {format_bytes(cfg.memory_budget)}"
-    limit = memory_limit()
-    return int(limit * MEMORY_SHARE), (f"no memory_budget: {MEMORY_SHARE:.0%} of the {format_bytes(limit)} this "
-                                        "process may use")
+    limit, available = memory_limit(), _available_memory()
+    usable = min(limit, available) if available else limit
+    return int(usable * MEMORY_SHARE), (f"no memory_budget: {MEMORY_SHARE:.0%} of the {format_bytes(usable)} this "
+                                        f"process may use (limit {format_bytes(limit)}, available "
+                                        f"{format_bytes(available) if available else 'unknown'})")
+
+
+def _available_memory() -> int:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (0 where there is none): what other processes leave."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def candidate_names(cfg: RunConfig) -> tuple[list[str], dict[str, str]]:
