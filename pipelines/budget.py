@@ -16,7 +16,8 @@ buffers exceed ``B`` (with no budget: the machine's memory):
 
 What is not covered: the page cache of a run that is not confined (``strata bench --memory-budget``
 confines each run in a memory cgroup where it can), the GPU cache (device memory), and the working set:
-the interpreter, torch, the model, the batches in flight and a policy's per-batch buffers (``hyperbatch``'s
+the interpreter, torch, the model, the batches in flight (at most ``train.loader_memory_mb`` of feature rows)
+and a policy's per-batch buffers (``hyperbatch``'s
 ``plan.hyperbatch_bytes`` of blocks among them).
 """
 

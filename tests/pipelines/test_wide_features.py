@@ -37,8 +37,12 @@ def test_wide_feature_graph_runs_every_stage_within_a_memory_cgroup(tmp_path: Pa
     assert kills == 0 and proc.returncode == 0, proc.stderr[-3000:]
     assert peak is None or peak <= LIMIT
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [s["stage"] for s in report["stages"]] == [s.name for s in STAGES]
+    assert [a["stage"] for a in report["artifacts"]] == [s.name for s in STAGES]
+    stats = {a["stage"]: json.loads((Path(a["path"]) / "manifest.json").read_text())["stats"]
+             for a in report["artifacts"]}
+    print(json.dumps({"cgroup_limit_mb": LIMIT >> 20, "cgroup_peak_mb": (peak or 0) >> 20,
+                      "peak_rss_mb": {stage: s.get("peak_rss_mb") for stage, s in stats.items()}}))
+    assert all(s["peak_rss_mb"] * (1 << 20) < LIMIT for s in stats.values())  # each stage's own peak
     assert report["metrics"]["onnx_max_abs_diff"] < 1e-4  # the projected graph computes the trained model
-    export = json.loads((Path(report["stages"][-1]["path"]) / "manifest.json").read_text())["stats"]
-    assert export["fp32_val_acc"] == pytest.approx(report["metrics"]["val_acc"], abs=1e-9)
-    assert export["export_val_batches"] > 1  # the one validation batch (every val seed) was cut by bytes
+    assert stats["export"]["fp32_val_acc"] == pytest.approx(report["metrics"]["val_acc"], abs=1e-9)
+    assert stats["export"]["export_val_batches"] > 1  # the one validation batch (every val seed) was cut by bytes
