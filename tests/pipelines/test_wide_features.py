@@ -17,7 +17,8 @@ from pipelines.core.confine import MemoryCgroup, cgroup_support
 from pipelines.graph import STAGES
 
 WIDE = "synthetic:nodes=20000,degree=80,dim=4096,classes=16,seed=0"
-#: The cgroup's limit, page cache included: the whole run measured 2.4 GiB at its peak (BENCHMARKS.md).
+#: The cgroup's limit, page cache included: the largest stage, train, peaks at 1.9 GB RSS here (1.8 GB
+#: anonymous); the rest is page cache the kernel reclaims at the limit (BENCHMARKS.md).
 LIMIT = 3 << 30
 REPO = Path(__file__).resolve().parents[2]
 
