@@ -191,8 +191,13 @@ class ExportConfig(Section):
                                      max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     web_seeds: int = setting(32, "Validation seeds in the browser app's sample subgraph (subgraph.json/.bin).",
                              gt=0)
-    calibration_batches: int = setting(4, "Training batches that calibrate the int8 variant's activation ranges.",
-                                       gt=0)
+    calibration_batches: int = setting(4, "Export batches (the first training batches, cut to export.memory_mb) "
+                                       "that calibrate the int8 variant's activation ranges.", gt=0)
+    memory_mb: int = setting(
+        512, "Working memory of one batch the export runs its ONNX models on (the variants' accuracy, int8 "
+        "calibration, the sample subgraph): a batch over it is cut into parts of fewer seeds (feature rows plus "
+        "each layer's edge-sized tensors, trainer/export_batches.py). Predictions do not depend on it.",
+        artifact=False, gt=0)
 
 
 class VerifyConfig(Section):
@@ -236,7 +241,7 @@ class PipelineConfig(Section):
         """With a ``memory_budget``, the settings it sizes (:func:`pipelines.budget.fill_from_budget`)."""
         if isinstance(data, Mapping) and data.get("memory_budget") is not None:
             defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "reorder": ReorderConfig(),
-                        "pack": PackConfig(), "train": TrainConfig()}
+                        "pack": PackConfig(), "train": TrainConfig(), "export": ExportConfig()}
             return fill_from_budget(data, _budget_bytes(data["memory_budget"]), defaults)
         return data
 

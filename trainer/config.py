@@ -105,6 +105,10 @@ class TrainConfig:
                                artifact=False)
     # data pipeline
     prefetch: int = setting(2, "Loader queue depth (batches read ahead of compute).", artifact=False)
+    loader_memory_mb: int = setting(
+        1024, "Feature rows of the batches in flight at most (read ahead, assembled, in the step): the loader "
+        "waits before reading a batch that would pass it, unless none is in flight (wide features: a batch's "
+        "rows can be hundreds of MiB). 0 = prefetch alone bounds them.", artifact=False)
     sequential: bool = setting(False, "No stage threads: load, assemble and compute in turn (ablation).",
                                artifact=False)
     device: str = setting("auto", "cpu, cuda[:i] or auto (CUDA when available).")
@@ -179,6 +183,7 @@ class TrainConfig:
             "min_delta": 0.0 <= self.min_delta < 1.0,
             "checkpoint_every": self.checkpoint_every >= 0,
             "prefetch": self.prefetch >= 1,
+            "loader_memory_mb": self.loader_memory_mb >= 0,
             "num_threads": self.num_threads >= 0,
             "model": bool(self.model),
             "device": self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),

@@ -84,6 +84,7 @@ class SplitEvaluator:
                 ids = ddp.shard_eval(self.eval_ids[split]) if ddp else self.eval_ids[split]
                 # each batch is done once the next is asked for: its staging block may be reused
                 loader = BatchLoader(self.samples, self.source, ids, self.labels, cfg.prefetch, self.device,
-                                     cfg.sequential, release_batches=True)
+                                     cfg.sequential, release_batches=True,
+                                     max_bytes=(cfg.loader_memory_mb << 20) or None)
                 accs[split] = ddp.evaluate(self.model, loader) if ddp else evaluate(self.model, loader, self.device)
             return accs

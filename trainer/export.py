@@ -9,6 +9,12 @@ of the layer's destination nodes in its input (``arange(num_dst_i)`` for Strata'
 axis is dynamic, so one graph serves subgraphs of any size; ``dst_pos_i`` is what carries ``num_dst_i`` as a
 shape. Output ``logits`` (num_seeds, out_dim). Aggregation is ScatterElements(reduction="add") (opset >= 16;
 18 by default), exported by the TorchScript-based exporter (``dynamo=False``).
+
+A layer whose aggregation is linear (GraphSAGE's mean, GCN's normalised sum) projects its source rows before it
+aggregates where its output is narrower than its input (the layers' ``forward_dst_pos``,
+:func:`trainer.message_passing.project_first`; GAT always does): the graph's edge-sized tensors are edges x
+min(in, out) wide, not edges x the feature width, which for wide features (thousands of columns) would be
+gigabytes per batch.
 """
 
 from __future__ import annotations

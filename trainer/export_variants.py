@@ -20,6 +20,7 @@ native runtime no longer computed what onnxruntime-web computes. The model has t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -86,19 +87,24 @@ def _subgraph_locals(node: onnx.NodeProto) -> set[str]:
 
 
 def to_int8(src: str | Path, dst: str | Path, calibration: Iterable[Mapping[str, np.ndarray]]) -> Path:
-    """Write the int8 QDQ variant of ``src`` to ``dst``, activation ranges from the ``calibration`` feeds."""
+    """Write the int8 QDQ variant of ``src`` to ``dst``, activation ranges from the ``calibration`` feeds.
+
+    The feeds are read one at a time, as the calibrator asks for them (it keeps only each tensor's min and max),
+    so a generator of feeds holds one batch's features at once."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    feeds = [dict(f) for f in calibration]
-    if not feeds:
+    feeds = iter(calibration)
+    first = next(feeds, None)
+    if first is None:
         raise ValueError("'calibration' expected at least one feed (got none)")
 
     class _Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self._it = iter(feeds)
+            self._it = itertools.chain([first], feeds)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
+            feed = next(self._it, None)
+            return dict(feed) if feed is not None else None
 
     dst = Path(dst)
     # the calibrator writes an augmented model next to its working files; keep those out of the artifact
@@ -113,10 +119,13 @@ def to_int8(src: str | Path, dst: str | Path, calibration: Iterable[Mapping[str,
 
 
 def session(path: str | Path) -> ort.InferenceSession:
-    """An onnxruntime CPU session of the model at ``path`` (``.run(["logits"], feed)``)."""
+    """An onnxruntime CPU session of the model at ``path`` (``.run(["logits"], feed)``). Without the CPU memory
+    arena: a run's tensors go back when it ends, instead of each session keeping its largest run's memory."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.enable_cpu_mem_arena = False
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def accuracy(outputs: Iterable[np.ndarray], labels: Iterable[np.ndarray]) -> float:

@@ -70,6 +70,11 @@ class GATConv(nn.Module):
         out = out.reshape(-1, heads * head_dim) if self.concat else out.mean(dim=1)
         return out + self.bias
 
+    @property
+    def message_width(self) -> int:
+        """Columns of the per-edge messages: GAT projects before it aggregates (``z = h W``), in every form."""
+        return self.heads * self.head_dim
+
 
 class GAT(LayerwiseSplit, nn.Module):
     """``num_layers`` multi-head GAT layers (see the module docstring), the :class:`trainer.models.GraphSAGE`

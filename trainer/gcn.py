@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.message_passing import add_self_loops, check_layer_dims, count_into, scatter_sum
+from trainer.message_passing import add_self_loops, check_layer_dims, count_into, project_first, scatter_sum
 from trainer.native_ops import csr_sum, native_applies
 from trainer.split_forward import LayerwiseSplit  # forward, forward_dst_pos; forward_lower / forward_last (outre)
 
@@ -55,6 +55,25 @@ class GCNConv(nn.Module):
             total = scatter_sum(h_dst, dst, h_norm.index_select(0, src))  # (D, in)
         in_degree = count_into(h_dst, dst).clamp(min=1.0)  # (D, 1), in-degree + 1
         return self.lin(total / in_degree.sqrt()) + self.bias  # (D, out)
+
+    @property
+    def message_width(self) -> int:
+        """Columns of the per-edge messages in :meth:`forward_dst_pos` (the ONNX form)."""
+        return min(self.lin.in_features, self.lin.out_features)
+
+    def forward_dst_pos(self, h: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+                        dst_pos: torch.Tensor) -> torch.Tensor:
+        """The ONNX form of :meth:`forward`. Where ``out_dim < in_dim``
+        (:func:`~trainer.message_passing.project_first`) ``lin`` (no bias: it commutes with the normalised sum)
+        projects the source rows first, so the exported graph's messages are edges x :attr:`message_width`
+        instead of edges x ``in_dim`` (equal up to float rounding)."""
+        if not project_first(self.lin.in_features, self.lin.out_features):
+            return self(h, edge_src, edge_dst, dst_pos)
+        src, dst = add_self_loops(edge_src, edge_dst, dst_pos)  # (E + D,)
+        z = self.lin(h) / count_into(h, src).clamp(min=1.0).sqrt()  # (S, out), over sqrt(out-degree with loops)
+        z_dst = z.index_select(0, dst_pos)  # (D, out)
+        total = scatter_sum(z_dst, dst, z.index_select(0, src))  # (D, out)
+        return total / count_into(z_dst, dst).clamp(min=1.0).sqrt() + self.bias
 
 
 class GCN(LayerwiseSplit, nn.Module):

@@ -12,7 +12,11 @@ ablation baseline):
 ``compute``
     the consumer (forward, backward, update).
 
-Queues between stages hold at most ``prefetch`` batches. A source that is not split into ``read`` and
+Queues between stages hold at most ``prefetch`` batches, and with ``max_bytes`` the batches in flight (read,
+assembled, or held by the consumer) hold at most that many bytes of feature rows (``num_nodes x feature_dim``
+float32 each): the load stage waits before reading a batch that would pass it, unless no other batch is in
+flight. With wide features a batch's rows are hundreds of MiB, and ``2 * prefetch + 3`` of them would be
+gigabytes. A source that is not split into ``read`` and
 ``assemble`` (``FeatureSource.split``) is loaded whole in the ``load`` stage. A source's ``max_reads_ahead``
 (read buffers it rotates; 0 = any) bounds how many batches may have been read and not yet assembled: the
 load stage takes a slot before each read and the assemble stage gives it back when the batch's assemble
@@ -69,6 +73,10 @@ class _Failure:
     error: Exception
 
 
+class _Stopped(Exception):
+    """The loader was stopped while its load stage waited for room (``max_bytes``)."""
+
+
 class _End:
     """The reader's last item: every batch was delivered."""
 
@@ -77,6 +85,32 @@ _END = _End()
 _Item = tuple[LoadedBatch, Any] | _Failure | _End  # what the assemble stage puts into the consumer's queue
 _TIMERS = ("load_busy_s", "assemble_busy_s", "load_cpu_s", "assemble_cpu_s", "graph_s", "read_s", "assemble_s",
            "label_s", "wait_s", "stall_s")
+
+
+class _ByteGate:
+    """Bytes of the batches in flight, at most ``limit`` (a batch alone always passes), by batch id."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = int(limit), 0
+        self._bytes: dict[int, int] = {}
+        self._cond = threading.Condition()
+
+    def enter(self, batch_id: int, nbytes: int, stop: threading.Event) -> bool:
+        """Wait until ``nbytes`` more fit (or nothing is in flight); False when ``stop`` is set first."""
+        with self._cond:
+            while self.held and self.held + nbytes > self.limit:
+                if stop.is_set():
+                    return False
+                self._cond.wait(_POLL_S)
+            self.held += nbytes
+            self._bytes[batch_id] = self._bytes.get(batch_id, 0) + nbytes
+            return True
+
+    def leave(self, batch_id: int) -> None:
+        """The batch is done (or dropped): its bytes are free."""
+        with self._cond:
+            self.held -= self._bytes.pop(batch_id, 0)
+            self._cond.notify_all()
 
 
 class BatchLoader:
@@ -101,9 +135,13 @@ class BatchLoader:
     def __init__(self, samples: Samples, source: FeatureSource, batch_ids: Sequence[int], labels: np.ndarray,
                  prefetch: int = 2, device: torch.device | str = "cpu", sequential: bool = False,
                  extra: Callable[[SampledBatch, torch.device], dict[str, Any]] | None = None,
-                 release_batches: bool = False) -> None:
+                 release_batches: bool = False, max_bytes: int | None = None) -> None:
         if prefetch < 1:
             raise ValueError(f"'prefetch' expected >= 1 (got {prefetch})")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"'max_bytes' expected >= 1 or None (got {max_bytes})")
+        self.max_bytes = max_bytes
+        self._gate: _ByteGate | None = None
         labels = np.asarray(labels)
         if labels.ndim != 1 or labels.dtype != np.int64:
             raise ValueError(f"'labels' expected a 1-D int64 array (got {labels.dtype} {labels.shape})")
@@ -140,6 +178,11 @@ class BatchLoader:
         t0, c0 = time.perf_counter(), time.thread_time()
         batch = self.samples.batch(batch_id)
         t1 = time.perf_counter()
+        gate = self._gate
+        if gate is not None and not gate.enter(batch_id, len(batch.nodes) * self.source.feature_dim * 4, self._stop):
+            raise _Stopped
+        timers["stall_s"] += time.perf_counter() - t1
+        t1 = time.perf_counter()
         r0, a0 = self.source.read_s, self.source.assemble_s
         data = self.source.read(batch) if self.split else self.source.load(batch)
         timers["read_s"] += self.source.read_s - r0
@@ -175,9 +218,11 @@ class BatchLoader:
         timers["assemble_cpu_s"] += time.thread_time() - c0
         return LoadedBatch(batch_id=batch_id, x=x, y=y, blocks=blocks, extra=extra)
 
-    def _done(self, data: Any) -> None:
+    def _done(self, data: Any, batch_id: int) -> None:
         """The consumer moved past the batch read as ``data``: with ``release_batches`` the source may reuse what
         it lent it; otherwise the consumer keeps it for good."""
+        if self._gate is not None:
+            self._gate.leave(batch_id)
         if self.split:
             if self.release_batches:
                 self.source.release(data)
@@ -186,7 +231,11 @@ class BatchLoader:
 
     def _drop(self, item: Any) -> None:
         """A batch that never reaches the consumer (stopped, failed): nothing reads its tensors."""
-        if self.split and isinstance(item, tuple):  # (batch_id, batch, data) or (LoadedBatch, data)
+        if not isinstance(item, tuple):  # _End, _Failure
+            return
+        if self._gate is not None:  # (batch_id, batch, data) or (LoadedBatch, data)
+            self._gate.leave(item[0] if isinstance(item[0], int) else item[0].batch_id)
+        if self.split:
             self.source.release(item[-1])
 
     # ---------------------------------------------------------------------------------------------- threads
@@ -220,7 +269,10 @@ class BatchLoader:
             for batch_id in self.batch_ids:
                 if not self._acquire(slots):
                     return
-                item = (batch_id, *self._load(batch_id))
+                try:
+                    item = (batch_id, *self._load(batch_id))
+                except _Stopped:
+                    return
                 if not self._put(out, item, timers):
                     self._drop(item)
                     return
@@ -271,6 +323,7 @@ class BatchLoader:
         self._stop.clear()
         ahead = self.source.max_reads_ahead if self.split else 0
         slots = threading.Semaphore(ahead) if ahead > 0 else None
+        self._gate = _ByteGate(self.max_bytes) if self.max_bytes is not None else None
         loaded: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
         ready: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch)
         self._queues = [loaded, ready]
@@ -282,6 +335,7 @@ class BatchLoader:
         for t in self._threads:
             t.start()
         current: Any = None  # the read of the batch the consumer holds: done when it asks for the next
+        current_id = -1
         try:
             while True:
                 item = self._get(ready)
@@ -293,6 +347,7 @@ class BatchLoader:
                         f"(got {type(item.error).__name__}: {item.error})"
                     ) from item.error
                 lb, current = item
+                current_id = lb.batch_id
                 if lb.ready is not None:
                     stream = torch.cuda.current_stream(self.device)
                     stream.wait_event(lb.ready)  # GPU-side wait, no host sync
@@ -300,12 +355,13 @@ class BatchLoader:
                     for t in [lb.x, lb.y, *(e for b in lb.blocks for e in (b.edge_src, b.edge_dst)), *extra]:
                         t.record_stream(stream)  # allocated on the side stream, used on this one
                 yield lb
-                self._done(current)  # the consumer asked for the next batch: this one is done
+                self._done(current, current_id)  # the consumer asked for the next batch: this one is done
                 current = None
         finally:
             if current is not None:  # the consumer left the loop
-                self._done(current)
+                self._done(current, current_id)
             self.close()
+            self._gate = None
 
     def _sequential(self) -> Iterator[LoadedBatch]:
         """Every stage of each batch in turn on the consumer's thread (the ablation baseline)."""
@@ -319,7 +375,7 @@ class BatchLoader:
             try:
                 yield lb
             finally:  # the consumer asked for the next batch, or left the loop
-                self._done(data)
+                self._done(data, batch_id)
 
     def _get(self, q: queue.Queue[_Item]) -> _Item:
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["add_self_loops", "check_layer_dims", "count_into", "edge_softmax", "scatter_sum"]
+__all__ = ["add_self_loops", "check_layer_dims", "count_into", "edge_softmax", "project_first", "scatter_sum"]
 
 
 def check_layer_dims(owner: str, **dims: int) -> None:
@@ -18,6 +18,14 @@ def check_layer_dims(owner: str, **dims: int) -> None:
     for name, value in dims.items():
         if int(value) < 1:
             raise ValueError(f"'{owner}.{name}' expected >= 1 (got {value})")
+
+
+def project_first(in_dim: int, out_dim: int) -> bool:
+    """Whether a layer whose aggregation is linear (a sum or a mean, then ``W``: ``in_dim -> out_dim``) should
+    project its source rows before it aggregates them: ``mean_j(h_j) W = mean_j(h_j W)``, and the per-edge
+    messages are then ``out_dim`` wide instead of ``in_dim``. True when that is narrower (wide input features:
+    the first layer's messages would be edges x in_dim)."""
+    return int(out_dim) < int(in_dim)
 
 
 def add_self_loops(edge_src: torch.Tensor, edge_dst: torch.Tensor, dst_pos: torch.Tensor

@@ -41,6 +41,7 @@ from trainer.architectures import MODELS as _ARCHITECTURES
 from trainer.blocks import BlockLike, TensorBlock, to_tensor_blocks  # re-exported: their home before trainer.blocks
 from trainer.gat import GAT
 from trainer.gcn import GCN
+from trainer.message_passing import project_first
 from trainer.native_ops import csr_mean, dropout, native_applies
 
 __all__ = [
@@ -131,6 +132,22 @@ class SAGEConv(nn.Module):
             neigh = mean_aggregate(h_src, h_dst, edge_src, edge_dst)
         return self.lin_self(h_dst) + self.lin_neigh(neigh)
 
+    @property
+    def message_width(self) -> int:
+        """Columns of the per-edge messages in :meth:`forward_dst_pos` (the ONNX form)."""
+        return min(self.lin_neigh.in_features, self.lin_neigh.out_features)
+
+    def forward_dst_pos(self, h_src: torch.Tensor, h_dst: torch.Tensor, edge_src: torch.Tensor,
+                        edge_dst: torch.Tensor) -> torch.Tensor:
+        """The ONNX form of :meth:`forward`: the mean runs at the narrower of the two widths. The mean is linear,
+        so where ``out_dim < in_dim`` (:func:`~trainer.message_passing.project_first`) ``lin_neigh`` projects
+        the source rows first and the edges carry ``out_dim``-wide messages: the exported graph's largest
+        tensor is edges x :attr:`message_width`, not edges x ``in_dim`` (equal up to float rounding)."""
+        own = self.lin_self(h_dst)  # (D, out)
+        if not project_first(self.lin_neigh.in_features, self.lin_neigh.out_features):
+            return own + self.lin_neigh(mean_aggregate(h_src, h_dst, edge_src, edge_dst))
+        return own + mean_aggregate(self.lin_neigh(h_src), own, edge_src, edge_dst)  # (S, out) -> (D, out)
+
 
 class GraphSAGE(nn.Module):
     """``num_layers`` SAGE layers with ReLU + dropout between them.
@@ -189,10 +206,11 @@ class GraphSAGE(nn.Module):
         self, x: torch.Tensor, edges: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     ) -> torch.Tensor:
         """The same computation with each layer's destinations given as positions ``dst_pos`` (ONNX form:
-        ``num_dst`` is ``dst_pos.shape[0]``, a dynamic shape, not a Python int)."""
+        ``num_dst`` is ``dst_pos.shape[0]``, a dynamic shape, not a Python int); each layer aggregates at the
+        narrower of its widths (:meth:`SAGEConv.forward_dst_pos`)."""
         h = x
         for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
-            h = layer(h, h.index_select(0, dst_pos), edge_src, edge_dst)  # (num_dst_i, dims[i+1])
+            h = layer.forward_dst_pos(h, h.index_select(0, dst_pos), edge_src, edge_dst)  # (num_dst_i, dims[i+1])
             h = self._between_layers(h, i)
         return h
 

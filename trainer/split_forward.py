@@ -50,7 +50,8 @@ class LayerwiseSplit:
         """The same computation with each layer's destinations given as positions ``dst_pos`` (ONNX form)."""
         h = x
         for i, (layer, (edge_src, edge_dst, dst_pos)) in enumerate(zip(self.layers, edges, strict=True)):
-            h = layer(h, edge_src, edge_dst, dst_pos)  # (num_dst_i, hidden_dim or out_dim)
+            # a layer's own ONNX form where it has one (GCN aggregates at the narrower width there)
+            h = getattr(layer, "forward_dst_pos", layer)(h, edge_src, edge_dst, dst_pos)  # (num_dst_i, hidden/out)
             if i < self.num_layers - 1:
                 h = dropout(F.relu(h), self.dropout, self.training)
         return h

@@ -52,16 +52,17 @@ class Subgraph:
         return self.arrays["labels"]
 
 
-def restrict_batch(batch: SampledBatch, num_seeds: int) -> SampledBatch:
-    """The first ``num_seeds`` seeds of ``batch`` with exactly the nodes and edges their computation trees use.
+def restrict_batch(batch: SampledBatch, num_seeds: int, first: int = 0) -> SampledBatch:
+    """Seeds ``first .. first + num_seeds - 1`` of ``batch`` with exactly the nodes and edges their computation
+    trees use.
 
     Node order stays a prefix layout: the kept seeds, then the nodes first reached at hop 1, and so on; each
     hop's destinations keep their sampled edges (sources renumbered). Nodes keep their batch order within a hop.
     """
-    if not 1 <= num_seeds <= batch.num_seeds:
-        raise ValueError(f"'num_seeds' expected 1 <= num_seeds <= {batch.num_seeds} (the batch's seeds) "
-                         f"(got {num_seeds})")
-    kept = np.arange(num_seeds, dtype=np.int64)  # batch positions, in new order
+    if not 0 <= first < batch.num_seeds or not 1 <= num_seeds <= batch.num_seeds - first:
+        raise ValueError(f"'num_seeds' expected 1 <= num_seeds <= {batch.num_seeds - first} (the batch's seeds "
+                         f"from {first}) (got {num_seeds}, first {first})")
+    kept = np.arange(first, first + num_seeds, dtype=np.int64)  # batch positions, in new order
     hop_counts = [num_seeds]
     indptrs: list[np.ndarray] = []
     cols: list[np.ndarray] = []
@@ -113,21 +114,24 @@ def write_subgraph(out_dir: str | Path, batch: SampledBatch, features: np.ndarra
         layers.append({"num_src": block.num_src, "num_dst": block.num_dst, "num_edges": int(len(block.cols))})
     arrays["node_ids"] = np.asarray(node_ids, dtype="<i8")
     arrays["labels"] = np.asarray(labels, dtype="<i8")
-    blob = bytearray()
     table: dict[str, dict[str, Any]] = {}
-    for name, arr in arrays.items():
-        blob += b"\0" * (-len(blob) % _ALIGN)
-        table[name] = {"dtype": "float32" if arr.dtype.kind == "f" else "int64", "shape": list(arr.shape),
-                       "offset": len(blob), "nbytes": arr.nbytes}
-        blob += arr.tobytes()
     out_dir = Path(out_dir)
     bin_path = out_dir / f"{stem}.bin"
-    bin_path.write_bytes(bytes(blob))
+    digest, size = hashlib.sha256(), 0
+    with open(bin_path, "wb") as f:  # array by array: no copy of the whole file in memory (wide features)
+        for name, arr in arrays.items():
+            pad = b"\0" * (-size % _ALIGN)
+            table[name] = {"dtype": "float32" if arr.dtype.kind == "f" else "int64", "shape": list(arr.shape),
+                           "offset": size + len(pad), "nbytes": arr.nbytes}
+            for chunk in (pad, memoryview(np.ascontiguousarray(arr)).cast("B")):
+                f.write(chunk)
+                digest.update(chunk)
+            size += len(pad) + arr.nbytes
     header = {
         "format": SUBGRAPH_FORMAT, "format_version": 1, "byte_order": "little",
         "num_layers": batch.num_layers, "num_seeds": num_seeds, "num_nodes": num_nodes,
         "feature_dim": int(features.shape[1]), "layers": layers, "inputs": _input_names(batch.num_layers),
-        "data": {"file": bin_path.name, "bytes": len(blob), "sha256": hashlib.sha256(bytes(blob)).hexdigest()},
+        "data": {"file": bin_path.name, "bytes": size, "sha256": digest.hexdigest()},
         "arrays": table, **(extra or {}),
     }
     json_path = out_dir / f"{stem}.json"

@@ -420,7 +420,8 @@ def train(
             # a step is over (backward freed what it saved) before the next batch is asked for: the loader may
             # then reuse the batch's staging block
             loader = BatchLoader(hook.samples if hook else samples, source, train_ids[p.batch:], labels,
-                                 cfg.prefetch, device, cfg.sequential, release_batches=True)
+                                 cfg.prefetch, device, cfg.sequential, release_batches=True,
+                                 max_bytes=(cfg.loader_memory_mb << 20) or None)
             meter = EpochMeter(source, p, device)  # times the pass and counts its I/O from here
             state.model.train()
             for lb in loader:

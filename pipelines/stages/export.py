@@ -35,6 +35,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     """Export the trained model, verify it, write its variants and the web app, and register it."""
     from pipelines.web.app import build_web
     from trainer.export import export_onnx, random_subgraph, verify_onnx
+    from trainer.export_batches import message_widths
     from trainer.tracking import MlflowTracker
 
     paths = StrataPaths(store.root)
@@ -58,7 +59,9 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         about = {"dataset": cfg.dataset_name, "model_name": model_name_for(cfg), "architecture": cfg.train.model}
         builder.stats.update(build_web(builder, onnx_path, reorder=reorder, sample=sample,
                                        web_seeds=cfg.export.web_seeds,
-                                       calibration_batches=cfg.export.calibration_batches, about=about))
+                                       calibration_batches=cfg.export.calibration_batches, about=about,
+                                       memory_bytes=cfg.export.memory_mb << 20,
+                                       message_widths=message_widths(net)))
         if progress:
             progress("export: variants and web app written", 2, 3)
 

@@ -44,7 +44,7 @@ from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.partitioners import partition_graph_info
 from pipelines.methods.partitioners.cut import cut_statistics
-from pipelines.stages.common import StageResult, materialize, peak_rss_mb
+from pipelines.stages.common import StageResult, materialize, stage_peak_rss_mb
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = ["FORMAT_VERSION", "run", "summary"]
@@ -86,7 +86,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, progres
         builder.stats.update(info)
         builder.stats.update(
             {"method": cfg.partition.method, "num_parts": num_parts,
-             "time_s": round(time.perf_counter() - start, 4), "peak_rss_mb": round(peak_rss_mb(), 1)}
+             "time_s": round(time.perf_counter() - start, 4), "peak_rss_mb": round(stage_peak_rss_mb(), 1)}
         )
 
     return materialize(store, cfg, "partition", FORMAT_VERSION, {"reorder": reorder}, build)

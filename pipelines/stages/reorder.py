@@ -31,7 +31,7 @@ from pipelines.core.progress import Progress
 from pipelines.methods.orders import compute_order
 from pipelines.methods.orders.locality import average_edge_gap, pages_per_batch
 from pipelines.methods.sources.linksplit import relabel_link_split
-from pipelines.stages.common import StageResult, materialize, peak_rss_mb
+from pipelines.stages.common import StageResult, materialize, stage_peak_rss_mb
 from storage_kernels import kernels
 from storage_kernels.arrays import release_pages, row_ranges
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
@@ -253,7 +253,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         rewrite_s = time.perf_counter() - t1
-        peak = peak_rss_mb()  # before the measurements below, which sample the graphs at random
+        peak = stage_peak_rss_mb()  # before the measurements below, which sample the graphs at random
         new = load_graph_from_builder(builder)
         builder.timings.update({"order_s": round(order_s, 4), "rewrite_s": round(rewrite_s, 4)})
         builder.stats.update(

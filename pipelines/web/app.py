@@ -8,7 +8,10 @@ and the nodes their computation trees use) and ``web.json`` (format ``strata-web
 file, bytes and validation accuracy, the subgraph, the onnxruntime-web version the page loads).
 
 Each variant's validation accuracy is computed with onnxruntime (Python, CPU) on every validation batch of
-the ``sample`` artifact (sample epoch 0, as training evaluates), features from the ``reorder`` artifact.
+the ``sample`` artifact (sample epoch 0, as training evaluates), features from the ``reorder`` artifact. Those
+batches, the int8 calibration's (the first ``export.calibration_batches`` parts of the first training batches)
+and the sample subgraph are cut to ``export.memory_mb`` of working memory each (:mod:`trainer.export_batches`):
+a seed's prediction does not depend on the cut.
 
 onnxruntime-web itself (~14 MB of WASM) is not in the artifact: :func:`copy_web` (``strata export --web DIR``)
 adds it as ``DIR/ort/`` from the npm cache (:func:`ort_web_dir`), which makes ``DIR`` a folder that works
@@ -20,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ import numpy as np
 
 from pipelines.core.graphio import feature_values
 from pipelines.core.nodeids import original_ids
-from storage_kernels.sampleset import SampleSet
+from storage_kernels.sampleset import SampledBatch, SampleSet
 from storage_kernels.store import MANIFEST_NAME, Artifact, ArtifactBuilder
 
 __all__ = ["ORT_WEB_FILES", "ORT_WEB_VERSION", "PAGE_FILES", "WEB_FORMAT", "WEB_SOURCE", "build_web", "copy_web",
@@ -74,7 +77,7 @@ def _eval_batches(samples: SampleSet) -> list[int]:
     return eval_batch_ids(samples, "val")
 
 
-def _feeds(samples: SampleSet, ids: list[int], features: np.ndarray, labels: np.ndarray
+def _feeds(batches: Iterable[SampledBatch], features: np.ndarray, labels: np.ndarray
            ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
     """(onnxruntime feed, seed labels) per batch, features gathered in the batch's node order."""
     import torch
@@ -82,22 +85,28 @@ def _feeds(samples: SampleSet, ids: list[int], features: np.ndarray, labels: np.
     from trainer.export import onnx_feed
     from trainer.models import TensorBlock
 
-    for i in ids:
-        batch = samples.batch(i)
+    for batch in batches:
         x = torch.from_numpy(np.ascontiguousarray(features[batch.nodes], dtype=np.float32))
         blocks = [TensorBlock.from_block(b) for b in batch.blocks()]
         yield onnx_feed(x, blocks), labels[batch.seeds]
 
 
 def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, sample: Artifact, web_seeds: int,
-              calibration_batches: int, about: dict[str, Any]) -> dict[str, Any]:
+              calibration_batches: int, about: dict[str, Any], memory_bytes: int = 512 << 20,
+              message_widths: Sequence[int] | None = None) -> dict[str, Any]:
     """Write the web folder into ``builder`` beside the exported ``onnx_path``; returns the stats to record
-    (per variant ``<name>_bytes``, ``<name>_val_acc``, ``<name>_val_acc_delta``; ``web_seeds``, ...)."""
+    (per variant ``<name>_bytes``, ``<name>_val_acc``, ``<name>_val_acc_delta``; ``web_seeds``, ...).
+
+    Every batch the models run on is cut to ``memory_bytes`` of working memory (``trainer.export_batches``),
+    with the model's per-layer ``message_widths`` (default: the input width, the widest they can be)."""
+    from trainer.export_batches import cut_by_bytes, export_batches, feed_bytes
     from trainer.export_variants import VARIANTS, accuracy, session, to_fp16, to_int8
     from trainer.subgraph_file import restrict_batch, write_subgraph
 
     samples = SampleSet(sample.path)
     features, labels = feature_values(reorder), np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+    in_dim = int(features.shape[1])
+    widths = list(message_widths) if message_widths is not None else [in_dim] * samples.num_layers
     val_ids = _eval_batches(samples)
     if not val_ids:
         raise ValueError(f"'{sample.path}' expected validation batches for the web export (got none)")
@@ -105,14 +114,17 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     if not train_ids:
         raise ValueError(f"'{sample.path}' expected training batches to calibrate the int8 variant (got none)")
 
+    def cut(ids: list[int], limit: int | None = None) -> Iterator[SampledBatch]:
+        return export_batches((samples.batch(i) for i in ids), memory_bytes, in_dim, widths, limit=limit)
+
     to_fp16(onnx_path, builder.add_file(variant_file("fp16")))
-    to_int8(onnx_path, builder.add_file(variant_file("int8")),
-            (feed for feed, _ in _feeds(samples, train_ids, features, labels)))
+    to_int8(onnx_path, builder.add_file(variant_file("int8")),  # a bounded sample: the first parts
+            (feed for feed, _ in _feeds(cut(train_ids, calibration_batches), features, labels)))
 
     sessions = {name: session(builder.dir / variant_file(name)) for name in VARIANTS}
     outputs: dict[str, list[np.ndarray]] = {name: [] for name in VARIANTS}
     seed_labels: list[np.ndarray] = []
-    for feed, y in _feeds(samples, val_ids, features, labels):  # one pass over the features, all variants
+    for feed, y in _feeds(cut(val_ids), features, labels):  # one pass over the features, all variants
         seed_labels.append(y)
         for name in VARIANTS:
             outputs[name].append(sessions[name].run(["logits"], feed)[0])
@@ -127,7 +139,8 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
                          "val_acc": acc, "val_acc_delta": round(acc - base, 9), "agreement_with_fp32": agree})
 
     batch = samples.batch(val_ids[0])
-    sub = restrict_batch(batch, min(web_seeds, batch.num_seeds))
+    sub = next(cut_by_bytes(restrict_batch(batch, min(web_seeds, batch.num_seeds)), memory_bytes,
+                            lambda b: feed_bytes(b, in_dim, widths)))  # fewer seeds where they are too wide
     source_ids = np.asarray(reorder.array("perm.npy")[sub.nodes])  # new id -> the source's id
     names = original_ids(reorder, source_ids)  # a graph with named nodes: the ids its input used
     extra: dict[str, Any] = {"split": "val"} if names is None else {"split": "val", "node_names": names.tolist()}
@@ -150,7 +163,7 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     }
     builder.write_json("web.json", manifest)
     stats: dict[str, Any] = {"web_seeds": sub.num_seeds, "web_subgraph_nodes": int(sub.hop_counts[-1]),
-                             "web_val_nodes": num_val,
+                             "web_val_nodes": num_val, "export_val_batches": len(seed_labels),
                              "web_subgraph_bytes": sum((builder.dir / f).stat().st_size
                                                        for f in ("subgraph.json", "subgraph.bin"))}
     for v in variants:

@@ -25,12 +25,14 @@ def test_a_budget_sizes_every_setting_left_at_its_default():
     assert cfg.plan.cpu_cache_bytes == int((100 << 20) * CACHE_SHARE)
     assert cfg.plan.disk_cache_buffer_bytes == (100 << 20) - cfg.plan.cpu_cache_bytes
     assert cfg.sample.eval_batch_size == cfg.sample.batch_size  # evaluation needs no more than training
-    assert cfg.reorder.memory_mb == cfg.pack.memory_mb == cfg.train.layerwise_memory_mb == 64  # >= 64 MiB
+    assert (cfg.reorder.memory_mb == cfg.pack.memory_mb == cfg.train.layerwise_memory_mb == cfg.export.memory_mb
+            == 64)  # >= 64 MiB
     big = _cfg("memory_budget=400M")
-    assert big.reorder.memory_mb == big.pack.memory_mb == big.train.layerwise_memory_mb == 200  # half of it
+    assert (big.reorder.memory_mb == big.pack.memory_mb == big.train.layerwise_memory_mb == big.export.memory_mb
+            == 200)  # half of it
     huge = _cfg("memory_budget=16G")  # each default, when smaller than half the budget
-    assert (huge.reorder.memory_mb, huge.pack.memory_mb, huge.train.layerwise_memory_mb) == (
-        plain.reorder.memory_mb, plain.pack.memory_mb, plain.train.layerwise_memory_mb)
+    assert (huge.reorder.memory_mb, huge.pack.memory_mb, huge.train.layerwise_memory_mb, huge.export.memory_mb) == (
+        plain.reorder.memory_mb, plain.pack.memory_mb, plain.train.layerwise_memory_mb, plain.export.memory_mb)
 
 
 def test_a_budget_keeps_what_the_user_chose_and_survives_a_round_trip():

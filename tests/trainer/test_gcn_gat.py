@@ -123,7 +123,7 @@ def test_forward_equals_dst_pos_form_and_backprops(name: str) -> None:
     want = model(x, blocks)
     got = model.forward_dst_pos(x, [(b.edge_src, b.edge_dst, b.dst_pos()) for b in blocks])
     assert want.shape == (4, 3)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(got, want)  # GCN's last layer (out < in) projects first there: float rounding
     model.train()
     model(x, blocks).square().sum().backward()
     grads = [p.grad for p in model.parameters()]

@@ -279,3 +279,24 @@ def test_pipelined_packed_loader_on_cuda_matches_cpu(dataset, packed_dir) -> Non
             assert lb.batch_id == batch_id and lb.x.is_cuda and lb.ready is not None
             assert torch.equal(lb.x.cpu(), x), batch_id
         assert on_gpu.rows_by_tier["gpu"] > 0 and on_gpu.rows_by_tier["packed"] > 0
+
+
+@pytest.mark.parametrize("fits", [1, 2])
+def test_batches_in_flight_stay_within_max_bytes(dataset, fits: int) -> None:
+    """A loader whose consumer is slow reads ahead only as far as ``max_bytes`` of rows allows (a batch alone
+    always passes), and yields every batch in order."""
+    ids = dataset.samples.batch_ids("train", 0)
+    row_bytes = dataset.features.shape[1] * 4
+    largest = max(len(dataset.samples.batch(i).nodes) for i in ids) * row_bytes
+    source = FlakySource(dataset.features)
+    loader = BatchLoader(dataset.samples, source, ids, dataset.labels, prefetch=4, max_bytes=fits * largest)
+    seen, ahead = [], []
+    for lb in loader:
+        time.sleep(0.05)  # a slow step: an unbounded loader would be prefetch x 2 + 1 batches ahead by now
+        ahead.append(len(source.loaded) - len(seen))  # batches loaded but not yet done, this one included
+        seen.append(lb.batch_id)
+        assert loader._gate is not None and loader._gate.held <= max(fits * largest, largest)
+    assert seen == ids and not loader.is_running
+    assert max(ahead) <= fits < len(ids)
+    with pytest.raises(ValueError, match="'max_bytes' expected >= 1 or None"):
+        BatchLoader(dataset.samples, source, ids, dataset.labels, max_bytes=0)

@@ -64,7 +64,7 @@ def test_forward_equals_dst_pos_form() -> None:
     want = model(x, blocks)
     got = model.forward_dst_pos(x, [(b.edge_src, b.edge_dst, b.dst_pos()) for b in blocks])
     assert want.shape == (4, 3)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(got, want)  # the last layer (8 -> 3) projects before its mean: float rounding
 
 
 def test_forward_on_sampled_batch(dataset) -> None:

@@ -120,3 +120,17 @@ def test_a_loaded_batch_is_the_callers_for_good() -> None:
         for i, x in enumerate(loaded):
             assert torch.equal(x, torch.from_numpy(rows[[i, i + 1]]))
         assert source.staging_pool.reused == 0 and source.staging_pool.lent == 0
+
+
+def test_the_pool_keeps_no_more_than_max_bytes_of_blocks() -> None:
+    pool = StagingPool(max_blocks=8, max_bytes=1000)  # room for two blocks of 80 floats x 1.25 (400 bytes)
+    leases = [pool.take(10, 8) for _ in range(3)]
+    assert pool.num_blocks == 2 and pool.kept_bytes == 2 * 100 * 4  # the third is the batch's own
+    for lease in leases:
+        lease.release()
+    assert pool.num_blocks == 2 and pool.lent == 0 and pool.kept_bytes <= pool.max_bytes
+    wide = pool.take(40, 8)  # wider than every kept block and than the budget: not kept
+    wide.release()
+    assert pool.num_blocks == 2 and pool.kept_bytes == 2 * 100 * 4
+    with pytest.raises(ValueError, match=r"'max_bytes' expected >= 0 \(got -1\)"):
+        StagingPool(max_bytes=-1)

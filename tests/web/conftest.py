@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +30,8 @@ class WebExport:
     artifact: Artifact
     model: torch.nn.Module
     val_acc: float  # the trainer's own evaluation of the best weights
+    upstream: dict[str, Artifact]  # reorder and sample, what build_web reads
+    store: Any
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +62,7 @@ def web_export(tmp_path_factory: pytest.TempPathFactory) -> WebExport:
                                                                      "model_name": "web-test",
                                                                      "architecture": "graphsage"}))
         artifact = builder.publish()
-    return WebExport(artifact, model, float(result.val_acc))
+    return WebExport(artifact, model, float(result.val_acc), {"reorder": reorder, "sample": sample}, store)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import torch
 
 from pipelines.web.app import copy_web, variant_file
 from pipelines.web.browser import find_chromium, open_web
+from storage_kernels.sampleset import SampleSet
 from tests.web.conftest import WebExport, node_predict
 from trainer.export_variants import VARIANTS, session
 from trainer.models import TensorBlock
@@ -134,3 +135,24 @@ def test_predictions_name_the_nodes_of_a_graph_with_string_ids() -> None:
     proc = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [[["alice", 1], ["bob", 0]], [[7, 1], [9, 0]]]
+
+
+def test_export_batches_cut_by_bytes_give_the_same_accuracies(web_export: WebExport) -> None:
+    from pipelines.web.app import build_web
+    from trainer.export_batches import feed_bytes, message_widths
+
+    sample = web_export.upstream["sample"]
+    samples = SampleSet(sample.path)
+    widths, dim = message_widths(web_export.model), web_export.model.in_dim
+    whole = max(feed_bytes(samples.batch(i), dim, widths) for i in samples.batch_ids("val"))
+    with web_export.store.builder(web_export.artifact.dataset, "export", "webtest-cut", {}, {}) as builder:
+        from trainer.export import export_onnx
+
+        stats = build_web(builder, export_onnx(web_export.model, builder.add_file("model.onnx")),
+                          **web_export.upstream, web_seeds=1000, calibration_batches=2, about={},
+                          memory_bytes=whole // 4, message_widths=widths)
+    full = web_export.artifact.stats
+    assert full["export_val_batches"] == 1 and stats["export_val_batches"] >= 4  # one batch, cut in parts
+    assert stats["fp32_val_acc"] == pytest.approx(full["fp32_val_acc"], abs=1e-9)  # the same predictions
+    assert stats["web_val_nodes"] == full["web_val_nodes"]
+    assert stats["web_seeds"] < full["web_seeds"]  # the sample subgraph fits the budget too

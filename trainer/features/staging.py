@@ -15,7 +15,9 @@ lease is settled:
     the holder keeps the block for good (``TieredSource.load``, a user's own loop): the pool forgets it.
 
 A lease is settled once (a second call does nothing). When every kept block is lent, the pool allocates a
-block it does not keep: it never waits.
+block it does not keep: it never waits. Nor does it keep a block past ``max_bytes`` of kept blocks: with wide
+features one batch's block is hundreds of MiB, and a pool of eight of them would hold gigabytes between
+batches (such a block is allocated per batch instead, and returned when its batch is done).
 
 With CUDA the blocks are page-locked and come from torch's caching host allocator, which already reuses
 them once the copies reading them have completed (it records an event on the copy's stream): no pool there.
@@ -31,6 +33,8 @@ import torch
 __all__ = ["StagingLease", "StagingPool"]
 
 _HEADROOM = 1.25  # a new block is this much larger than asked for, so that later, larger batches fit it
+#: Bytes of kept blocks (lent or free) at most, by default.
+MAX_KEPT_BYTES = 512 << 20
 
 
 class StagingLease:
@@ -54,7 +58,7 @@ class StagingLease:
         if not self.settled:
             self.settled = True
             assert self._pool is not None
-            self._pool._forget()
+            self._pool._forget(self._block)
 
     def __repr__(self) -> str:
         state = "settled" if self.settled else "lent"
@@ -62,17 +66,21 @@ class StagingLease:
 
 
 class StagingPool:
-    """Up to ``max_blocks`` reusable float32 blocks lent as :class:`StagingLease` by :meth:`take`.
+    """Up to ``max_blocks`` reusable float32 blocks of at most ``max_bytes`` together, lent as
+    :class:`StagingLease` by :meth:`take`.
 
     Counters: ``reused`` (blocks lent again), ``allocated`` (blocks allocated, kept or not).
     """
 
-    def __init__(self, max_blocks: int = 8) -> None:
+    def __init__(self, max_blocks: int = 8, max_bytes: int = MAX_KEPT_BYTES) -> None:
         if max_blocks < 0:
             raise ValueError(f"'max_blocks' expected >= 0 (got {max_blocks})")
-        self.max_blocks = int(max_blocks)
+        if max_bytes < 0:
+            raise ValueError(f"'max_bytes' expected >= 0 (got {max_bytes})")
+        self.max_blocks, self.max_bytes = int(max_blocks), int(max_bytes)
         self._free: list[np.ndarray] = []  # kept 1-D float32 blocks no lease holds
         self._lent = 0  # kept blocks an unsettled lease holds
+        self._lent_bytes = 0  # their bytes
         self._lock = threading.Lock()
         self.reused = self.allocated = 0
 
@@ -85,27 +93,40 @@ class StagingPool:
             for i, block in enumerate(self._free):
                 if block.size >= need:
                     del self._free[i]
-                    self._lent += 1
+                    self._lend(block)
                     self.reused += 1
                     return StagingLease(self, block, rows, dim)
                 small = i
             block = np.empty(max(int(need * _HEADROOM), 1), dtype=np.float32)
             self.allocated += 1
+            freed = self._free[small].nbytes if small >= 0 else 0  # replaced by the new block when it is kept
+            if (small < 0 and self._lent + len(self._free) >= self.max_blocks) or (
+                    self.kept_bytes - freed + block.nbytes > self.max_bytes):
+                return StagingLease(None, block, rows, dim)  # not kept: nothing to give back
             if small >= 0:
                 del self._free[small]
-            elif self._lent + len(self._free) >= self.max_blocks:
-                return StagingLease(None, block, rows, dim)  # not kept: nothing to give back
-            self._lent += 1
+            self._lend(block)
             return StagingLease(self, block, rows, dim)
+
+    def _lend(self, block: np.ndarray) -> None:
+        self._lent += 1
+        self._lent_bytes += block.nbytes
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:
             self._lent -= 1
+            self._lent_bytes -= block.nbytes
             self._free.append(block)
 
-    def _forget(self) -> None:
+    def _forget(self, block: np.ndarray) -> None:
         with self._lock:
             self._lent -= 1
+            self._lent_bytes -= block.nbytes
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the blocks kept (lent or free)."""
+        return self._lent_bytes + sum(b.nbytes for b in self._free)
 
     @property
     def num_blocks(self) -> int:

@@ -43,11 +43,20 @@ __all__ = [
     "array_row_chunks",
     "dataset_name",
     "dedupe_csr_rows",
+    "feature_chunk_rows",
     "symmetrise_chunk",
 ]
 
 DEFAULT_CHUNK_ROWS = 65_536
 """Default number of nodes (feature rows) per chunk; readers of files pick their own block sizes."""
+FEATURE_CHUNK_BYTES = 64 << 20
+"""At most this many float32 bytes of feature rows per chunk (:func:`feature_chunk_rows`)."""
+
+
+def feature_chunk_rows(feature_dim: int, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> int:
+    """Feature rows per chunk: ``chunk_rows``, fewer where that many rows of ``feature_dim`` float32 columns
+    exceed :data:`FEATURE_CHUNK_BYTES` (wide features: 65,536 rows of 8,192 columns are 2 GiB), at least 1."""
+    return max(1, min(int(chunk_rows), FEATURE_CHUNK_BYTES // (4 * max(int(feature_dim), 1))))
 
 @dataclass
 class GraphSource:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name
+from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, feature_chunk_rows
 from pipelines.methods.sources.files import PARQUET_SUFFIXES, CsvLayout, load_npy, random_split, raw_edges
 from pipelines.methods.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
 from pipelines.methods.sources.validate import check_feature_chunk
@@ -134,8 +134,9 @@ def edgelist_dir_source(
         files["features"] = str(features)
 
         def feature_chunks() -> Iterator[np.ndarray]:
-            for start in range(0, n, chunk_rows):
-                yield check_feature_chunk(x[start: start + chunk_rows], x.shape[1], str(features), start)
+            step = feature_chunk_rows(x.shape[1], chunk_rows)  # by bytes too: wide features
+            for start in range(0, n, step):
+                yield check_feature_chunk(x[start: start + step], x.shape[1], str(features), start)
     else:
         def feature_chunks() -> Iterator[np.ndarray]:
             return constant_feature_chunks(n, chunk_rows)

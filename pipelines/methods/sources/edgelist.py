@@ -23,7 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.methods.sources.base import (
+    DEFAULT_CHUNK_ROWS,
+    EdgeChunk,
+    GraphSource,
+    dataset_name,
+    feature_chunk_rows,
+    symmetrise_chunk,
+)
 from pipelines.methods.sources.files import (
     PARQUET_SUFFIXES,
     RANDOM_SPLIT,
@@ -90,7 +97,7 @@ def edgelist_source(
         num_classes: class count (default ``max label + 1``).
         undirected: symmetrise; otherwise a row ``u,v`` is a directed edge ``u -> v``.
         seed: seed of the random split.
-        chunk_rows: feature rows per chunk.
+        chunk_rows: feature rows per chunk (fewer for wide features: ``feature_chunk_rows``).
         nodes: a node list (text, Parquet or ``.npy``): node ``i`` is its row ``i``, edge ids are looked up in it
             (string ids); ``num_nodes`` is its length.
     """
@@ -147,8 +154,9 @@ def edgelist_source(
         split_desc = {"split": "files"}
 
     def feature_chunks() -> Iterator[np.ndarray]:
-        for start in range(0, n, chunk_rows):
-            yield check_feature_chunk(x[start : start + chunk_rows], x.shape[1], str(features), start)
+        step = feature_chunk_rows(x.shape[1], chunk_rows)  # by bytes too: wide features
+        for start in range(0, n, step):
+            yield check_feature_chunk(x[start : start + step], x.shape[1], str(features), start)
 
     return GraphSource(
         name=dataset_name(path.name.split(".")[0]),

@@ -39,7 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, symmetrise_chunk
+from pipelines.methods.sources.base import (
+    DEFAULT_CHUNK_ROWS,
+    EdgeChunk,
+    GraphSource,
+    dataset_name,
+    feature_chunk_rows,
+    symmetrise_chunk,
+)
 from pipelines.methods.sources.kinds import SOURCE_KINDS, SourceKind
 from pipelines.methods.sources.options import OptionParser, parse_float, parse_int
 
@@ -366,8 +373,9 @@ class SyntheticGraph:
             )
 
     def feature_chunks(self, chunk_nodes: int = DEFAULT_CHUNK_ROWS) -> Iterator[np.ndarray]:
-        """Feature rows in node order, ``~chunk_nodes`` rows per chunk (whole blocks)."""
-        for group in self._block_groups(chunk_nodes):
+        """Feature rows in node order, ``~chunk_nodes`` rows per chunk (whole blocks; fewer rows for wide
+        features, :func:`~pipelines.methods.sources.base.feature_chunk_rows`)."""
+        for group in self._block_groups(feature_chunk_rows(self.params.dim, chunk_nodes)):
             yield np.concatenate([self.features_block(b) for b in group])
 
     def description(self) -> dict:

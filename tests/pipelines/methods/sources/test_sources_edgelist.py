@@ -162,3 +162,20 @@ def test_npy_errors(tmp_path: Path, arrays: dict[str, Path]) -> None:
         ValueError, match=r"f.npy: features\[3\]' expected finite values \(got inf in column 2\)"
     ):
         collect_features(source)
+
+
+def test_wide_feature_rows_are_chunked_by_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.methods.sources import base
+
+    assert base.feature_chunk_rows(100) == base.DEFAULT_CHUNK_ROWS  # narrow: the row count decides
+    assert base.feature_chunk_rows(8192) == base.FEATURE_CHUNK_BYTES // (4 * 8192) == 2048
+    assert base.feature_chunk_rows(1 << 26) == 1
+    monkeypatch.setattr(base, "FEATURE_CHUNK_BYTES", 3 * 4 * 64)  # three rows of 64 columns
+    n = 10
+    np.save(tmp_path / "x.npy", np.arange(n * 64, dtype=np.float64).reshape(n, 64))  # float64: cast per chunk
+    np.save(tmp_path / "y.npy", np.zeros(n, dtype=np.int64))
+    (tmp_path / "e.csv").write_text("".join(f"{i},{(i + 1) % n}\n" for i in range(n)))
+    source = edgelist_source(tmp_path / "e.csv", features=tmp_path / "x.npy", labels=tmp_path / "y.npy")
+    chunks = list(source.feature_chunks())
+    assert [len(c) for c in chunks] == [3, 3, 3, 1]
+    np.testing.assert_array_equal(np.concatenate(chunks), np.load(tmp_path / "x.npy").astype(np.float32))
