@@ -7,10 +7,10 @@ root (``PROBE_BYTES``, written once, read back with ``O_DIRECT`` so the page cac
 every later run; ``strata disk-profile --refresh`` measures again (after moving the root to another disk, or
 when the disk was busy during the first measurement).
 
-Random reads are timed at the queue depths the feature readers use: one request at a time (``naive``'s
-per-row reads on one thread) and ``RANDOM_QUEUE_DEPTH`` in flight (the block-merged readers on the reader
-threads or an io_uring). Where the filesystem refuses ``O_DIRECT`` (tmpfs) the numbers are the page cache's,
-and ``direct_io`` says so.
+Random reads are timed at the queue depths the feature readers use: one request at a time, and as many in
+flight as the readers keep (``train.io_backend=auto``: an io_uring of ``kernels.URING_QUEUE_DEPTH`` requests
+where the kernel allows one, else ``RANDOM_QUEUE_DEPTH`` reads on the pread pool's threads). Where the
+filesystem refuses ``O_DIRECT`` (tmpfs) the numbers are the page cache's, and ``direct_io`` says so.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ PROFILE_NAME = "disk_profile.json"
 #: small enough to write in a second or two.
 PROBE_BYTES = 256 << 20
 _SEQ_BLOCK = 8 << 20
-_RANDOM_READS = 4096
-#: Requests in flight for the block-merged readers' random reads (their reader threads / io_uring).
+_RANDOM_READS = 16384
+#: Threads of the pread pool's random reads where no io_uring is available.
 RANDOM_QUEUE_DEPTH = 32
-_FORMAT = 1
+_FORMAT = 2  # 2: the deep random reads through the readers' own backend (io_uring at its depth)
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,13 @@ class DiskProfile:
     seq_read_bytes_s: float
     #: 4 KiB random reads per second, one in flight (per-row reads on one thread).
     random_iops_qd1: float
-    #: 4 KiB random reads per second with :data:`RANDOM_QUEUE_DEPTH` in flight.
+    #: 4 KiB random reads per second with ``random_queue_depth`` in flight (``random_backend``).
     random_iops: float
     direct_io: bool
     measured_at: str
     device: int = 0
+    random_queue_depth: int = RANDOM_QUEUE_DEPTH
+    random_backend: str = "pread"
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": _FORMAT, **asdict(self)}
@@ -60,7 +62,8 @@ class DiskProfile:
         """One line for a summary: ``980 MB/s sequential, 12,000 random 4 KiB reads/s (qd 32), ...``."""
         kind = "direct I/O" if self.direct_io else "page cache (no O_DIRECT here)"
         return (f"{self.seq_read_bytes_s / 1e6:,.0f} MB/s sequential, {self.random_iops:,.0f} random 4 KiB reads/s "
-                f"at queue depth {RANDOM_QUEUE_DEPTH}, {self.random_iops_qd1:,.0f} at 1 ({kind})")
+                f"at queue depth {self.random_queue_depth} ({self.random_backend}), {self.random_iops_qd1:,.0f} at 1 "
+                f"({kind})")
 
 
 def _write_probe(path: Path, nbytes: int) -> None:
@@ -111,12 +114,19 @@ def measure_disk(directory: str | Path, probe_bytes: int | None = None) -> DiskP
             at = np.arange(_RANDOM_READS, dtype=np.int64) * DIRECT_ALIGN
             qd1 = blocks[: _RANDOM_READS // 4]
             qd1_s = _timed(lambda: kernels.pread_ranges(fd, qd1, lengths[: len(qd1)], out, at[: len(qd1)], direct, 1))
-            deep_s = _timed(lambda: kernels.pread_ranges(fd, blocks, lengths, out, at, direct, RANDOM_QUEUE_DEPTH))
+            uring = kernels.io_uring_available()[0]
+            depth = kernels.URING_QUEUE_DEPTH if uring else RANDOM_QUEUE_DEPTH
+            if uring:
+                deep_s = _timed(lambda: kernels.uring_read_ranges(fd, blocks, lengths, out, at, direct,
+                                                                  queue_depth=depth, merge=False))
+            else:
+                deep_s = _timed(lambda: kernels.pread_ranges(fd, blocks, lengths, out, at, direct, depth))
         finally:
             kernels.close_fd(fd)
         return DiskProfile(seq_read_bytes_s=size / seq_s, random_iops_qd1=len(qd1) / qd1_s,
                            random_iops=_RANDOM_READS / deep_s, direct_io=bool(direct),
-                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=os.stat(directory).st_dev)
+                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=os.stat(directory).st_dev,
+                           random_queue_depth=depth, random_backend="io_uring" if uring else "pread")
     finally:
         path.unlink(missing_ok=True)
 
