@@ -5,7 +5,9 @@ disk of sequential bandwidth ``W`` and random-read rate ``I(d)`` (:mod:`pipeline
 
     io      = max(B / W, Q / I(d))          the reads are bandwidth- or request-bound, whichever is slower
     compute = probe seconds per batch x batches per epoch, at the candidate's threads
-    epoch   = max(io, compute)              the loader reads batch i+1 while batch i trains
+    epoch   = max(io, compute) + min(io, compute) / batches
+                                            the loader reads batch i+1 while batch i trains; the first
+                                            batch's read (or the last batch's step) is not hidden
 
 A candidate that reads the disk trains on one core fewer than the run may use when that is not slower in the
 probe (the loader's reads and gathers get a core); one that does not (``in_memory``) takes the probe's best.
@@ -23,7 +25,7 @@ from pipelines.core.disk_profile import DiskProfile
 from pipelines.methods.policies.auto.probe import ComputeProbe
 from pipelines.methods.policies.reads import EpochReads
 
-__all__ = ["PREFERENCE", "TIE", "Candidate", "choose", "epoch_seconds", "threads_for"]
+__all__ = ["PREFERENCE", "TIE", "Candidate", "choose", "epoch_seconds", "pipelined", "threads_for"]
 
 #: Predicted epochs within this fraction of each other are a tie.
 TIE = 0.05
@@ -75,6 +77,12 @@ def epoch_seconds(reads: EpochReads, disk: DiskProfile, probe: ComputeProbe, thr
     iops = disk.random_iops if reads.queue_depth > 1 else disk.random_iops_qd1
     io = max(reads.bytes / max(disk.seq_read_bytes_s, 1.0), reads.requests / max(iops, 1.0)) if reads.bytes else 0.0
     return io, probe.epoch_seconds(threads)
+
+
+def pipelined(io_s: float, compute_s: float, batches: int) -> float:
+    """An epoch of ``batches`` whose reads (``io_s`` in all) overlap the steps (``compute_s``) of the batches
+    before them: the longer of the two, plus one batch's share of the shorter (the pipeline's fill)."""
+    return max(io_s, compute_s) + min(io_s, compute_s) / max(batches, 1)
 
 
 def _rank(c: Candidate) -> tuple[float, int, int, int]:

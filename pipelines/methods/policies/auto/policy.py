@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.core.confine import memory_limit
 from pipelines.core.disk_profile import DiskProfile, disk_profile, measure_disk
 from pipelines.core.formatting import format_bytes
-from pipelines.methods.policies.auto.cost import Candidate, choose, epoch_seconds, threads_for
+from pipelines.methods.policies.auto.cost import Candidate, choose, epoch_seconds, pipelined, threads_for
 from pipelines.methods.policies.auto.probe import ComputeProbe, probe_compute, usable_cores
 from pipelines.methods.policies.auto.settings import AutoPlanSettings
 from pipelines.methods.policies.base import POLICIES, FeatureInputs, Policy, register_policy
@@ -191,7 +191,7 @@ class Auto(Policy):
                 plans[len(candidates) - 1] = tier_plan
                 c.threads = threads_for(c.reads, probe)
                 c.io_s, c.compute_s = epoch_seconds(c.reads, disk, probe, c.threads)
-                c.epoch_s = max(c.io_s, c.compute_s)
+                c.epoch_s = pipelined(c.io_s, c.compute_s, probe.batches_per_epoch)
                 if not settings:
                     variants = policy.auto_variants(cfg, feature_bytes, c.reads)
             if inputs.progress:

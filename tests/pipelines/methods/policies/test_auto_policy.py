@@ -158,3 +158,12 @@ def test_the_chosen_threads_give_way_to_threads_the_user_set() -> None:
     chosen = resolved(PipelineConfig.load(), stats)
     assert (chosen.policy, chosen.plan.disk_cache_buffer_bytes, chosen.train.num_threads) == ("diskgnn", 0, 1)
     assert resolved(PipelineConfig.load(overrides=["train.num_threads=3"]), stats).train.num_threads == 3
+
+
+def test_reads_hide_behind_compute_except_the_pipelines_fill() -> None:
+    from pipelines.methods.policies.auto.cost import pipelined
+
+    assert pipelined(1.0, 4.0, 4) == pytest.approx(4.25)  # compute-bound: one batch's read shows
+    assert pipelined(4.0, 1.0, 4) == pytest.approx(4.25)  # read-bound: the last step shows
+    assert pipelined(1.0, 4.0, 1) == pytest.approx(5.0)  # one batch: nothing overlaps
+    assert pipelined(0.0, 4.0, 10) == 4.0
