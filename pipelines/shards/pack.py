@@ -20,7 +20,7 @@ from pipelines.config import PipelineConfig, artifact_params
 from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, PackInputs, Policy
-from pipelines.methods.policies.auto import choice_stats, resolved
+from pipelines.methods.policies.auto import choice_stats, choice_version, resolved
 from pipelines.methods.policies.sharded import NoLayout, ShardedPack
 from pipelines.shards.sample import shard_bounds
 from pipelines.stages import pack as pack_stage
@@ -68,7 +68,8 @@ def _upstream(reorder: Artifact, sample: Artifact, plan: Artifact) -> dict[str, 
 def _prep_version(store: ArtifactStore, cfg: PipelineConfig, upstream: dict[str, Artifact]
                   ) -> tuple[str, dict[str, Any], dict[str, str]]:
     # the pack's own parameters and format: a change to either is a new prep (and new shards)
-    params = {**artifact_params(cfg, "pack", pack_stage.ALSO_READS), "pack_format": pack_stage.FORMAT_VERSION}
+    params = {**artifact_params(cfg, "pack", pack_stage.ALSO_READS), "pack_format": pack_stage.FORMAT_VERSION,
+              **choice_version(upstream["plan"].stats)}
     versions = {name: art.version for name, art in upstream.items()}
     return store.version_for(PREP_STAGE, FORMAT_VERSION, params, versions), params, versions
 
@@ -190,4 +191,5 @@ def merge(store: ArtifactStore, cfg: PipelineConfig, shards: int, *, reorder: Ar
         stats = packer.merge(_inputs(cfg, reorder, sample, plan, builder, progress), prep, parts)
         builder.stats.update({"policy": cfg.policy, **stats, **choice_stats(plan.stats)})  # as pack.run does
 
-    return materialize(store, cfg, "pack", pack_stage.FORMAT_VERSION, upstream, build, also=pack_stage.ALSO_READS)
+    return materialize(store, cfg, "pack", pack_stage.FORMAT_VERSION, upstream, build, also=pack_stage.ALSO_READS,
+                       derived=choice_version(plan.stats))

@@ -16,7 +16,7 @@ from pipelines.core.formatting import format_bytes, markdown_table
 from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, PackInputs
-from pipelines.methods.policies.auto import choice_stats, resolved
+from pipelines.methods.policies.auto import choice_stats, choice_version, resolved
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
@@ -40,7 +40,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         builder.stats.update({"policy": cfg.policy, **stats, **choice_stats(plan.stats)})
 
     return materialize(store, cfg, "pack", FORMAT_VERSION, {"reorder": reorder, "sample": sample, "plan": plan},
-                       build, also=ALSO_READS)
+                       build, also=ALSO_READS, derived=choice_version(plan.stats))
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:

@@ -5,9 +5,10 @@ from pipelines.methods.policies.auto.policy import (
     Auto,
     candidate_names,
     choice_stats,
+    choice_version,
     resolved,
     usable_memory,
     with_settings,
 )
 
-__all__ = ["Auto", "candidate_names", "choice_stats", "resolved", "usable_memory", "with_settings"]
+__all__ = ["Auto", "candidate_names", "choice_stats", "choice_version", "resolved", "usable_memory", "with_settings"]

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from pipelines.core.sections import RunConfig
     from trainer.features import FeatureSource
 
-__all__ = ["MEMORY_SHARE", "Auto", "candidate_names", "choice_stats", "resolved", "usable_memory", "with_settings"]
+__all__ = ["MEMORY_SHARE", "Auto", "candidate_names", "choice_stats", "choice_version", "resolved",
+           "usable_memory", "with_settings"]
 
 #: Without a ``memory_budget``: the share of the memory this process may use that ``auto`` lets a plan hold
 #: (the rest: the interpreter, torch, the batches in flight, the page cache of the topology).
@@ -86,6 +87,18 @@ def choice_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
     if not choice:
         return {}
     return {"chosen_policy": choice["policy"], "auto": {"policy": choice["policy"], "settings": choice["settings"]}}
+
+
+def choice_version(stats: dict[str, Any] | None) -> dict[str, Any]:
+    """What ``auto`` chose, as a parameter of the pack's version (and so of everything after it): the plan's
+    version cannot hold its choice, which rests on measurements (a plan rebuilt after a deletion may choose
+    otherwise), so the artifacts laid out for one choice are never reused for another. The compute threads,
+    a speed knob, are left out. Empty for any other policy."""
+    choice = (stats or {}).get("auto")
+    if not choice:
+        return {}
+    settings = {k: v for k, v in choice["settings"].items() if not k.startswith("train.")}
+    return {"auto_choice": {"policy": choice["policy"], "settings": settings}}
 
 
 def usable_memory(cfg: RunConfig) -> tuple[int, str]:

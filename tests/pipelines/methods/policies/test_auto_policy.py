@@ -167,3 +167,20 @@ def test_reads_hide_behind_compute_except_the_pipelines_fill() -> None:
     assert pipelined(4.0, 1.0, 4) == pytest.approx(4.25)  # read-bound: the last step shows
     assert pipelined(1.0, 4.0, 1) == pytest.approx(5.0)  # one batch: nothing overlaps
     assert pipelined(0.0, 4.0, 10) == 4.0
+
+
+def test_the_pack_version_follows_the_choice_not_just_the_plan_version() -> None:
+    """A plan's choice rests on measurements: a plan rebuilt under the same version may choose otherwise, and
+    the pack (and everything after it) laid out for the other choice must not be reused."""
+    from pipelines.methods.policies.auto import choice_version
+
+    def stats(policy: str, **settings: object) -> dict:
+        return {"auto": {"policy": policy, "settings": {**settings, "train.num_threads": 2}}}
+
+    assert choice_version({"policy": "diskgnn"}) == {}  # a forced policy: nothing added
+    assert choice_version(stats("diskgnn")) == {"auto_choice": {"policy": "diskgnn", "settings": {}}}
+    assert choice_version(stats("diskgnn")) != choice_version(stats("ginex"))
+    assert choice_version(stats("diskgnn")) != choice_version(stats("diskgnn", **{"plan.cpu_cache_bytes": 1}))
+    threads = stats("diskgnn")
+    threads["auto"]["settings"]["train.num_threads"] = 1
+    assert choice_version(threads) == choice_version(stats("diskgnn"))  # threads: a speed knob
