@@ -388,11 +388,13 @@ def _auto_record(shared: StageRunner, cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def auto_report(record: dict[str, Any], measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """What ``auto`` chose, its measured epoch against the best policy's, and every candidate's predicted
-    epoch against the epoch measured for that policy in this bench (candidates with settings of their own are
-    measured only when chosen: ``auto``'s own run)."""
+    """What ``auto`` chose, its measured epoch against the best policy's that fits (auto's refusals left out),
+    and every candidate's predicted epoch against the epoch measured for that policy in this bench
+    (candidates with settings of their own are measured only when chosen: ``auto``'s own run)."""
     own = measured.get("auto", {}).get("epoch_s")
-    others = {n: e["epoch_s"] for n, e in measured.items() if n != "auto" and e.get("epoch_s")}
+    refused = {c["policy"] for c in record["candidates"] if c["refused"] and not c["settings"]}
+    # the best policy that fits the budget (one auto refused, e.g. in_memory past it, is only a reference)
+    others = {n: e["epoch_s"] for n, e in measured.items() if n != "auto" and n not in refused and e.get("epoch_s")}
     best = min(others.items(), key=lambda kv: kv[1]) if others else None
     rows = []
     for c in record["candidates"]:
