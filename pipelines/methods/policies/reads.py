@@ -16,6 +16,7 @@ policy that leaves them to the feature file.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from storage_kernels import kernels
 from storage_kernels.kernels._common import DIRECT_ALIGN
 from storage_kernels.packstore import Tier
 
-__all__ = ["EpochReads", "epoch_batches", "file_block_reads", "row_reads", "training_rows"]
+__all__ = ["EpochReads", "epoch_batches", "file_block_reads", "row_reads", "training_rows", "uncached_chunks"]
 
 
 @dataclass(frozen=True)
@@ -51,23 +52,35 @@ def _epochs(inputs: PlanInputs) -> int:
     return max(inputs.samples.epochs, 1)
 
 
-def _uncached_rows(inputs: PlanInputs, plan: TierPlan, batches: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, ptr)``: each batch's node ids, with the nodes a cache tier holds set to -1 (skipped)."""
+#: Trace entries (batch node ids) held at once while counting: the whole trace of a large graph is gigabytes.
+_CHUNK_ENTRIES = 1 << 22
+
+
+def uncached_chunks(inputs: PlanInputs, plan: TierPlan) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(rows, ptr)`` per chunk of consecutive training batches (every sampled epoch), at most about
+    :data:`_CHUNK_ENTRIES` entries each: the batches' node ids with the nodes a cache tier holds set to -1."""
     samples = inputs.samples
-    ranges = [samples.node_range(b) for b in batches]
-    ptr = np.zeros(len(ranges) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([stop - start for start, stop in ranges])
-    rows = np.concatenate([np.asarray(samples.nodes[a:b]) for a, b in ranges]) if ranges else np.zeros(0, np.int64)
-    rows = rows.astype(np.int64, copy=False)
-    cached = (plan.tier[rows] == Tier.GPU) | (plan.tier[rows] == Tier.CPU)
-    return np.where(cached, -1, rows), ptr
+    batches = samples.batch_ids("train")
+    cached_tier = (plan.tier == Tier.GPU) | (plan.tier == Tier.CPU)
+    start = 0
+    while start < len(batches):
+        ranges, size = [], 0
+        while start < len(batches) and (not ranges or size < _CHUNK_ENTRIES):
+            lo, hi = samples.node_range(batches[start])
+            ranges.append((lo, hi))
+            size += hi - lo
+            start += 1
+        ptr = np.zeros(len(ranges) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([hi - lo for lo, hi in ranges])
+        rows = np.concatenate([np.asarray(samples.nodes[lo:hi], dtype=np.int64) for lo, hi in ranges])
+        rows[cached_tier[rows]] = -1
+        yield rows, ptr
 
 
 def file_block_reads(inputs: PlanInputs, plan: TierPlan) -> EpochReads:
     """Page-merged aligned reads of each training batch's uncached rows from the ordered feature file."""
-    batches = inputs.samples.batch_ids("train")
-    rows, ptr = _uncached_rows(inputs, plan, batches)
-    blocks = int(kernels.count_blocks(rows, ptr, inputs.graph.row_bytes).sum()) if len(batches) else 0
+    blocks = sum(int(kernels.count_blocks(rows, ptr, inputs.graph.row_bytes).sum())
+                 for rows, ptr in uncached_chunks(inputs, plan))
     blocks //= _epochs(inputs)
     return EpochReads(blocks * DIRECT_ALIGN, blocks, model="distinct 4 KiB blocks of each batch's uncached rows")
 

@@ -39,7 +39,7 @@ from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write
 from pipelines.methods.policies.diskgnn.search import search, training_trace
 from pipelines.methods.policies.diskgnn.settings import DiskGNNPackSettings, DiskGNNPlanSettings
 from pipelines.methods.policies.diskgnn.shards import DiskGNNShards
-from pipelines.methods.policies.reads import EpochReads
+from pipelines.methods.policies.reads import EpochReads, uncached_chunks
 from pipelines.methods.policies.sharded import ShardedPack
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels.packstore import CHUNK_OFFSET, CHUNK_ROWS, PACKED_BIN, chunk_bytes, store_budget_bytes
@@ -82,13 +82,16 @@ class DiskGNN(Policy):
         read bytes and two requests a batch (its chunk, its segment cache's page-merged blocks)."""
         graph, cfg, samples = inputs.graph, inputs.cfg, inputs.samples
         row_bytes, epochs = graph.row_bytes, max(samples.epochs, 1)
-        trace = training_trace(samples, plan.tier)
-        pure = int(chunk_bytes(trace.rows, row_bytes).sum())
+        per_batch = [np.diff(ptr) - np.add.reduceat(rows < 0, ptr[:-1]) if len(rows) else np.diff(ptr)
+                     for rows, ptr in uncached_chunks(inputs, plan)]  # uncached rows per batch, streamed
+        uncached = np.concatenate(per_batch) if per_batch else np.zeros(0, np.int64)
+        pure = int(chunk_bytes(uncached, row_bytes).sum())
         store = store_budget_bytes(cfg.pack.disk_budget, graph.num_nodes * row_bytes)
         budget = None if store is None else int(store) - (len(plan.gpu_nodes) + len(plan.cpu_nodes)) * row_bytes
         if budget is None or pure <= budget:
-            return EpochReads(pure // epochs, trace.num_batches // epochs, model="one aligned chunk read per batch",
+            return EpochReads(pure // epochs, len(uncached) // epochs, model="one aligned chunk read per batch",
                               detail={"pure_packing": True})
+        trace = training_trace(samples, plan.tier)  # segment caches: the pack's own search, its memory
         buffer_rows = cfg.plan.disk_cache_buffer(graph.num_nodes * row_bytes) // row_bytes
         choice = search(trace, row_bytes, max(budget, 0), k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
                         buffer_rows=buffer_rows, order=cfg.pack.disk_cache_order, gap_blocks=cfg.pack.read_gap_blocks)
