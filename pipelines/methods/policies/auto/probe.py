@@ -75,12 +75,16 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 4, cores: int | None 
     device = resolve_device(tcfg.device)
     labels = np.asarray(graph.labels)
     num_classes = int(labels.max()) + 1 if len(labels) else 1
-    data = []
-    for b in batches[: probe_batches + 1]:  # one warm-up step, then the timed ones
+
+    def load(b: int) -> tuple[torch.Tensor, list, torch.Tensor]:
+        """One batch's inputs, gathered outside the timed step (and one at a time: wide features make a
+        batch's rows hundreds of MB)."""
         batch = samples.batch(b)
         x = torch.from_numpy(np.ascontiguousarray(graph.features[np.asarray(batch.nodes)], dtype=np.float32))
         y = torch.from_numpy(np.asarray(labels[np.asarray(batch.seeds)], dtype=np.int64))
-        data.append((x.to(device), to_tensor_blocks(batch.blocks(), device), y.to(device)))
+        return x.to(device), to_tensor_blocks(batch.blocks(), device), y.to(device)
+
+    probed = batches[: probe_batches + 1]  # one warm-up step, then the timed ones
     before = torch.get_num_threads()
     timings: dict[int, float] = {}
     try:
@@ -92,7 +96,8 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 4, cores: int | None 
                                 **model_options(tcfg)).to(device)
             opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
             steps = []
-            for x, blocks, y in data:
+            for b in probed:
+                x, blocks, y = load(b)
                 start = time.perf_counter()
                 loss = torch.nn.functional.cross_entropy(model(x, blocks), y, ignore_index=-1)
                 opt.zero_grad(set_to_none=True)
@@ -101,8 +106,10 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 4, cores: int | None 
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 steps.append(time.perf_counter() - start)
+                del x, blocks, y, loss
             timed = steps[1:] or steps
             timings[threads] = statistics.median(timed) if timed else 0.0
+            del model, opt
     finally:
         torch.set_num_threads(before)
-    return ComputeProbe(timings, len(batches), max(len(data) - 1, 0), device)
+    return ComputeProbe(timings, len(batches), max(len(probed) - 1, 0), device)
