@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipelines.core.confine import memory_limit
+from pipelines.core.formatting import format_bytes
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write_addresses, write_layout
 from pipelines.methods.policies.diskgnn.search import search, training_trace
@@ -48,7 +50,10 @@ if TYPE_CHECKING:
     from pipelines.core.sections import RunConfig
     from trainer.features import FeatureSource
 
-__all__ = ["DiskGNN"]
+__all__ = ["SEARCH_BYTES_PER_ENTRY", "DiskGNN"]
+
+#: Bytes the (m, s) search holds per uncached read of the trace (node, position, pair keys and ranks).
+SEARCH_BYTES_PER_ENTRY = 48
 
 
 @register_policy
@@ -91,6 +96,12 @@ class DiskGNN(Policy):
         if budget is None or pure <= budget:
             return EpochReads(pure // epochs, len(uncached) // epochs, model="one aligned chunk read per batch",
                               detail={"pure_packing": True})
+        entries = int(uncached.sum())
+        if entries * SEARCH_BYTES_PER_ENTRY > memory_limit() // 4:  # the search holds the whole trace, several times
+            raise ValueError(f"'pack.disk_budget' {cfg.pack.disk_budget} expected to hold pure packing, or a trace "
+                             f"small enough for the (m, s) search in memory (got {entries:,} uncached reads over the "
+                             f"sampled epochs, about {format_bytes(entries * SEARCH_BYTES_PER_ENTRY)} to search, "
+                             f"more than a quarter of {format_bytes(memory_limit())}): raise pack.disk_budget")
         trace = training_trace(samples, plan.tier)  # segment caches: the pack's own search, its memory
         buffer_rows = cfg.plan.disk_cache_buffer(graph.num_nodes * row_bytes) // row_bytes
         choice = search(trace, row_bytes, max(budget, 0), k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
