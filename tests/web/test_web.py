@@ -66,8 +66,14 @@ def test_every_variant_matches_pytorch_in_onnxruntime_web(web_export: WebExport,
     # int8's weights have 7 bits (reduce_range): a near-tie may flip (seen: one of 77 seeds, top-2 margin 0.009
     # against a median of 0.92), so the bar is that of tests/trainer/test_export_variants.py
     assert (got["int8"].argmax(1) == want.argmax(1)).mean() >= 0.97
-    # fp16 (weights and activations rounded to half, aggregation fp32): within 1e-2, same classes here
-    assert np.abs(got["fp16"] - want).max() <= 1e-2 and (got["fp16"].argmax(1) == want.argmax(1)).mean() >= 0.99
+    # fp16 (weights and activations rounded to half, aggregation fp32): within 1e-2, and the same class for every
+    # seed whose top-two logits are further apart than twice that error (a closer tie may flip: seen one of 77
+    # seeds once the export projected before aggregating, which changes the rounding)
+    err = float(np.abs(got["fp16"] - want).max())
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 2 * err
+    assert err <= 1e-2 and clear.mean() >= 0.9
+    assert (got["fp16"].argmax(1)[clear] == want.argmax(1)[clear]).all()
 
 
 @pytest.mark.web

@@ -28,7 +28,7 @@ def torchrun_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_stage_before_train_is_refused_under_torchrun(tmp_path: Path, torchrun_env: None) -> None:
     result = runner.invoke(app, ["sample", "--dataset", "tiny", "--root", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad usage, as every bad input
     assert "'--until' expected train or a later stage under torchrun (got 'sample'" in result.stderr
     assert not (tmp_path / "tiny").exists()  # refused before any stage ran
 
