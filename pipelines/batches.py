@@ -237,7 +237,7 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
         runner = StageRunner(cfg, paths.store())
         runner.run_until("pack")
         artifacts = {name: runner.artifact(name) for name in ("reorder", "sample", "pack")}
-        cfg = resolved_policy(cfg, artifacts["pack"].stats)  # policy=auto: the policy its plan chose
+        cfg = resolved_policy(cfg, runner.artifact("plan").stats)  # policy=auto: the policy, settings, threads
         own_step = POLICIES.get(cfg.policy).own_training_step
         if own_step:
             raise ValueError(f"'policy' expected one whose batches train any model (got {cfg.policy!r}, chosen "

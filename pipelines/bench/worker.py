@@ -105,7 +105,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     runner = StageRunner(cfg, store)
     runner.run_until("pack", checks=False)
     ordering, pack = runner.artifact("reorder"), runner.artifact("pack")
-    cfg = resolved(cfg, pack.stats)  # policy=auto: the policy, settings and threads its plan chose
+    cfg = resolved(cfg, runner.artifact("plan").stats)  # policy=auto: the policy, settings and threads it chose
     samples: Any = SampleSet(runner.artifact("sample").path)
     if job.get("max_train_batches") or job.get("max_eval_batches"):
         samples = TruncatedSamples(samples, int(job.get("max_train_batches", 0)), int(job.get("max_eval_batches", 0)))

@@ -86,7 +86,9 @@ def choice_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
     choice = (stats or {}).get("auto")
     if not choice:
         return {}
-    return {"chosen_policy": choice["policy"], "auto": {"policy": choice["policy"], "settings": choice["settings"]}}
+    settings = {k: v for k, v in choice["settings"].items() if not k.startswith("train.")}  # the pack's own part:
+    # the threads come from a timing, and a pack of one version must have one content (sharded or not)
+    return {"chosen_policy": choice["policy"], "auto": {"policy": choice["policy"], "settings": settings}}
 
 
 def choice_version(stats: dict[str, Any] | None) -> dict[str, Any]:
