@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.core.confine import memory_limit
 from pipelines.core.disk_profile import DiskProfile, disk_profile, measure_disk
 from pipelines.core.formatting import format_bytes
-from pipelines.methods.policies.auto.cost import Candidate, choose, epoch_seconds, pipelined, threads_for
+from pipelines.methods.policies.auto.cost import TIE, Candidate, choose, epoch_seconds, pipelined, threads_for
 from pipelines.methods.policies.auto.probe import ComputeProbe, probe_compute, usable_cores
 from pipelines.methods.policies.auto.settings import AutoPlanSettings
 from pipelines.methods.policies.base import POLICIES, FeatureInputs, Policy, register_policy
@@ -207,6 +207,10 @@ class Auto(Policy):
                 c.threads = threads_for(c.reads, probe)
                 c.io_s, c.compute_s = epoch_seconds(c.reads, disk, probe, c.threads)
                 c.epoch_s = pipelined(c.io_s, c.compute_s, probe.batches_per_epoch)
+                # hold only plans that can still be chosen (N-sized arrays each): choose() takes from within TIE
+                # of the fastest, and the fastest only gets faster
+                fastest = min(x.epoch_s for x in candidates if not x.refused)
+                plans = {k: v for k, v in plans.items() if candidates[k].epoch_s <= fastest * (1 + TIE) + 1e-9}
                 if not settings:
                     variants = policy.auto_variants(cfg, feature_bytes, c.reads)
             if inputs.progress:
