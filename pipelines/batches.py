@@ -113,10 +113,11 @@ class TrainingData:
         self._closed = False
         # fixed at opening: asking again after torch.set_num_threads(...) would count one core fewer again
         self.compute_threads = compute_threads(cfg.train.num_threads, torch.device(device), False, source)
-        """torch's intra-op threads ``strata run`` would train with here: ``train.num_threads`` when set; else,
-        on the CPU over a source that reads the disk, one fewer than torch's own, leaving the loader's reads and
-        gathers a core (``BENCHMARKS.md``: 11% faster ``diskgnn`` epochs on 2 vCPUs). The data leaves torch's
-        setting alone; a loop applies it with ``torch.set_num_threads(data.compute_threads)``."""
+        """torch's intra-op threads ``strata run`` would train with here: ``train.num_threads`` when set; else
+        those the plan chose from a probe of the model's step (``policy=auto``'s, or a forced policy's:
+        ``pipelines.methods.policies.auto.threads``); else (a plan without a choice) :func:`trainer.train.
+        compute_threads`'s rule. The data leaves torch's setting alone; a loop applies it with
+        ``torch.set_num_threads(data.compute_threads)``."""
 
     @property
     def sample_epochs(self) -> int:
@@ -236,8 +237,8 @@ def open_training_data(dataset: str | None = None, *, root: str | Path | None = 
     try:
         runner = StageRunner(cfg, paths.store())
         runner.run_until("pack")
-        artifacts = {name: runner.artifact(name) for name in ("reorder", "sample", "pack")}
-        cfg = resolved_policy(cfg, runner.artifact("plan").stats)  # policy=auto: the policy, settings, threads
+        artifacts = {name: runner.artifact(name) for name in ("reorder", "sample", "plan", "pack")}
+        cfg = resolved_policy(cfg, artifacts["plan"].stats)  # policy=auto: the policy, settings, threads
         own_step = POLICIES.get(cfg.policy).own_training_step
         if own_step:
             raise ValueError(f"'policy' expected one whose batches train any model (got {cfg.policy!r}, chosen "

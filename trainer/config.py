@@ -100,8 +100,9 @@ class TrainConfig:
                                           "accuracy by more than this to count.")
     seed: int = setting(0, "Seed of model initialisation and dropout.")
     deterministic: bool = setting(True, "torch.use_deterministic_algorithms (warn only where an op has none).")
-    num_threads: int = setting(0, "torch intra-op threads while training; 0 = torch's setting, one fewer on "
-                               "the CPU when the pipelined loader reads the disk (its stages get a core).",
+    num_threads: int = setting(0, "torch intra-op threads while training; 0 = the plan's choice (a probe of the "
+                               "model's step at all cores and one fewer; `strata plan --explain`), else torch's "
+                               "setting, one fewer on the CPU when the pipelined loader reads the disk.",
                                artifact=False)
     # data pipeline
     prefetch: int = setting(2, "Loader queue depth (batches read ahead of compute).", artifact=False)

@@ -255,7 +255,8 @@ class TrainState:
 
 
 def compute_threads(num_threads: int, device: torch.device, sequential: bool, source: FeatureSource) -> int:
-    """torch's intra-op threads while training: ``num_threads`` when set (> 0); else, on the CPU with the
+    """torch's intra-op threads while training: ``num_threads`` when set (> 0: the user's, or the pipeline's
+    plan's choice from a probe, ``pipelines.methods.policies.auto.threads``); else, on the CPU with the
     pipelined loader over a source that reads the disk, one fewer than torch's own (at least 1), so that the
     loader's I/O and gathers have a core instead of preempting compute's threads; else torch's own.
 

@@ -500,6 +500,8 @@ def _summarise(name: str, runs: list[dict[str, Any]], prepared: dict[str, Any], 
         "timed_out": any(r.get("timed_out") for r in runs),
         "timers": _median_timers(done, "timers"),
         "steady_timers": _median_timers(done, "steady_timers"),
+        # the torch threads it trained at: its plan's probe chose them (or auto's, or the user's)
+        "compute_threads": int(done[0]["timers"].get("compute_threads", 0)) or None,
     })
     if len({(r["test_acc"], r["val_acc"]) for r in done}) > 1:
         entry["accuracy_varies_across_repeats"] = [(r["val_acc"], r["test_acc"]) for r in done]

@@ -105,15 +105,15 @@ def bench(
         err.print(str(e))
         raise typer.Exit(1) from None
     table = Table(title=f"strata bench: {report.get('dataset', cfg.dataset)}", title_justify="left")
-    columns = ("epoch_s", "bytes_read", "read_requests", "read_amplification", "test_acc", "hit_rate_predicted",
-               "hit_rate_measured", "peak_cgroup_mb", "disk_blowup", "speedup_vs_naive")
+    columns = ("epoch_s", "compute_threads", "bytes_read", "read_requests", "read_amplification", "test_acc",
+               "hit_rate_predicted", "hit_rate_measured", "peak_cgroup_mb", "disk_blowup", "speedup_vs_naive")
     table.add_column("policy")
     for column in columns:
         table.add_column(column, justify="right")
     for name, row in report.get("policies", {}).items():
         cells = [human_bytes(row.get(c)) if c.startswith("bytes") else fmt(row.get(c)) for c in columns]
         table.add_row(name, *cells)
-    # ten numeric columns: wider than a terminal rather than truncated to "…"
+    # eleven numeric columns: wider than a terminal rather than truncated to "…"
     Console(width=max(out.width, 180), soft_wrap=True).print(table)
     auto = report.get("auto")
     if auto:

@@ -17,11 +17,10 @@ import typer
 from rich.table import Table
 
 from pipelines.cli.options import out
-from pipelines.cli.web import StageOptions, _param
-from pipelines.cli.web import stage_options as web_stage_options
+from pipelines.cli.stage_options import StageOptions, option_param
 from pipelines.core.formatting import format_bytes
 
-__all__ = ["choice_line", "explain_table", "stage_options"]
+__all__ = ["PLAN_OPTIONS", "choice_line", "explain_table", "forced_line"]
 
 
 def _seconds(value: float | None) -> str:
@@ -51,9 +50,13 @@ def explain_table(record: Mapping[str, Any]) -> Table:
     return table
 
 
+def _per_batch(compute: Mapping[str, Any]) -> str:
+    return ", ".join(f"{t} threads {float(s) * 1e3:.1f} ms" for t, s in compute["seconds_per_batch"].items())
+
+
 def _context(record: Mapping[str, Any]) -> str:
     memory, disk, compute = record["memory"], record["disk"], record["compute"]
-    per_batch = ", ".join(f"{t} threads {float(s) * 1e3:.1f} ms" for t, s in compute["seconds_per_batch"].items())
+    per_batch = _per_batch(compute)
     return (f"memory: {format_bytes(memory['usable_bytes'])} usable ({memory['how']}); features "
             f"{format_bytes(memory['feature_bytes'])}\n"
             f"disk: {disk['seq_read_bytes_s'] / 1e6:,.0f} MB/s sequential, {disk['random_iops']:,.0f} random 4 KiB "
@@ -68,6 +71,18 @@ def choice_line(record: Mapping[str, Any]) -> str:
             + f": predicted {record['predicted_epoch_s']:.3f} s an epoch (`strata plan --explain` says why)")
 
 
+def forced_line(stats: Mapping[str, Any]) -> str:
+    """What a forced policy's plan chose: only its compute threads (the plan's ``threads`` statistic)."""
+    line = (f"policy {stats.get('policy', '?')} was forced (policy=auto plans by predicted epoch time and would say "
+            "why it chose)")
+    threads = stats.get("threads")
+    if threads:
+        per_batch = _per_batch(threads["compute"])
+        line += (f"; compute threads {threads['train.num_threads']}: {threads['how']} ({per_batch} a batch, "
+                 f"{threads['compute']['device']})")
+    return line
+
+
 def _explain_hook(explain: bool) -> Callable[[dict[str, Any]], None] | None:
     if not explain:
         return None
@@ -79,8 +94,7 @@ def _explain_hook(explain: bool) -> Callable[[dict[str, Any]], None] | None:
         stats = json.loads((Path(plan["path"]) / "manifest.json").read_text()).get("stats", {})
         record = stats.get("auto")
         if not record:
-            out.print(f"policy {stats.get('policy', '?')} was forced: nothing to explain (policy=auto plans by "
-                      "predicted epoch time)", highlight=False)
+            out.print(forced_line(stats), highlight=False)
             return
         summary["auto"] = record
         out.print(_context(record), highlight=False)
@@ -89,14 +103,9 @@ def _explain_hook(explain: bool) -> Callable[[dict[str, Any]], None] | None:
     return after
 
 
-_PLAN = StageOptions(
-    params={"explain": _param("explain", typer.Option(False, "--explain", help="Show why policy=auto chose its "
-                                                      "policy: every candidate's predicted epoch, reads and memory."),
-                              bool)},
+PLAN_OPTIONS = StageOptions(
+    params={"explain": option_param(
+        "explain", typer.Option(False, "--explain", help="Show why policy=auto chose its policy: every candidate's "
+                                "predicted epoch, reads and memory."), bool)},
     hook=_explain_hook,
 )
-
-
-def stage_options(stage: str) -> StageOptions | None:
-    """The extra options of ``strata <stage>``, if it has any (``plan --explain``; ``export --web ...``)."""
-    return _PLAN if stage == "plan" else web_stage_options(stage)

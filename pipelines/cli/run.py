@@ -316,9 +316,11 @@ def _stage_command(app: typer.Typer, name: str, description: str) -> None:
     """Register ``strata <name>`` on ``app``: ``strata run --until <name>``, with every option of ``run`` but
     ``--until``."""
 
-    from pipelines.cli.explain import stage_options
+    from pipelines.cli.explain import PLAN_OPTIONS
+    from pipelines.cli.web import EXPORT_OPTIONS
 
-    extra = stage_options(name)  # options only this stage command has (plan: --explain; export: --web ...)
+    # options only this stage command has (plan: --explain; export: --web ...)
+    extra = {"plan": PLAN_OPTIONS, "export": EXPORT_OPTIONS}.get(name)
 
     def command(**options: Any) -> None:
         after = extra.hook(**{k: options.pop(k) for k in extra.params}) if extra else None

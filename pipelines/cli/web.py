@@ -10,28 +10,15 @@ npm cache, that the page will load it from a CDN (and how to bundle it: ``make w
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
-__all__ = ["StageOptions", "stage_options", "web_lines"]
+from pipelines.cli.stage_options import StageOptions, option_param
 
-
-@dataclass(frozen=True)
-class StageOptions:
-    """Options a stage command adds to ``run``'s, and the hook they make (called with the run's summary)."""
-
-    params: dict[str, inspect.Parameter]
-    hook: Callable[..., Callable[[dict[str, Any]], None] | None]
-
-
-def _param(name: str, option: Any, annotation: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
-
+__all__ = ["EXPORT_OPTIONS", "web_lines"]
 
 def _cdn_note(info: dict[str, Any]) -> str:
     from pipelines.web.app import ORT_WEB_VERSION
@@ -84,22 +71,18 @@ def _export_hook(web: Path | None, screenshot: Path | None, variant: str | None
     return after
 
 
-_EXPORT = StageOptions(
+EXPORT_OPTIONS = StageOptions(
     params={
-        "web": _param("web", typer.Option(None, "--web", help="Copy the browser app (index.html, model variants, "
-                                          "subgraph, onnxruntime-web from the npm cache: `make web-runtime`; "
-                                          "without it the page loads it from a CDN) to this directory.",
-                                          file_okay=False), Path | None),
-        "screenshot": _param("screenshot", typer.Option(None, "--screenshot", help="With --web: open the page in "
-                                                        "headless Chromium and save a PNG here.", dir_okay=False),
-                             Path | None),
-        "variant": _param("variant", typer.Option(None, "--variant", help="With --screenshot: the model variant "
-                                                  "the page runs (fp32, fp16, int8; default fp32)."), str | None),
+        "web": option_param(
+            "web", typer.Option(None, "--web", help="Copy the browser app (index.html, model variants, subgraph, "
+                                "onnxruntime-web from the npm cache: `make web-runtime`; without it the page loads it "
+                                "from a CDN) to this directory.", file_okay=False), Path | None),
+        "screenshot": option_param(
+            "screenshot", typer.Option(None, "--screenshot", help="With --web: open the page in headless Chromium "
+                                       "and save a PNG here.", dir_okay=False), Path | None),
+        "variant": option_param(
+            "variant", typer.Option(None, "--variant", help="With --screenshot: the model variant the page runs "
+                                    "(fp32, fp16, int8; default fp32)."), str | None),
     },
     hook=_export_hook,
 )
-
-
-def stage_options(stage: str) -> StageOptions | None:
-    """The extra options of ``strata <stage>``, if it has any."""
-    return _EXPORT if stage == "export" else None

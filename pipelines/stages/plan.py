@@ -12,8 +12,9 @@
 ``frequency.npy`` int64 (N,)
     how many training batches read each node.
 
-Statistics: budgets, cache sizes and predicted hit rates (exact for the sampled trace). The version carries
-the policy's name.
+Statistics: budgets, cache sizes and predicted hit rates (exact for the sampled trace); ``policy=auto``'s
+choice (``auto``), or a forced policy's compute threads (``threads``, from a probe of the model's step:
+:mod:`pipelines.methods.policies.auto.threads`). The version carries the policy's name.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pipelines.core.formatting import format_bytes, markdown_table
 from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, PlanInputs
+from pipelines.methods.policies.auto.policy import AUTO
+from pipelines.methods.policies.auto.threads import THREADS_STAT, thread_choice
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
@@ -45,7 +48,12 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     def build(builder: ArtifactBuilder) -> None:
         graph = load_graph(reorder)
         check_fits(cfg, graph.num_nodes * graph.row_bytes)  # memory_budget: the caches it asks for fit in it
-        plan = policy.plan(PlanInputs(graph, SampleSet(sample.path), cfg, progress, data_root=store.root))
+        inputs = PlanInputs(graph, SampleSet(sample.path), cfg, progress, data_root=store.root)
+        plan = policy.plan(inputs)
+        if cfg.policy != AUTO:  # auto chose its threads with its policy
+            threads = thread_choice(inputs, policy, plan)
+            if threads is not None:
+                plan.stats[THREADS_STAT] = threads
         builder.save_array("tier.npy", plan.tier)
         builder.save_array("slot.npy", plan.slot)
         builder.save_array("gpu_nodes.npy", plan.gpu_nodes)

@@ -216,12 +216,13 @@ def test_the_dataset_run_lock_is_held_while_open(root: Path) -> None:
     assert lock_state(lock_root, "tiny") == "free"
 
 
-def test_compute_threads_leave_the_loader_a_core_only_when_it_reads_the_disk(root: Path) -> None:
+def test_compute_threads_are_the_ones_the_plan_probed_unless_the_user_set_them(root: Path) -> None:
     cores = torch.get_num_threads()
-    with open_training_data("tiny", root=root, overrides=FAST, policy="diskgnn") as data:  # packed chunks from disk
-        assert data.compute_threads == max(cores - 1, 1)
-        assert torch.get_num_threads() == cores  # advice only: torch's setting is the user's
-    with open_training_data("tiny", root=root, overrides=FAST, policy="in_memory") as data:
-        assert data.compute_threads == cores
+    for policy in ("diskgnn", "in_memory"):  # packed chunks from disk; every row in RAM
+        with open_training_data("tiny", root=root, overrides=FAST, policy=policy) as data:
+            chosen = data.artifacts["plan"].stats["threads"]
+            assert chosen["reads_disk"] is (policy == "diskgnn")
+            assert data.compute_threads == chosen["train.num_threads"] in (cores, max(cores - 1, 1))
+            assert torch.get_num_threads() == cores  # advice only: torch's setting is the user's
     with open_training_data("tiny", root=root, overrides=[*FAST, "train.num_threads=3"]) as data:
         assert data.compute_threads == 3

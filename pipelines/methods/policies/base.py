@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pipelines.core.sections import RunConfig, Section
 from pipelines.methods.policies.inputs import FeatureInputs, PackInputs, PlanInputs, TierPlan
 from pipelines.methods.policies.reads import EpochReads, file_block_reads
-from pipelines.methods.policies.tiers import frequency_plan
+from pipelines.methods.policies.tiers import frequency_plan, uncached_training_rows
 from storage_kernels.registry import Registry
 from trainer.config import artifact_effect
 
@@ -88,6 +88,13 @@ class Policy(ABC):
         plan of ``inputs``), for ``policy=auto``'s cost model (:mod:`pipelines.methods.policies.reads`).
         Default: page-merged aligned reads of every uncached row a batch reads from the feature file."""
         return file_block_reads(inputs, plan)
+
+    def training_reads_disk(self, plan: TierPlan) -> bool:
+        """Whether training batches read feature rows from disk under ``plan`` (its own plan): the compute
+        threads then leave the loader a core where that costs the step nothing
+        (:func:`pipelines.methods.policies.auto.threads.thread_choice`). Default: some row a training batch reads
+        is in neither cache of the plan."""
+        return uncached_training_rows(plan)
 
     def auto_variants(self, cfg: RunConfig, feature_bytes: int, reads: EpochReads) -> list[dict[str, Any]]:
         """Settings (``{"section.field": value}``) besides ``cfg``'s own under which ``policy=auto`` also weighs

@@ -44,6 +44,9 @@ class InMemory(Policy):
     def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
         return EpochReads(0, 0, model="every row in RAM")
 
+    def training_reads_disk(self, plan: TierPlan) -> bool:
+        return False  # every row in RAM
+
     def features(self, inputs: FeatureInputs) -> FeatureSource:
         from trainer.features import InMemoryFeatures
 
@@ -64,6 +67,9 @@ class Mmap(InMemory):
 
     def predict_reads(self, inputs: PlanInputs, plan: TierPlan) -> EpochReads:
         return Policy.predict_reads(self, inputs, plan)  # page faults of the blocks a batch reads, nothing cached
+
+    def training_reads_disk(self, plan: TierPlan) -> bool:
+        return Policy.training_reads_disk(self, plan)  # its page faults read the disk
 
 
 @register_policy

@@ -20,7 +20,7 @@ from storage_kernels.packstore import Tier
 if TYPE_CHECKING:
     from pipelines.core.progress import Progress
 
-__all__ = ["access_frequency", "assign_tiers", "frequency_plan"]
+__all__ = ["access_frequency", "assign_tiers", "frequency_plan", "uncached_training_rows"]
 
 _TRACE_CHUNK = 16_000_000  # node ids counted per bincount
 
@@ -94,3 +94,13 @@ def frequency_plan(inputs: PlanInputs, budgets: dict[str, int]) -> TierPlan:
         "predicted_hit_rate": (gpu_hits + cpu_hits) / total if total else 0.0,
     }
     return TierPlan(tier, slot, gpu_nodes, cpu_nodes, freq, stats)
+
+
+def uncached_training_rows(plan: TierPlan) -> bool:
+    """Whether some row a training batch reads is in neither of ``plan``'s caches (so training reads it from
+    disk, unless the policy holds every row in RAM); streamed over the nodes."""
+    for lo in range(0, len(plan.tier), _TRACE_CHUNK):
+        tier, freq = plan.tier[lo:lo + _TRACE_CHUNK], plan.frequency[lo:lo + _TRACE_CHUNK]
+        if np.any((freq > 0) & (tier >= Tier.PACKED)):
+            return True
+    return False

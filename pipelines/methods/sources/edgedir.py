@@ -13,7 +13,9 @@ task then generates none). Optional ``features=X.npy`` (``(N, F)``), ``labels=Y.
 ``val_idx``/``test_idx`` as for ``edgelist:FILE``. Without labels every node carries the one class ``0`` and a
 seeded 60/20/20 node split, so the node stages (sample, plan, pack) run unchanged; without features every node
 has one constant feature ``1.0`` (train ``link_encoder=embedding``). ``num_nodes`` defaults to the feature rows,
-else the largest id + 1.
+else the largest id + 1. ``nodes=FILE`` (as for ``edgelist:FILE``): a node list numbering nodes whose ids are
+not integers (user names, URLs); the edge files and split files name nodes by their ids in it, and ingest keeps
+the names (``node_ids.parquet``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphSource, dataset_name, feature_chunk_rows
 from pipelines.methods.sources.files import PARQUET_SUFFIXES, CsvLayout, load_npy, random_split, raw_edges
 from pipelines.methods.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
+from pipelines.methods.sources.nodelist import NodeIndex, named_edges, read_node_list, split_ids
 from pipelines.methods.sources.validate import check_feature_chunk
 
 __all__ = ["EDGE_SUFFIXES", "edgelist_dir_source", "find_edge_file", "read_edge_file"]
@@ -50,12 +53,14 @@ def find_edge_file(directory: Path, stem: str, required: bool = True) -> Path | 
     return found[0] if found else None
 
 
-def read_edge_file(path: Path) -> tuple[np.ndarray, tuple[str, object]]:
-    """The whole edge file as ``(E, 2)`` int64 (rows as listed) and how to name its rows in messages:
-    ``("line", n)`` when data row ``i`` is line ``n + i`` of a text file, ``("key", "row")`` for Parquet."""
-    parts = [np.stack([s, d], axis=1) for s, d in raw_edges(path)]
+def read_edge_file(path: Path, index: NodeIndex | None = None) -> tuple[np.ndarray, tuple[str, object]]:
+    """The whole edge file as ``(E, 2)`` int64 (rows as listed; with a node list ``index``, its rows for the
+    ids) and how to name its rows in messages: ``("line", n)`` when data row ``i`` is line ``n + i`` of a text
+    file, ``("key", "row")`` for Parquet or named ids (their rows count data rows, a header excluded)."""
+    pairs = named_edges(path, index) if index is not None else raw_edges(path)
+    parts = [np.stack([s, d], axis=1) for s, d in pairs]
     edges = np.concatenate(parts) if parts else np.empty((0, 2), dtype=np.int64)
-    if path.suffix.lower() in PARQUET_SUFFIXES:
+    if index is not None or path.suffix.lower() in PARQUET_SUFFIXES:
         return edges, ("key", "row")
     return edges, ("line", CsvLayout(path).skip_rows + 1)
 
@@ -74,6 +79,7 @@ def edgelist_dir_source(
     seed: int = 0,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     overlap: str = "allow",
+    nodes: str | Path | None = None,
 ) -> GraphSource:
     """An ``edgelist:DIR`` :class:`GraphSource` with its :class:`LinkSplit` (see the module docstring).
 
@@ -82,12 +88,18 @@ def edgelist_dir_source(
     """
     directory = Path(directory)
     files: dict[str, str] = {"source": str(directory)}
+    index = NodeIndex(read_node_list(nodes), str(nodes)) if nodes is not None else None
+    if index is not None:
+        files["nodes"] = str(nodes)
+        if num_nodes is not None and int(num_nodes) != len(index):
+            raise ValueError(f"'num_nodes' expected the length of the node list '{nodes}', {len(index)}, or no "
+                             f"value (got {num_nodes})")
     split = LinkSplit(edges={}, overlap=overlap)
     for name in (*SPLITS, "valid_neg", "test_neg"):
         path = find_edge_file(directory, name, required=name in SPLITS)
         if path is None:
             continue
-        edges, rows = read_edge_file(path)
+        edges, rows = read_edge_file(path, index)
         split.files[name], split.rows[name] = str(path), rows
         files[f"link_{name}"] = str(path)
         if name in SPLITS:
@@ -100,7 +112,9 @@ def edgelist_dir_source(
     x = load_npy(features, "features") if features is not None else None
     if x is not None and (x.ndim != 2 or x.dtype.kind not in "fiub"):
         raise ValueError(f"'{features}' expected a numeric (N, F) array (got shape {x.shape}, dtype {x.dtype})")
-    if num_nodes is not None:
+    if index is not None:
+        n = len(index)
+    elif num_nodes is not None:
         n = int(num_nodes)
     elif x is not None:
         n = int(x.shape[0])
@@ -127,7 +141,7 @@ def edgelist_dir_source(
         raise ValueError(f"'splits' expected all of train_idx, val_idx, test_idx or none "
                          f"(got no {sorted(k for k, v in given.items() if v is None)})")
     else:
-        train, val, test = (np.sort(np.asarray(load_npy(v, k))) for k, v in given.items())
+        train, val, test = (np.sort(split_ids(load_npy(v, k), index, str(v))) for k, v in given.items())
         files.update({k: str(v) for k, v in given.items()})
 
     if x is not None:
@@ -157,9 +171,11 @@ def edgelist_dir_source(
         test_idx=test,
         description={"kind": "edgelist", "directory": str(directory), "undirected": undirected,
                      "features": "file" if x is not None else "constant", "labels": "file" if labels else "none",
-                     "overlap": overlap, "link_split": split.description()},
+                     "overlap": overlap, "link_split": split.description(),
+                     **({"node_ids": "node list"} if index is not None else {})},
         undirected=undirected,
         deduplicated=False,
         files=files,
         link_split=split,
+        node_names=index.names if index is not None else None,
     )

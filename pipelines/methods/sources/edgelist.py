@@ -41,7 +41,7 @@ from pipelines.methods.sources.files import (
     raw_edges,
 )
 from pipelines.methods.sources.kinds import SOURCE_KINDS, SourceKind
-from pipelines.methods.sources.nodelist import NodeIndex, named_edges, named_split, read_node_list
+from pipelines.methods.sources.nodelist import NodeIndex, named_edges, read_node_list, split_ids
 from pipelines.methods.sources.options import parse_bool, parse_int, parse_str
 from pipelines.methods.sources.validate import check_edge_chunk, check_feature_chunk
 
@@ -149,7 +149,7 @@ def edgelist_source(
         missing = sorted(k for k, v in given.items() if v is None)
         raise ValueError(f"'splits' expected all of train_idx, val_idx, test_idx or none (got no {missing})")
     else:
-        train, val, test = (np.sort(_split_ids(load_npy(v, k), index, str(v))) for k, v in given.items())
+        train, val, test = (np.sort(split_ids(load_npy(v, k), index, str(v))) for k, v in given.items())
         files.update({k: str(v) for k, v in given.items()})
         split_desc = {"split": "files"}
 
@@ -178,20 +178,10 @@ def edgelist_source(
     )
 
 
-def _split_ids(values: np.ndarray, index: NodeIndex | None, where: str) -> np.ndarray:
-    """A split file's node ids: rows (integers), or with a node list also the nodes' own ids (strings)."""
-    values = np.asarray(values)
-    if index is not None and values.dtype.kind in "US":
-        return named_split(values, index, where)
-    return values
-
-
 def _open(rest: str, spec: str, options: dict[str, Any]) -> GraphSource:
     if Path(rest).expanduser().is_dir():  # train/valid/test edge files: a link-prediction split
         from pipelines.methods.sources.edgedir import edgelist_dir_source
 
-        if "nodes" in options:
-            raise ValueError(f"'option nodes' expected only with edgelist:FILE (got directory {rest!r})")
         return edgelist_dir_source(Path(rest).expanduser(), **options)
     if "overlap" in options:
         raise ValueError(f"'option overlap' expected only with edgelist:DIR, a split directory (got file {rest!r})")

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pipelines.methods.sources.csvstream import csv_batches
 from pipelines.methods.sources.files import PARQUET_SUFFIXES, CsvLayout, load_npy
 
-__all__ = ["NodeIndex", "named_edges", "named_split", "read_node_list"]
+__all__ = ["NodeIndex", "named_edges", "named_split", "read_node_list", "split_ids"]
 
 _BLOCK_BYTES = 16 << 20
 _BATCH_ROWS = 1 << 20
@@ -193,3 +193,11 @@ def named_split(values: np.ndarray, index: NodeIndex, where: str) -> np.ndarray:
         bad = int(np.flatnonzero(ids < 0)[0])
         raise ValueError(f"'{where}[{bad}]' expected a node id listed in '{index.where}' (got an id not in it)")
     return ids
+
+
+def split_ids(values: np.ndarray, index: NodeIndex | None, where: str) -> np.ndarray:
+    """A split file's node ids: rows (integers), or with a node list also the nodes' own ids (strings)."""
+    values = np.asarray(values)
+    if index is not None and values.dtype.kind in "US":
+        return named_split(values, index, where)
+    return values

@@ -32,11 +32,12 @@ def test_plan_explain_shows_every_candidate_and_the_summary_names_the_choice(tmp
     assert {c["policy"] for c in doc["auto"]["candidates"]} >= {"in_memory", "diskgnn", "naive"}
 
 
-def test_a_forced_policy_has_nothing_to_explain(tmp_path: Path) -> None:
+def test_a_forced_policy_explains_only_its_threads(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "--dataset", "tiny", "--root", str(tmp_path), "--explain",
-                                 "--policy", "naive", *FAST])
+                                 "--policy", "naive", *FAST], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "policy naive was forced: nothing to explain" in result.stdout
+    out = " ".join(result.stdout.split())
+    assert "policy naive was forced" in out and "compute threads" in out and "training reads the disk" in out
 
 
 def test_disk_profile_is_measured_once_and_shown(tmp_path: Path, monkeypatch) -> None:

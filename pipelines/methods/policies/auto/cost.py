@@ -59,11 +59,11 @@ class Candidate:
         return out
 
 
-def threads_for(reads: EpochReads, probe: ComputeProbe) -> int:
-    """The compute threads of a candidate: the probe's best, or for one that reads the disk the most that leave
-    the loader a core unless that is slower in the probe."""
+def threads_for(reads_disk: bool, probe: ComputeProbe) -> int:
+    """The compute threads of a policy: the probe's best, or for one whose training reads the disk the most
+    that leave the loader a core unless that is slower in the probe (by more than :data:`TIE`)."""
     best = probe.best_threads
-    if reads.bytes == 0:
+    if not reads_disk:
         return best
     fewer = [t for t in probe.seconds_per_batch if t < max(probe.seconds_per_batch)]
     if not fewer:

@@ -34,6 +34,7 @@ from pipelines.core.formatting import format_bytes
 from pipelines.methods.policies.auto.cost import TIE, Candidate, choose, epoch_seconds, pipelined, threads_for
 from pipelines.methods.policies.auto.probe import ComputeProbe, probe_compute, usable_cores
 from pipelines.methods.policies.auto.settings import AutoPlanSettings
+from pipelines.methods.policies.auto.threads import THREADS_STAT
 from pipelines.methods.policies.base import POLICIES, FeatureInputs, Policy, register_policy
 from pipelines.methods.policies.inputs import PlanInputs, TierPlan
 
@@ -67,8 +68,12 @@ def with_settings(cfg: RunConfig, policy: str, settings: dict[str, Any]) -> RunC
 
 def resolved(cfg: RunConfig, plan_stats: dict[str, Any] | None) -> RunConfig:
     """The configuration the stages after ``plan`` run under: with ``policy=auto``, the policy and settings its
-    plan chose (``plan_stats``: the plan or pack artifact's statistics); any other policy unchanged."""
-    if cfg.policy != AUTO:
+    plan chose (``plan_stats``: the plan or pack artifact's statistics); with a forced policy, the compute threads
+    its plan chose (:mod:`.threads`; a pack's statistics have none: the policy unchanged)."""
+    if cfg.policy != AUTO:  # a forced policy: the threads its plan chose (.threads), unless the user set them
+        threads = (plan_stats or {}).get(THREADS_STAT)
+        if threads and cfg.train.num_threads == 0:
+            return with_settings(cfg, cfg.policy, {"train.num_threads": int(threads["train.num_threads"])})
         return cfg
     choice = (plan_stats or {}).get("auto")
     if not choice:
@@ -204,7 +209,7 @@ class Auto(Policy):
                 finally:
                     c.plan_s = time.perf_counter() - start
                 plans[len(candidates) - 1] = tier_plan
-                c.threads = threads_for(c.reads, probe)
+                c.threads = threads_for(c.reads.bytes > 0, probe)
                 c.io_s, c.compute_s = epoch_seconds(c.reads, disk, probe, c.threads)
                 c.epoch_s = pipelined(c.io_s, c.compute_s, probe.batches_per_epoch)
                 # hold only plans that can still be chosen (N-sized arrays each): choose() takes from within TIE
@@ -229,7 +234,7 @@ class Auto(Policy):
                 "predicted_epoch_s": round(best.epoch_s, 6),
                 "memory": {"usable_bytes": usable, "how": memory_note, "feature_bytes": feature_bytes},
                 "disk": disk.to_dict(),
-                "compute": _probe_record(probe),
+                "compute": probe.to_dict(),
                 "measure_s": round(measure_s, 3),  # the disk profile (when not cached) and the compute probe
                 "candidates": [c.to_dict() for c in candidates],
                 "left_out": left_out,
@@ -241,8 +246,3 @@ class Auto(Policy):
         raise ValueError("'policy' auto expected to be resolved to its chosen policy before opening features "
                          "(pipelines.methods.policies.auto.resolved)")
 
-
-def _probe_record(probe: ComputeProbe) -> dict[str, Any]:
-    return {"seconds_per_batch": {str(t): round(s, 6) for t, s in probe.seconds_per_batch.items()},
-            "batches_per_epoch": probe.batches_per_epoch, "probe_batches": probe.probe_batches,
-            "device": probe.device}

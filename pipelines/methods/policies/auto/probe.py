@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,12 @@ class ComputeProbe:
         """Compute time of one epoch at ``threads`` (the nearest thread count tried)."""
         tried = min(self.seconds_per_batch, key=lambda t: (abs(t - threads), t))
         return self.seconds_per_batch[tried] * self.batches_per_epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        """The probe as a plan records it (``strata plan --explain`` prints it)."""
+        return {"seconds_per_batch": {str(t): round(s, 6) for t, s in self.seconds_per_batch.items()},
+                "batches_per_epoch": self.batches_per_epoch, "probe_batches": self.probe_batches,
+                "device": self.device}
 
 
 def _thread_counts(cores: int) -> list[int]:

@@ -22,9 +22,12 @@ import numpy as np
 
 from pipelines.methods.policies.base import PackInputs
 from pipelines.methods.policies.diskgnn.search import (
+    SEARCH_STAT,
     cache_layout,
     evaluate,
+    recorded_choice,
     search,
+    search_key,
     training_trace,
     write_segment_caches,
 )
@@ -110,9 +113,12 @@ def write_layout(inputs: PackInputs) -> DiskLayout:
     if inputs.progress:
         inputs.progress("pack: searching segment disk caches", 0, 1)
     buffer_bytes = cfg.plan.disk_cache_buffer(feature_bytes)
-    choice = search(trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
-                    buffer_rows=buffer_bytes // row_bytes, order=cfg.pack.disk_cache_order,
-                    gap_blocks=cfg.pack.read_gap_blocks)
+    key = search_key(budget_bytes, row_bytes, buffer_bytes // row_bytes, cfg.pack.minhash_k,
+                     cfg.pack.disk_cache_order, cfg.pack.read_gap_blocks, samples.num_batches)
+    # policy=auto searched already to predict this plan's reads: the same inputs, the same choice
+    choice = recorded_choice(plan.stats.get(SEARCH_STAT), key, trace, cfg.pack.num_threads) or search(
+        trace, row_bytes, budget_bytes, k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
+        buffer_rows=buffer_bytes // row_bytes, order=cfg.pack.disk_cache_order, gap_blocks=cfg.pack.read_gap_blocks)
     segs = choice.segments
     caches = cache_layout(segs, choice.cache_rows)
     window_rows = buffer_rows_for(buffer_bytes, row_bytes, caches.segment_rows)  # 0: no disk cache or no buffer

@@ -38,7 +38,13 @@ from pipelines.core.confine import memory_limit
 from pipelines.core.formatting import format_bytes
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write_addresses, write_layout
-from pipelines.methods.policies.diskgnn.search import search, training_trace
+from pipelines.methods.policies.diskgnn.search import (
+    SEARCH_STAT,
+    search,
+    search_key,
+    search_record,
+    training_trace,
+)
 from pipelines.methods.policies.diskgnn.settings import DiskGNNPackSettings, DiskGNNPlanSettings
 from pipelines.methods.policies.diskgnn.shards import DiskGNNShards
 from pipelines.methods.policies.reads import EpochReads, uncached_chunks
@@ -106,6 +112,10 @@ class DiskGNN(Policy):
         buffer_rows = cfg.plan.disk_cache_buffer(graph.num_nodes * row_bytes) // row_bytes
         choice = search(trace, row_bytes, max(budget, 0), k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
                         buffer_rows=buffer_rows, order=cfg.pack.disk_cache_order, gap_blocks=cfg.pack.read_gap_blocks)
+        # the pack lays this choice out without searching again when its own inputs are these
+        plan.stats[SEARCH_STAT] = search_record(choice, search_key(
+            max(budget, 0), row_bytes, buffer_rows, cfg.pack.minhash_k, cfg.pack.disk_cache_order,
+            cfg.pack.read_gap_blocks, samples.num_batches))
         return EpochReads(choice.read_bytes // epochs, 2 * trace.num_batches // epochs,
                           model=f"segment caches (m={choice.segment_batches}, s={choice.cache_rows}) + chunks")
 

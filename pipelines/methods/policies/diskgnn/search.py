@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from storage_kernels import kernels
 from storage_kernels.packstore import CHUNK_ALIGN, Tier, chunk_bytes
 
 __all__ = [
+    "SEARCH_STAT",
     "Choice",
     "Cost",
     "SegmentCaches",
@@ -54,7 +56,10 @@ __all__ = [
     "segment_lookup",
     "s_grid",
     "m_grid",
+    "recorded_choice",
     "search",
+    "search_key",
+    "search_record",
     "segments",
     "training_trace",
     "write_segment_caches",
@@ -270,6 +275,39 @@ class Choice:
     evaluated: int
     segments: Segments = field(repr=False, compare=False)
     grid: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)  # m -> s searched
+
+
+#: The plan statistic in which ``policy=auto``'s prediction records the (m, s) it searched, for the pack.
+SEARCH_STAT = "diskgnn_search"
+
+
+def search_record(choice: Choice, key: dict[str, Any]) -> dict[str, Any]:
+    """``choice`` as a plan records it (JSON), with the ``key`` of every input the search took besides the
+    trace: a pack whose own key is equal lays it out without searching again (:func:`recorded_choice`)."""
+    return {"key": key, "segment_batches": choice.segment_batches, "cache_rows": choice.cache_rows,
+            "read_bytes": choice.read_bytes, "store_bytes": choice.store_bytes, "candidates": choice.candidates,
+            "feasible": choice.feasible, "evaluated": choice.evaluated}
+
+
+def search_key(budget_bytes: int | None, row_bytes: int, buffer_rows: int, k: int, order: str, gap_blocks: int,
+               num_batches: int) -> dict[str, Any]:
+    """What the (m, s) search's choice rests on besides the trace (the key of :func:`search_record`)."""
+    return {"budget_bytes": budget_bytes, "row_bytes": row_bytes, "buffer_rows": buffer_rows, "k": k,
+            "order": order, "gap_blocks": gap_blocks, "num_batches": num_batches}
+
+
+def recorded_choice(record: dict[str, Any] | None, key: dict[str, Any], trace: Trace,
+                    num_threads: int = 0) -> Choice | None:
+    """The :class:`Choice` a plan recorded for this ``key`` over this ``trace`` (the search is deterministic,
+    so it is what searching again would give), its segments recomputed; None when there is none or its key
+    differs."""
+    if not record or record.get("key") != key:
+        return None
+    m = int(record["segment_batches"])
+    return Choice(segment_batches=m, cache_rows=int(record["cache_rows"]), read_bytes=int(record["read_bytes"]),
+                  store_bytes=int(record["store_bytes"]), candidates=int(record["candidates"]),
+                  feasible=int(record["feasible"]), evaluated=int(record["evaluated"]),
+                  segments=segments(trace, m, key["k"], num_threads, key["order"]))
 
 
 def _bounds(trace: Trace, segs: Segments, grid: Sequence[int], row_bytes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,7 @@ def test_reads_are_bandwidth_or_request_bound_whichever_is_slower() -> None:
 
 
 def test_threads_leave_the_loader_a_core_only_when_it_costs_nothing() -> None:
-    reads_disk, in_ram = EpochReads(4096, 1), EpochReads(0, 0)
+    reads_disk, in_ram = True, False
     assert threads_for(in_ram, _probe({1: 0.02, 2: 0.01})) == 2  # no reads: the fastest
     assert threads_for(reads_disk, _probe({1: 0.0102, 2: 0.01})) == 1  # within the tie: the loader's core
     assert threads_for(reads_disk, _probe({1: 0.02, 2: 0.01})) == 2  # fewer threads twice as slow: not worth it
@@ -134,13 +134,37 @@ def test_named_candidates_limit_the_choice_and_predicted_reads_match_training(au
     assert train["bytes_read"] == pytest.approx(predicted["bytes"] * epochs, rel=0.05)  # rows straddling blocks
 
 
-def test_a_forced_policy_is_untouched_and_explains_nothing(auto_root: Path) -> None:
+def test_a_forced_policy_keeps_its_name_and_trains_at_the_threads_its_plan_probed(auto_root: Path) -> None:
     runner = _runner(auto_root, "policy=diskgnn")
-    runner.run_until("plan")
-    assert "auto" not in runner.artifact("plan").stats
-    assert resolved(runner.cfg, runner.artifact("plan").stats) is runner.cfg
+    runner.run_until("train")
+    stats = runner.artifact("plan").stats
+    assert "auto" not in stats
+    threads = stats["threads"]
+    assert threads["reads_disk"] is True and "1" in threads["compute"]["seconds_per_batch"]
+    chosen = resolved(runner.cfg, stats)
+    assert chosen.policy == "diskgnn" and chosen.train.num_threads == threads["train.num_threads"] >= 1
+    history = json.loads((runner.artifact("train").path / "history.json").read_text())
+    assert history["timers"]["compute_threads"] == threads["train.num_threads"]  # what training ran at
     with pytest.raises(ValueError, match="'policy' auto expected a plan artifact with its choice"):
-        resolved(runner.cfg.model_copy(update={"policy": "auto"}), runner.artifact("plan").stats)
+        resolved(runner.cfg.model_copy(update={"policy": "auto"}), stats)
+
+
+def test_a_forced_in_memory_plan_takes_the_probes_fastest_threads(auto_root: Path) -> None:
+    runner = _runner(auto_root, "policy=in_memory")
+    runner.run_until("plan")
+    threads = runner.artifact("plan").stats["threads"]
+    per_batch = {int(t): s for t, s in threads["compute"]["seconds_per_batch"].items()}
+    assert threads["reads_disk"] is False
+    assert threads["train.num_threads"] == min(per_batch, key=lambda t: (per_batch[t], t))
+
+
+def test_threads_the_user_set_leave_a_forced_plan_unprobed(auto_root: Path) -> None:
+    runner = _runner(auto_root, "policy=naive", "train.num_threads=1")
+    runner.run_until("plan")
+    assert "threads" not in runner.artifact("plan").stats
+    probed = {"threads": {"train.num_threads": 2, "reads_disk": True}}
+    assert resolved(runner.cfg, probed).train.num_threads == 1  # the user's, over any plan's
+    assert resolved(PipelineConfig.load(overrides=["policy=naive"]), probed).train.num_threads == 2
 
 
 def test_candidates_are_checked_when_the_config_loads() -> None:
@@ -184,3 +208,35 @@ def test_the_pack_version_follows_the_choice_not_just_the_plan_version() -> None
     threads = stats("diskgnn")
     threads["auto"]["settings"]["train.num_threads"] = 1
     assert choice_version(threads) == choice_version(stats("diskgnn"))  # threads: a speed knob
+
+
+def test_the_pack_lays_out_autos_searched_disk_caches_without_searching_again(auto_root: Path, monkeypatch) -> None:
+    """Under a disk budget pure packing cannot meet, ``auto`` runs ``diskgnn``'s (m, s) search to predict its
+    reads; the pack takes that choice (the search is deterministic) instead of searching a second time, and
+    lays out what a forced ``diskgnn`` lays out after its own search."""
+    from pipelines.methods.policies.diskgnn import layout
+    from pipelines.methods.policies.diskgnn.search import SEARCH_STAT
+
+    tight = ["plan.auto_candidates=diskgnn", "pack.disk_budget=1.5", "sample.fanouts=[4,3]",
+             "plan.cpu_cache_fraction=0.1"]
+    runner = _runner(auto_root, *tight)
+    runner.run_until("plan")
+    record = runner.artifact("plan").stats[SEARCH_STAT]
+    assert record["cache_rows"] > 0  # segment disk caches: the budget needed them
+    searched = layout.search
+
+    def no_second_search(*args, **kwargs):
+        raise AssertionError("the pack searched again")
+
+    monkeypatch.setattr(layout, "search", no_second_search)
+    runner.run_until("pack")
+    monkeypatch.setattr(layout, "search", searched)
+    forced = _runner(auto_root, *tight, "policy=diskgnn", *(f"{k}={v}" for k, v in
+                     runner.artifact("plan").stats["auto"]["settings"].items() if not k.startswith("train.")))
+    forced.run_until("pack")  # searches itself
+    ours, theirs = runner.artifact("pack").stats, forced.artifact("pack").stats
+    keys = ("segment_batches", "segment_cache_rows", "search_candidates", "search_feasible", "search_evaluated",
+            "store_bytes")
+    assert {k: ours.get(k) for k in keys} == {k: theirs.get(k) for k in keys}
+    assert (runner.artifact("pack").path / "disk_cache.bin").read_bytes() == \
+        (forced.artifact("pack").path / "disk_cache.bin").read_bytes()

@@ -188,3 +188,21 @@ def test_names_follow_the_nodes_through_reorder_to_the_export_and_batches(tmp_pa
         batch = next(opened.batches("train"))
         got = opened.original_ids(batch.n_id)[: batch.batch_size]
         assert [int(s.split("/")[-1].split(",")[0]) % CLASSES for s in got] == batch.y.tolist()
+
+
+def test_a_link_split_directory_takes_a_node_list_too(tmp_path: Path) -> None:
+    from pipelines.methods.sources.edgedir import edgelist_dir_source
+
+    g = _write(tmp_path)
+    order, pairs = g["order"], g["pairs"]
+    named = [f'"{_name(int(order[a]))}","{_name(int(order[b]))}"\n' for a, b in pairs]  # rows -> names
+    split = tmp_path / "split"
+    split.mkdir()
+    for name, part in (("train", named[:-4]), ("valid", named[-4:-2]), ("test", named[-2:])):
+        (split / f"{name}.csv").write_text("src,dst\n" + "".join(part))
+    source = validate_source(edgelist_dir_source(split, nodes=tmp_path / "nodes.txt"))
+    assert source.num_nodes == 12 and source.node_names.to_pylist() == [_name(int(k)) for k in order]
+    assert source.link_split.edges["valid"].tolist() == [list(p) for p in pairs[-4:-2]]  # the list's rows
+    (split / "test.csv").write_text("src,dst\n" + named[0] + '"nobody","' + _name(0) + '"\n')
+    with pytest.raises(ValueError, match=r"test.csv: src\[1\]' expected a node id listed in"):
+        edgelist_dir_source(split, nodes=tmp_path / "nodes.txt")
