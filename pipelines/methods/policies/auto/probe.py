@@ -1,10 +1,17 @@
 """The compute side of ``policy=auto``'s cost model: seconds per training batch, measured on a few batches.
 
 The configured model (``train.model`` and its sizes) trains ``probe_batches`` of the first sampled epoch's
-training batches, their features gathered into memory first (so no policy's reads are timed), once per
-candidate thread count; the median step (forward, backward, Adam) after one warm-up step is the batch's
-compute time. It is the same for every policy, so it decides how much of a policy's reading hides behind
-compute, and which thread count trains fastest.
+training batches, their features gathered into memory first (so no policy's reads are timed), each batch once
+at every candidate thread count, the counts interleaved (batch 1 at 2 then 1 threads, batch 2 at 1 then 2, ...)
+so that a burst of other work on the machine slows every count alike instead of one; the median step
+(forward, backward, Adam) after one warm-up step per count is the batch's compute time. It is the same for
+every policy, so it decides how much of a policy's reading hides behind compute, and which thread count
+trains fastest. After :data:`PROBE_SECONDS` of timed steps it stops early (wide features: a step can take
+seconds), with at least 2 batches timed.
+
+Issue 29 measured why: timing the counts one after the other, 3 batches each, a plan on ``demo`` found 1
+thread within 5% of 2 (0.0512 against 0.0497 s) where six other plans on the same graph found 2 threads 25%
+faster (0.040 against 0.053 s), and its run trained 22% slower on 1 thread.
 
 The thread counts tried are those of the cores the run may use (:func:`usable_cores`): all of them, and one
 fewer (leaving the loader a core) -- on a small graph the step is short and torch's threads cost more than
@@ -24,7 +31,10 @@ import numpy as np
 from pipelines.methods.policies.inputs import PlanInputs
 from pipelines.methods.policies.reads import epoch_batches
 
-__all__ = ["ComputeProbe", "probe_compute", "usable_cores"]
+__all__ = ["PROBE_SECONDS", "ComputeProbe", "probe_compute", "usable_cores"]
+
+#: Timed steps stop after this many seconds (at least 2 batches timed at every thread count).
+PROBE_SECONDS = 10.0
 
 
 def usable_cores() -> int:
@@ -69,8 +79,9 @@ def _thread_counts(cores: int) -> list[int]:
     return sorted({cores, max(cores - 1, 1)})
 
 
-def probe_compute(inputs: PlanInputs, probe_batches: int = 4, cores: int | None = None) -> ComputeProbe:
-    """Time the configured model's training step on ``probe_batches`` batches at each thread count to try."""
+def probe_compute(inputs: PlanInputs, probe_batches: int = 8, cores: int | None = None) -> ComputeProbe:
+    """Time the configured model's training step on ``probe_batches`` batches at each thread count to try
+    (interleaved: the module docstring)."""
     import torch
 
     from trainer.blocks import to_tensor_blocks
@@ -91,32 +102,39 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 4, cores: int | None 
         y = torch.from_numpy(np.asarray(labels[np.asarray(batch.seeds)], dtype=np.int64))
         return x.to(device), to_tensor_blocks(batch.blocks(), device), y.to(device)
 
-    probed = batches[: probe_batches + 1]  # one warm-up step, then the timed ones
     before = torch.get_num_threads()
-    timings: dict[int, float] = {}
+    counts = _thread_counts(cores or usable_cores())
+    steps: dict[int, list[float]] = {t: [] for t in counts}
+    torch.manual_seed(0)
+    model = build_model(model=tcfg.model, in_dim=graph.feature_dim, hidden_dim=tcfg.hidden_dim, out_dim=num_classes,
+                        num_layers=samples.num_layers, dropout=tcfg.dropout, **model_options(tcfg)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+
+    def step(x: torch.Tensor, blocks: list, y: torch.Tensor, threads: int) -> float:
+        torch.set_num_threads(threads)
+        start = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(x, blocks), y, ignore_index=-1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    probed = batches[: probe_batches + 1]  # one warm-up batch, then the timed ones
+    timed = 0.0
     try:
-        for threads in _thread_counts(cores or usable_cores()):
-            torch.set_num_threads(threads)
-            torch.manual_seed(0)
-            model = build_model(model=tcfg.model, in_dim=graph.feature_dim, hidden_dim=tcfg.hidden_dim,
-                                out_dim=num_classes, num_layers=samples.num_layers, dropout=tcfg.dropout,
-                                **model_options(tcfg)).to(device)
-            opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
-            steps = []
-            for b in probed:
-                x, blocks, y = load(b)
-                start = time.perf_counter()
-                loss = torch.nn.functional.cross_entropy(model(x, blocks), y, ignore_index=-1)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                steps.append(time.perf_counter() - start)
-                del x, blocks, y, loss
-            timed = steps[1:] or steps
-            timings[threads] = statistics.median(timed) if timed else 0.0
-            del model, opt
+        for i, b in enumerate(probed):
+            x, blocks, y = load(b)
+            for threads in (counts if i % 2 else counts[::-1]):  # interleaved, the order alternating
+                seconds = step(x, blocks, y, threads)
+                if i:
+                    steps[threads].append(seconds)
+                    timed += seconds
+            del x, blocks, y
+            if i >= 2 and timed > PROBE_SECONDS:
+                break
     finally:
         torch.set_num_threads(before)
-    return ComputeProbe(timings, len(batches), max(len(probed) - 1, 0), device)
+    timings = {t: statistics.median(v) if v else 0.0 for t, v in steps.items()}
+    return ComputeProbe(timings, len(batches), min((len(v) for v in steps.values()), default=0), device)

@@ -22,7 +22,8 @@ class AutoPlanSettings(Section):
         "policy that trains the sampled batches exactly and has a cache of its own, i.e. not mariusgnn, outre or "
         "mmap).", artifact="selected")
     auto_probe_batches: int = setting(
-        3, "auto: training batches timed (after one warm-up) per thread count to predict the compute per batch.",
+        8, "auto, and every policy's thread choice: training batches timed (after one warm-up) at each thread "
+        "count, interleaved, to predict the compute per batch (fewer when the steps pass 10 s).",
         artifact="selected", ge=1, le=64)
 
     @field_validator("auto_candidates", mode="before")

@@ -30,6 +30,7 @@ reads) -- :class:`trainer.features.PackedFeatures`.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,10 +57,14 @@ if TYPE_CHECKING:
     from pipelines.core.sections import RunConfig
     from trainer.features import FeatureSource
 
-__all__ = ["SEARCH_BYTES_PER_ENTRY", "DiskGNN"]
+__all__ = ["SEARCH_BYTES_PER_ENTRY", "SEARCH_MEMORY_SHARE", "DiskGNN"]
 
-#: Bytes the (m, s) search holds per uncached read of the trace (node, position, pair keys and ranks).
-SEARCH_BYTES_PER_ENTRY = 48
+#: Bytes the (m, s) search holds per uncached read of the trace (node, position, one segment size's pair keys,
+#: signatures and ranks, the bounds). Measured: 133 on a 300k-node graph of 16 float32 columns, 2.6M entries
+#: (peak RSS +345 MB; issue 29), with a margin.
+SEARCH_BYTES_PER_ENTRY = 160
+#: The share of the memory left to this process (its limit less what it holds) the search may take.
+SEARCH_MEMORY_SHARE = 0.75
 
 
 @register_policy
@@ -103,11 +108,13 @@ class DiskGNN(Policy):
             return EpochReads(pure // epochs, len(uncached) // epochs, model="one aligned chunk read per batch",
                               detail={"pure_packing": True})
         entries = int(uncached.sum())
-        if entries * SEARCH_BYTES_PER_ENTRY > memory_limit() // 4:  # the search holds the whole trace, several times
+        left = max(memory_limit() - _resident_bytes(), 0)
+        if entries * SEARCH_BYTES_PER_ENTRY > left * SEARCH_MEMORY_SHARE:  # it holds the whole trace, and more
             raise ValueError(f"'pack.disk_budget' {cfg.pack.disk_budget} expected to hold pure packing, or a trace "
                              f"small enough for the (m, s) search in memory (got {entries:,} uncached reads over the "
                              f"sampled epochs, about {format_bytes(entries * SEARCH_BYTES_PER_ENTRY)} to search, "
-                             f"more than a quarter of {format_bytes(memory_limit())}): raise pack.disk_budget")
+                             f"more than {SEARCH_MEMORY_SHARE:.0%} of the {format_bytes(left)} this process has "
+                             "left): raise pack.disk_budget")
         trace = training_trace(samples, plan.tier)  # segment caches: the pack's own search, its memory
         buffer_rows = cfg.plan.disk_cache_buffer(graph.num_nodes * row_bytes) // row_bytes
         choice = search(trace, row_bytes, max(budget, 0), k=cfg.pack.minhash_k, num_threads=cfg.pack.num_threads,
@@ -143,3 +150,11 @@ class DiskGNN(Policy):
         # Evaluation batches are not packed: their uncached rows come from the ordered feature file.
         return PackedFeatures(inputs.pack.path, inputs.samples, device=inputs.device,
                               features_path=inputs.reorder.file("features.npy"))
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (``/proc/self/statm``; 0 where unknown)."""
+    try:
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -367,12 +367,18 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
                       segments=segments(trace, max(nt, 1), k, num_threads, order))
     # candidates: (lower bound, m, s, store); pure packing (segments of every batch, no cache row) does not fit
     candidates: list[tuple[int, int, int, int]] = [(pure_store, max(nt, 1), 0, pure_store)]
-    cache: dict[int, Segments] = {}
+    cache: dict[int, Segments] = {}  # the last segment size's segments only: each is about the trace's size
     searched: dict[int, list[int]] = {}
+
+    def segments_of(m: int) -> Segments:
+        if m not in cache:
+            cache.clear()  # before computing the next: never two sizes' segments at once
+            cache[m] = segments(trace, m, k, num_threads, order)
+        return cache[m]
 
     def add(m: int) -> bool:
         """Add segment size ``m``'s candidates; whether one of them fits the budget."""
-        segs = cache[m] = segments(trace, m, k, num_threads, order)
+        segs = segments_of(m)
         grid = s_grid(segs.max_pairs)
         if not grid:
             return False
@@ -405,14 +411,15 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     for lower, m, s, _ in fits:  # pure packing does not fit: every candidate has s > 0
         if best is not None and lower > best[0]:
             break  # every remaining candidate reads more than the best one
-        cost = evaluate(trace, cache[m], cache_layout(cache[m], s), row_bytes, num_threads, buffer_rows, gap_blocks)
+        segs = segments_of(m)
+        cost = evaluate(trace, segs, cache_layout(segs, s), row_bytes, num_threads, buffer_rows, gap_blocks)
         read, store = cost.total_read_bytes, cost.store_bytes
         evaluated += 1
         if best is None or (read, store, m, s) < best:
             best = (read, store, m, s)
     assert best is not None
     m = best[2]
-    segs = cache[m] if m in cache else segments(trace, m, k, num_threads, order)
+    segs = segments_of(m)
     return Choice(segment_batches=m, cache_rows=best[3], read_bytes=best[0], store_bytes=best[1],
                   candidates=len(candidates), feasible=len(fits), evaluated=evaluated, segments=segs, grid=searched)
 
