@@ -121,7 +121,8 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 8, cores: int | None 
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    probed = batches[: probe_batches + 1]  # one warm-up batch, then the timed ones
+    # one warm-up batch, then the timed ones; an epoch of fewer batches is cycled (Cora: one batch an epoch)
+    probed = [batches[i % len(batches)] for i in range(probe_batches + 1)] if batches else []
     timed = 0.0
     try:
         for i, b in enumerate(probed):

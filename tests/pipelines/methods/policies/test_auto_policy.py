@@ -240,3 +240,19 @@ def test_the_pack_lays_out_autos_searched_disk_caches_without_searching_again(au
     assert {k: ours.get(k) for k in keys} == {k: theirs.get(k) for k in keys}
     assert (runner.artifact("pack").path / "disk_cache.bin").read_bytes() == \
         (forced.artifact("pack").path / "disk_cache.bin").read_bytes()
+
+
+def test_the_probe_times_every_thread_count_even_on_a_one_batch_epoch(auto_root: Path) -> None:
+    """Cora trains one batch an epoch: the probe cycles it, so no count is left untimed (a zero compute time
+    would make every policy look read-bound)."""
+    from pipelines.core.graphio import load_graph
+    from pipelines.methods.policies import PlanInputs
+    from pipelines.methods.policies.auto.probe import probe_compute
+    from storage_kernels.sampleset import SampleSet
+
+    runner = _runner(auto_root, "sample.batch_size=4096", "policy=naive", "train.num_threads=1")
+    runner.run_until("sample")
+    inputs = PlanInputs(load_graph(runner.artifact("reorder")), SampleSet(runner.artifact("sample").path), runner.cfg)
+    probe = probe_compute(inputs, probe_batches=3, cores=2)
+    assert probe.batches_per_epoch == 1 and probe.probe_batches == 3
+    assert set(probe.seconds_per_batch) == {1, 2} and min(probe.seconds_per_batch.values()) > 0
