@@ -254,7 +254,8 @@ class MlflowTracker:
         return int(mv.version), float(mv.tags.get(VAL_ACC_TAG, "-inf"))
 
     def register(self, run_id: str, model_name: str, artifact_path: str | None, val_acc: float,
-                 model_id: str | None = None, artifact_version: str | None = None) -> tuple[int, int]:
+                 model_id: str | None = None, artifact_version: str | None = None,
+                 tags: dict[str, str] | None = None) -> tuple[int, int]:
         """Register a new version of ``model_name`` (created if missing), tag it with ``val_acc``, and move
         ``champion`` to it only if it beats the current champion.
 
@@ -262,7 +263,8 @@ class MlflowTracker:
         ``mlflow.pyfunc.load_model("models:/NAME@champion")`` loads) or, without one, the run's
         ``artifact_path`` directory. With ``artifact_version`` (the Strata artifact the model comes from)
         registration is idempotent: a version already registered from that artifact (tag
-        ``strata.artifact_version``) is returned as is. The whole registration holds the store's lock, so two
+        ``strata.artifact_version``) is returned as is. ``tags`` are more version tags, set in the call that creates
+        the version (the export stage's file digests). The whole registration holds the store's lock, so two
         processes never register the same artifact.
 
         Returns ``(version, champion_version)``.
@@ -273,7 +275,7 @@ class MlflowTracker:
                 if known is not None:
                     current = self.champion(model_name)
                     return known, current[0] if current is not None else known
-            return self._register(run_id, model_name, artifact_path, val_acc, model_id, artifact_version)
+            return self._register(run_id, model_name, artifact_path, val_acc, model_id, artifact_version, tags)
 
     def registered_version(self, model_name: str, artifact_version: str) -> int | None:
         """The version of ``model_name`` registered from ``artifact_version`` (the lowest), or None."""
@@ -307,7 +309,8 @@ class MlflowTracker:
         return None
 
     def _register(self, run_id: str, model_name: str, artifact_path: str | None, val_acc: float,
-                  model_id: str | None, artifact_version: str | None) -> tuple[int, int]:
+                  model_id: str | None, artifact_version: str | None,
+                  tags: dict[str, str] | None = None) -> tuple[int, int]:
         from mlflow.exceptions import MlflowException
 
         try:
@@ -326,7 +329,7 @@ class MlflowTracker:
             model_name, source=source, run_id=run_id, model_id=model_id,
             tags={VAL_ACC_TAG: repr(float(val_acc)),
                   **({ARTIFACT_VERSION_TAG: artifact_version} if artifact_version is not None else {}),
-                  **({MODEL_ID_TAG: model_id} if model_id is not None else {})},
+                  **({MODEL_ID_TAG: model_id} if model_id is not None else {}), **(tags or {})},
         )
         version = int(mv.version)
         current = self.champion(model_name)

@@ -1,7 +1,9 @@
 """``strata models``: the MLflow model registry of a data root (list, show, promote, export).
 
 Every registered version is an MLflow model (a pyfunc over the weights plus the ONNX flavor); ``export``
-copies one out as a folder that ``mlflow.pyfunc.load_model(DIR)`` loads, or just its ``model.onnx``.
+copies one out as a folder that ``mlflow.pyfunc.load_model(DIR)`` loads, or just its ``model.onnx``, after
+checking each file against the digests recorded when the version was logged
+(:mod:`pipelines.tracking.registry_digests`): a file that differs is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -143,24 +145,41 @@ def models_export(name: str = typer.Argument(..., help="Registered model name.")
                   version: str | None = _Version,
                   onnx_only: bool = typer.Option(False, "--onnx", help="Write only model.onnx."),
                   root: str | None = _Root) -> None:
-    """Copy a version out: the MLflow model folder (MLmodel, model.onnx, weights, example) or model.onnx."""
+    """Copy a version out: the MLflow model folder (MLmodel, model.onnx, weights, example) or model.onnx.
+
+    First every file is checked against the digests recorded when the version was logged: one that differs
+    (or is missing, or was not logged) is refused with exit 2 and nothing is written. A version registered
+    before digests is exported and called unverified."""
     from mlflow.artifacts import download_artifacts
+
+    from pipelines.tracking.registry_digests import UNVERIFIED, compare, location, recorded
 
     client = _client(root)
     info = _version(client, name, version)
     if out_dir.exists() and any(out_dir.iterdir()):
         _fail(f"'{out_dir}' expected an empty or new folder (got one with files)")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        digests = recorded(info.tags)
+    except ValueError as e:
+        _fail(f"{info.uri}: {e}; nothing exported", 2)
     with tempfile.TemporaryDirectory(prefix="strata-model-") as tmp:
         local = Path(download_artifacts(artifact_uri=info.source, dst_path=tmp))
+        if onnx_only and not (local / "model.onnx").exists():
+            _fail(f"'{info.uri}' expected a model.onnx (got files {sorted(p.name for p in local.iterdir())})")
+        if digests is not None:  # what is handed out: the downloaded copy
+            problems = compare(local, digests["source"], location(info.source).rstrip("/"),
+                               only=["model.onnx"] if onnx_only else None)
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                _fail(f"{problems[0].line()}{more}: the registered copy of {info.uri} is not what was logged; "
+                      "nothing exported (`strata verify` checks every version)", 2)
+        out_dir.mkdir(parents=True, exist_ok=True)
         if onnx_only:
-            onnx_file = local / "model.onnx"
-            if not onnx_file.exists():
-                _fail(f"'{info.uri}' expected a model.onnx (got files {sorted(p.name for p in local.iterdir())})")
-            shutil.copyfile(onnx_file, out_dir / "model.onnx")
+            shutil.copyfile(local / "model.onnx", out_dir / "model.onnx")
         else:
             for item in local.iterdir():
                 target = out_dir / item.name
                 shutil.copytree(item, target) if item.is_dir() else shutil.copyfile(item, target)
     files = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
-    _out.print(f"{info.uri} -> {out_dir} ({len(files)} files)", highlight=False)
+    checked = "checked against its digests" if digests is not None else UNVERIFIED
+    _out.print(f"{info.uri} -> {out_dir} ({len(files)} files, {checked})", highlight=False)

@@ -5,6 +5,11 @@ catalog, so an artifact the catalog lost is checked too. Files are hashed by a t
 the GIL), all files of all artifacts in one queue, with a rich progress bar over bytes. Exit code 1 when any
 artifact is bad; ``--repair`` moves bad ones to ``<root>/.quarantine/`` and drops them from the catalog, so the
 next run rebuilds them.
+
+The command also re-hashes the MLflow copies of every registered model version against the digests recorded
+when it was logged (:func:`pipelines.tracking.registry_digests.verify_registry`): a BAD version names the file and
+both digests and exits 1 as a bad artifact does; a version registered before digests is UNVERIFIED (reported,
+not failed). ``--repair`` does not touch the registry.
 """
 
 from __future__ import annotations
@@ -109,14 +114,17 @@ def command(
     dataset: str | None = typer.Option(None, "--dataset", "-d", help="Only this dataset (directory name)."),
     root: str | None = typer.Option(None, "--root", help="Data root (default: $STRATA_HOME, else ./strata_data)."),
     repair: bool = typer.Option(False, "--repair", help="Quarantine bad artifacts (moved to <root>/.quarantine/ "
-                                "and removed from the catalog); the next run rebuilds them."),
+                                "and removed from the catalog); the next run rebuilds them. The registry's "
+                                "copies are reported, never changed."),
     mode: str = typer.Option("full", "--mode", help="full: re-hash every file; sampled: size and sampled "
                              "blocks (cheaper, misses changes outside the samples)."),
     threads: int = typer.Option(0, "--threads", help="Hashing threads (0: one per CPU, at most 8).", min=0),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
-    """Re-checksum every artifact against its manifest: a table of OK/BAD/UNVERIFIABLE; exit 1 if any is bad."""
+    """Re-checksum every artifact against its manifest, and every registered model's MLflow copy against the
+    digests recorded when it was logged: tables of OK/BAD/UNVERIFIABLE; exit 1 if any is bad."""
     from pipelines.core.paths import existing_root
+    from pipelines.tracking.registry_digests import verify_registry
 
     base = existing_root(root, dataset)
     if mode not in ("full", "sampled"):
@@ -126,17 +134,21 @@ def command(
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   console=_err, transient=True, disable=not show) as progress:
         result = verify_root(base, dataset, mode, threads, repair, progress)
+    registry = verify_registry(base, dataset)  # every file in full, whatever --mode: they are small
     rows = [_row(c, base) for c in result.checks]
+    counts = {"versions": len(registry),
+              **{s.lower(): sum(c.status == s for c in registry) for s in ("OK", "BAD", "UNVERIFIED")}}
     summary = {"root": str(base), "mode": mode, "artifacts": len(rows), "ok": result.count("OK"),
                "bad": result.count("BAD"), "unverifiable": result.count("UNVERIFIABLE"),
-               "bytes_read": result.bytes_read, "seconds": round(result.seconds, 3)}
+               "bytes_read": result.bytes_read, "seconds": round(result.seconds, 3), "models": counts}
     if json_out:
-        sys.stdout.write(json.dumps({**summary, "results": rows, "quarantined": result.quarantined}) + "\n")
+        sys.stdout.write(json.dumps({**summary, "results": rows, "quarantined": result.quarantined,
+                                     "registry": [c.to_dict() for c in registry]}) + "\n")
     else:
         table = Table(title=f"strata verify ({mode}) under {base}", title_justify="left")
         for column in ("dataset", "stage", "version", "status", "files", "problem"):
             table.add_column(column, overflow="fold")
-        style = {"OK": "green", "BAD": "bold red", "UNVERIFIABLE": "yellow"}
+        style = {"OK": "green", "BAD": "bold red", "UNVERIFIABLE": "yellow", "UNVERIFIED": "yellow"}
         for r in rows:
             table.add_row(r["dataset"], r["stage"], r["version"], f"[{style[r['status']]}]{r['status']}[/]",
                           str(r["files"]), r["problem"])
@@ -145,5 +157,14 @@ def command(
                    f"{result.bytes_read / 2**20:.1f} MiB read in {result.seconds:.2f} s", highlight=False)
         for src, dest in result.quarantined.items():
             _out.print(f"quarantined {src} -> {dest}", highlight=False)
-    if result.count("BAD"):
+        if registry:
+            models = Table(title="registered models (MLflow copies)", title_justify="left")
+            for column in ("model", "version", "status", "files", "problem"):
+                models.add_column(column, overflow="fold")
+            for c in registry:
+                models.add_row(c.name, str(c.version), f"[{style[c.status]}]{c.status}[/]", str(c.files),
+                               c.problem())
+            _out.print(models)
+            _out.print(f"{counts['ok']} OK, {counts['bad']} BAD, {counts['unverified']} UNVERIFIED", highlight=False)
+    if result.count("BAD") or counts["bad"]:
         raise typer.Exit(1)  # with --repair too: corruption was found, even though it is now out of the way

@@ -150,6 +150,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         return link.train(store, cfg, reorder=reorder, upstream=upstream, format_version=FORMAT_VERSION,
                           also=ALSO_READS, derived=_derived(device), progress=progress)
     warm = _warm_start(store, cfg)
+    notes: list[str] = []  # lines for the log beside the artifact (a refused resume checkpoint)
 
     def build(builder: ArtifactBuilder) -> None:
         import torch
@@ -169,8 +170,11 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         # a policy's own training state (OUTRE's historical embeddings) is not in a checkpoint, and the ranks of
         # a data parallel run would have to resume together: those train from scratch after a kill
         stateless = source.train_hook is None and "world_size" not in _derived(device)
-        run_cfg, resumed = (resumable(store, cfg.dataset_name, builder.version, tcfg) if stateless
-                            else (tcfg, tcfg.resume))
+        run_cfg, resumed, refused = (resumable(store, cfg.dataset_name, builder.version, tcfg) if stateless
+                                     else (tcfg, tcfg.resume, ""))
+        if refused:  # a checkpoint that failed its digest: in the run summary, the MLflow run and the log
+            warnings.insert(0, f"resume checkpoint {refused}")
+            notes.append(f"resume checkpoint {refused}")
 
         def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
             if progress:
@@ -180,7 +184,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         tags = {"strata.dataset": cfg.dataset_name, "strata.model_version": builder.version,
                 "strata.policy": cfg.policy, "strata.chosen_policy": policy_cfg.policy, **artifact_tags(ancestors),
                 **Owner.me().tags(MLFLOW_OWNER_PREFIX),  # a later run fails this one if we are killed
-                **({"strata.resumed_from": resumed} if resumed else {})}
+                **({"strata.resumed_from": resumed} if resumed else {}),
+                **({"strata.resume_refused": refused} if refused else {})}
         try:
             with tracker.run(run_name=f"{cfg.dataset_name}-{builder.version}", tags=tags) as run_id:
                 tracker.log_params(run_params(cfg))  # the trainer logs the train section itself
@@ -216,32 +221,41 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
     result = materialize(store, cfg, "train", FORMAT_VERSION, upstream, build, also=ALSO_READS,
                          derived=_derived(device, warm))
     shutil.rmtree(store.resume_dir(cfg.dataset_name, "train", result.version), ignore_errors=True)  # done
+    result.notes.extend(notes)
     if warm is not None or cfg.train.warm_start != "none":
         result.notes.append(_warm_note(result, warm))
     return result
 
 
-def resumable(store: ArtifactStore, dataset: str, version: str, tcfg: Any) -> tuple[Any, str]:
+def resumable(store: ArtifactStore, dataset: str, version: str, tcfg: Any) -> tuple[Any, str, str]:
     """``tcfg`` set to checkpoint into the resume dir of this ``train`` version (unless it names its own
     ``checkpoint_path``), and to resume from the checkpoint a killed run left there (unless it names its own
-    ``resume``). Returns the config and the checkpoint resumed from ('' = none).
+    ``resume``). Returns the config, the checkpoint resumed from ('' = none) and why a checkpoint found there
+    was not resumed ('' = none was refused).
 
     The checkpoint lives under ``<root>/.tmp/resume/`` keyed by the artifact's version, so a rerun of the
-    same configuration finds it, and the stale-temp cleanup keeps it until the artifact is published.
+    same configuration finds it, and the stale-temp cleanup keeps it until the artifact is published. It is
+    resumed only when its bytes match the digest written beside it (``trainer.checkpoint``): one that does
+    not, or has none, is moved aside to ``<root>/.quarantine/`` and training starts from scratch.
     """
     if tcfg.checkpoint_path:
-        return tcfg, tcfg.resume
+        return tcfg, tcfg.resume, ""
     path = store.resume_dir(dataset, "train", version) / "checkpoint.pt"
-    resume = tcfg.resume
+    resume, refused = tcfg.resume, ""
     if not resume and path.is_file():
-        from trainer.checkpoint import load_checkpoint
+        from storage_kernels.integrity import quarantine
+        from trainer.checkpoint import CheckpointUnverified, load_checkpoint
 
         try:
-            load_checkpoint(path)
+            load_checkpoint(path)  # its digest first: a flipped bit in a tensor loads without complaint
             resume = str(path)
+        except CheckpointUnverified as e:  # never resumed; kept aside for inspection
+            moved = quarantine(store.root, path.parent, f"resume checkpoint refused: {e}")
+            where = f"moved to {moved}" if moved is not None else "already moved aside"
+            refused = f"{e}: not resumed, trained from scratch ({where})"
         except (ValueError, KeyError, OSError):  # unreadable: train from scratch rather than fail the stage
             path.unlink(missing_ok=True)
-    return dataclasses.replace(tcfg, checkpoint_path=str(path), resume=resume), resume
+    return dataclasses.replace(tcfg, checkpoint_path=str(path), resume=resume), resume, refused
 
 
 def _warm_start(store: ArtifactStore, cfg: PipelineConfig) -> WarmStart | None:

@@ -298,11 +298,15 @@ def export(store: ArtifactStore, cfg: PipelineConfig, *, upstream: dict[str, Art
 
 
 def _register(tracker: Any, run_id: str, name: str, train_art: Artifact, onnx_path: Path) -> dict[str, Any]:
-    """Log the ONNX model (MLflow's onnx flavor) into the training run and register it; the champion alias
-    moves when validation MRR improves."""
-    from pipelines.tracking.model_registry import MODEL_ARTIFACT, model_uri
+    """Log the ONNX model (MLflow's onnx flavor) into the training run and register it, with the digests of the
+    files logged (:mod:`pipelines.tracking.registry_digests`); the champion alias moves when validation MRR
+    improves."""
+    from pipelines.tracking.model_registry import EXPORT_DIR, MODEL_ARTIFACT, model_uri
+    from pipelines.tracking.registry_digests import digests_tag, tree_digests
+    from storage_kernels.arrays import file_checksum
 
     val_mrr = float(train_art.stats["val_mrr"])
+    source_digests: dict[str, str] = {}
 
     def save(path: Path, model: Any) -> None:
         import mlflow.onnx
@@ -311,11 +315,14 @@ def _register(tracker: Any, run_id: str, name: str, train_art: Artifact, onnx_pa
         mlflow.onnx.save_model(onnx.load(str(onnx_path)), str(path), mlflow_model=model,
                                metadata={"strata_dataset": train_art.dataset, "strata_task": "link",
                                          "strata_train_version": train_art.version, "val_mrr": val_mrr})
+        source_digests.update(tree_digests(path))  # the files uploaded, as written
 
     with tracker.attach(run_id):
         model_id = tracker.log_model_dir(save, name=MODEL_ARTIFACT, tags={"strata.train_version": train_art.version})
-        tracker.log_artifact(onnx_path, "export")
+        run_digests = {f"{EXPORT_DIR}/{onnx_path.name}": file_checksum(onnx_path)}
+        tracker.log_artifact(onnx_path, EXPORT_DIR)
     version, champion = tracker.register(run_id, name, None, val_mrr, model_id=model_id,
-                                         artifact_version=train_art.version)
+                                         artifact_version=train_art.version,
+                                         tags=digests_tag(source_digests, run_digests))
     return {"model_version": version, "champion_version": champion, "mlflow_model_id": model_id,
             "mlflow_model_uri": model_uri(name, version)}

@@ -5,7 +5,9 @@
 signature and an input example), copies the export files under the run's ``export/`` artifacts, and registers
 the logged model as a new version of the registered model, so that
 ``mlflow.pyfunc.load_model("models:/NAME@champion")`` and ``mlflow.onnx.load_model(...)`` load it. The
-``champion`` alias moves only when validation accuracy improves (``MlflowTracker.register``).
+``champion`` alias moves only when validation accuracy improves (``MlflowTracker.register``). The new version
+carries the digest of every file logged (:mod:`pipelines.tracking.registry_digests`), which ``strata verify`` and
+``strata models export`` check.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from pipelines.tracking.registry_digests import digests_tag, tree_digests
+from storage_kernels.arrays import file_checksum
 from storage_kernels.store import Artifact
 
-__all__ = ["MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_name_for", "model_uri"]
+__all__ = ["EXPORT_DIR", "MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_name_for", "model_uri"]
 
 
 def model_name_for(cfg: Any) -> str:
@@ -25,6 +29,8 @@ def model_name_for(cfg: Any) -> str:
 
 #: Name of the logged model inside a run (and of its artifact directory).
 MODEL_ARTIFACT = "model"
+#: Where the export files are copied among the training run's artifacts.
+EXPORT_DIR = "export"
 
 
 def champion_artifacts(root: str | Path) -> dict[str, str]:
@@ -55,17 +61,22 @@ def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact
     """Log the MLflow model of ``train`` (+ ``onnx_path``) into ``run_id``, register it; returns export stats
     (``model_version``, ``champion_version``, ``mlflow_model_id``, ``mlflow_model_uri``).
 
-    Idempotent per train artifact: when a version of ``model_name`` is already registered from
-    ``train.version``, nothing is logged or registered and that version (and its logged model) is returned.
+    The digest of every file logged (the model directory and the run's ``export/`` files) is recorded on the new
+    version (:mod:`pipelines.tracking.registry_digests`). Idempotent per train artifact: when a version of
+    ``model_name`` is already registered from ``train.version``, nothing is logged or registered and that
+    version (and its logged model) is returned.
     """
     from trainer.mlflow_model import save_mlflow_model
 
     val_acc = float(train.stats["val_acc"])
     metadata = {"strata_dataset": train.dataset, "strata_train_version": train.version, "val_acc": val_acc}
+    files = [onnx_path, *extra_files]
+    source_digests: dict[str, str] = {}
 
     def save(path: Path, model: Any) -> None:
         save_mlflow_model(path, model_json=train.file("model.json"), state_dict=train.file("state_dict.pt"),
                           onnx_path=onnx_path, mlflow_model=model, metadata=metadata)
+        source_digests.update(tree_digests(path))  # the files uploaded, as written
 
     # The store's lock (re-entrant) spans check, log and register: a second registration of the same train
     # artifact -- a rerun after a kill, or a concurrent run -- logs nothing and registers nothing.
@@ -81,10 +92,11 @@ def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact
             with tracker.attach(run_id):  # the finished training run gains its model and the export files
                 model_id = tracker.log_model_dir(save, name=MODEL_ARTIFACT,
                                                  tags={"strata.train_version": train.version})
-                tracker.log_artifact(onnx_path, "export")
-                for path in extra_files:
-                    tracker.log_artifact(path, "export")
+                run_digests = {f"{EXPORT_DIR}/{path.name}": file_checksum(path) for path in files}
+                for path in files:
+                    tracker.log_artifact(path, EXPORT_DIR)
             version, champion = tracker.register(run_id, model_name, None, val_acc, model_id=model_id,
-                                                 artifact_version=train.version)
+                                                 artifact_version=train.version,
+                                                 tags=digests_tag(source_digests, run_digests))
     return {"model_version": version, "champion_version": champion, "mlflow_model_id": model_id,
             "mlflow_model_uri": model_uri(model_name, version)}

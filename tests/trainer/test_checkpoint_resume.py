@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.checkpoint import load_checkpoint, save_checkpoint
+from trainer.checkpoint import CheckpointUnverified, load_checkpoint, save_checkpoint
 from trainer.config import TrainConfig
 from trainer.features import InMemoryFeatures
 from trainer.train import TrainResult, train
@@ -124,18 +124,22 @@ def test_checkpoint_every_needs_a_path_and_reaches_the_pipeline_config(dataset) 
 def test_foreign_and_truncated_files_are_rejected_and_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
     path = tmp_path / "ckpt.pt"
     path.write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointUnverified, match="expected a checksum in ckpt.pt.digest.json .got no such file"):
+        load_checkpoint(path)  # nothing without a digest is read
     with pytest.raises(ValueError, match="expected a strata-checkpoint-v2 checkpoint .got a file"):
-        load_checkpoint(path)
+        load_checkpoint(path, verify=False)
     torch.save([1, 2], path)
     with pytest.raises(ValueError, match="expected a strata-checkpoint-v2 checkpoint .got 'list'"):
-        load_checkpoint(path)
+        load_checkpoint(path, verify=False)
     save_checkpoint(path, {"format": "strata-checkpoint-v2", "x": torch.ones(2)})
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match="cannot read"):
+    with pytest.raises(CheckpointUnverified, match="expected checksum blake2b:"):
         load_checkpoint(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_checkpoint(path, verify=False)
     save_checkpoint(path, {"format": "strata-checkpoint-v2", "x": torch.ones(2)})
     with pytest.raises(Exception):  # noqa: B017 -- torch.save refuses a lambda; which error is torch's business
         save_checkpoint(path, {"format": "strata-checkpoint-v2", "f": lambda: 0})
-    assert torch.equal(load_checkpoint(path)["x"], torch.ones(2))  # the previous checkpoint is intact
+    assert torch.equal(load_checkpoint(path)["x"], torch.ones(2))  # the previous checkpoint is intact, and verifies
     assert not path.with_name(path.name + ".tmp").exists()

@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from storage_kernels.sampleset import SampleSet
+from trainer.checkpoint import digest_path
 from trainer.config import TrainConfig
 from trainer.distributed import DistributedRun, shard_batches
 from trainer.features import InMemoryFeatures, PackedFeatures
@@ -120,7 +121,8 @@ def test_two_ranks_stay_in_sync_and_match_the_averaged_gradient_reference(datase
         assert [m["rank_param_spread"] for m in r["epochs"]] == [0.0] * cfg.epochs
     assert ranks[0]["losses"] == ranks[1]["losses"] and ranks[0]["val_accs"] == ranks[1]["val_accs"]
     assert ranks[0]["bytes_read"] == ranks[1]["bytes_read"] > 0
-    assert list(ckpt.parent.iterdir()) == [ckpt]  # rank 0 wrote the checkpoint; nobody else wrote one
+    # rank 0 wrote the checkpoint (and its digest); nobody else wrote one
+    assert sorted(ckpt.parent.iterdir()) == [ckpt, digest_path(ckpt)]
 
     with PackedFeatures(packed_dir, dataset.samples, features_path=dataset.features_path) as source:
         model, losses, val_acc, io = _reference(cfg, dataset.samples, source, dataset.labels)

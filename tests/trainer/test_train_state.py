@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from trainer.checkpoint import save_checkpoint
 from trainer.config import TrainConfig
 from trainer.features import InMemoryFeatures
 from trainer.loader import BatchLoader
@@ -39,7 +40,7 @@ def test_checkpoint_round_trip_restores_every_field(tmp_path: Path) -> None:
     state.progress.loss_sum += 0.75
     state.progress.correct += 5
     state.progress.seen += 8
-    torch.save(state.to_checkpoint(), tmp_path / "ckpt.pt")
+    save_checkpoint(tmp_path / "ckpt.pt", state.to_checkpoint())
     draws = torch.rand(3)  # what dropout would draw next
 
     other = _state(1)
@@ -72,7 +73,7 @@ def test_resume_rejects_v1_checkpoints_with_the_reason(dataset, tmp_path: Path) 
           InMemoryFeatures(dataset.features), dataset.labels)
     ckpt = torch.load(path, weights_only=True)
     ckpt["format"] = "strata-checkpoint-v1"  # as written before mid-epoch checkpoints (no position inside it)
-    torch.save(ckpt, path)
+    save_checkpoint(path, ckpt)  # with its digest: refused for its format, not its bytes
     with pytest.raises(ValueError, match="expected a strata-checkpoint-v2 checkpoint .got 'strata-checkpoint-v1': "
                                          "written by a Strata before mid-epoch checkpoints"):
         train(dataclasses.replace(CFG, resume=str(path)), dataset.samples, InMemoryFeatures(dataset.features),
