@@ -127,6 +127,8 @@ class ArtifactCheck:
         f = self.bad[0]
         what = " ".join(part for part in (f.checked, f.expected) if part)
         text = f"'{self.path / f.name}' expected {what} (got {f.actual})"
+        if f.checked == "invariant":  # a stage check run beside the checksums: its own line
+            text = f"check '{f.name}' failed: {f.actual}"
         return text + (f" [{f.detail}]" if f.detail else "") + (
             f"; {len(self.bad) - 1} more bad file(s)" if len(self.bad) > 1 else "")
 
