@@ -196,12 +196,19 @@ def _as_csr(obj: Any, path: Path) -> sp.csr_matrix:
 
 
 def _as_onehot(obj: Any, path: Path) -> np.ndarray:
+    """A checked one-hot label matrix: 2-D, numeric, every value finite (argmax would take a NaN for the class)."""
     if not isinstance(obj, np.ndarray):
         raise ValueError(f"'{path}' expected a 2-D one-hot label matrix (got {type(obj).__name__})")
     arr = np.asarray(obj)
     if arr.ndim != 2:
         raise ValueError(f"'{path}' expected a 2-D one-hot label matrix (got shape {arr.shape})")
-    return _numeric(arr, path, "labels", ndim=2)
+    arr = _numeric(arr, path, "labels", ndim=2)
+    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        row = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
+        col = int(np.flatnonzero(~np.isfinite(arr[row]))[0])
+        raise ValueError(f"'{path}: labels[{row}]' expected a one-hot row of finite values (got {arr[row, col]} in "
+                         f"column {col})")
+    return arr
 
 
 def _read_test_index(path: Path) -> np.ndarray:
