@@ -21,7 +21,7 @@ One module per artifact checked: :mod:`~pipelines.checks.base` (:class:`Finding`
 first six modules' names.
 """
 
-from pipelines.checks.base import CheckInputs, Finding, StageCheck, quarantine_failed
+from pipelines.checks.base import CheckInputs, Finding, StageCheck, quarantine_failed, quarantined_copy
 from pipelines.checks.base import _batch_index as _batch_index  # tests read sample indexes with it
 from pipelines.checks.graph import (
     CSR_VALID,
@@ -53,6 +53,7 @@ __all__ = [
     "Finding",
     "StageCheck",
     "quarantine_failed",
+    "quarantined_copy",
     "check_csr",
     "check_features_finite",
     "check_permutation",

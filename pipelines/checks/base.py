@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from storage_kernels.integrity import quarantine
+from storage_kernels.integrity import QUARANTINE_NAME, quarantine
 from storage_kernels.locks import dataset_lock
 from storage_kernels.store import Artifact, ArtifactStore
 
-__all__ = ["CheckInputs", "Finding", "StageCheck", "quarantine_failed"]
+__all__ = ["CheckInputs", "Finding", "StageCheck", "quarantine_failed", "quarantined_copy"]
 
 _CHUNK = 1 << 22  # elements per streamed chunk (32 MiB of int64)
 
@@ -79,6 +79,15 @@ def quarantine_failed(artifact: Artifact, store: ArtifactStore, check: str, prob
     with dataset_lock(store.root, artifact.dataset):
         return quarantine(store.root, artifact.path, f"check '{artifact.stage}:{check}' failed: {problem}",
                           store.catalog)
+
+
+def quarantined_copy(artifact: Artifact, root: Path) -> Artifact | None:
+    """``artifact`` where another check of its stage quarantined it (its newest copy under ``.quarantine/``), or
+    None: the checks of a stage run as separate steps, and those after the one that failed still check the
+    same files there, so each reports its own finding instead of a missing directory."""
+    base = Path(root) / QUARANTINE_NAME / artifact.dataset / artifact.stage
+    copies = sorted(base.glob(f"{artifact.version}-*"), key=lambda p: p.stat().st_mtime)
+    return Artifact(copies[-1], manifest=artifact.manifest) if copies else None
 
 
 def _chunks(n: int, size: int = _CHUNK) -> Iterator[tuple[int, int]]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.checks import Finding, StageCheck, quarantine_failed
+from pipelines.checks import Finding, StageCheck, quarantine_failed, quarantined_copy
 from pipelines.core.formatting import Markdown, Url, format_bytes, markdown_table
 from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage
@@ -142,6 +142,8 @@ def _check_result(context: dg.AssetCheckExecutionContext, reporter: RunReporter,
         moved = quarantine_failed(artifact, store, check.name, detail)
         if moved is not None:
             detail += f" (quarantined to {moved}; the next run rebuilds it)"
+        else:
+            detail += " (quarantined by another check of it; the next run rebuilds it)"
     reporter.check_finished(stage.name, check.name, finding.passed, detail)
     if not finding.passed:
         context.log.error(f"{stage.name} {artifact.version}: check {check.name} failed: {detail}")
@@ -160,11 +162,12 @@ def _check_for(stage: Stage, check: StageCheck) -> dg.AssetChecksDefinition:
                reporter: dg.ResourceParam[RunReporter]) -> dg.AssetCheckResult:
         runner = strata.runner(context.log)
         artifact = runner.artifact(stage.name)
-        if not artifact.path.is_dir():  # another check of this stage failed and quarantined it
-            finding = Finding([f"'{artifact.path}' expected the artifact (got it quarantined by another failed "
-                               "check of its stage)"])
+        # another check of this stage failed and quarantined it: check the same files where they went
+        target = artifact if artifact.path.is_dir() else quarantined_copy(artifact, runner.store.root)
+        if target is None:
+            finding = Finding([f"'{artifact.path}' expected the artifact (got it moved away during the run)"])
         else:
-            finding = check.run(artifact, runner.store)
+            finding = check.run(target, runner.store)
         return _check_result(context, reporter, stage, artifact, check, finding, runner.store)
 
     return _check
