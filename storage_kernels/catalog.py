@@ -301,13 +301,15 @@ class Catalog:
 
     # ---------------------------------------------------------------------------------------- damage
 
-    def damage(self) -> str | None:
+    def damage(self, thorough: bool = True) -> str | None:
         """Why the catalog file is no usable DuckDB catalog (one phrase), or None: it reads, it is absent, or
         another process holds it right now (a file DuckDB could lock opened as a database).
 
-        Checks the header (0 bytes and foreign bytes fail here), then reads every table whole, so a corrupt
-        block or WAL fails as well (DuckDB checks each block's checksum as it reads it). A catalog is small:
-        kilobytes to a few megabytes.
+        Checks the header (0 bytes and foreign bytes fail here), opens the file and lists its tables (cut short, a
+        corrupt WAL or metadata block fail here), then, ``thorough``, reads every table whole, so a corrupt data
+        block fails as well (DuckDB checks each block's checksum as it reads it). Measured on the busy 2-core
+        machine: 0.1-1.4 s thorough, 0.06-0.5 s not, on a 0.8 MiB catalog; the check at the start of every run is
+        not thorough.
         """
         try:
             with open(self.db_path, "rb") as f:
@@ -324,7 +326,7 @@ class Catalog:
                 con = duckdb.connect(str(self.db_path))
             try:
                 tables = con.execute("SELECT table_name FROM information_schema.tables").fetchall()
-                for (table,) in tables:
+                for (table,) in tables if thorough else ():
                     con.execute(f'SELECT * FROM "{table}"').fetchall()
             finally:
                 con.close()
@@ -336,7 +338,7 @@ class Catalog:
             raise
         return None
 
-    def set_aside(self, why: str | None = None) -> tuple[Path, str] | None:
+    def set_aside(self, why: str | None = None, thorough: bool = True) -> tuple[Path, str] | None:
         """Move a damaged catalog file, and its WAL, to ``<name>.damaged-<UTC time>`` beside it (kept for
         inspection); the next write creates a fresh catalog. Returns (where it went, why), or None when the file
         is not damaged (absent included).
@@ -347,10 +349,10 @@ class Catalog:
         """
         from .locks import root_lock
 
-        if why is None and self.damage() is None:
+        if why is None and self.damage(thorough) is None:
             return None  # the usual answer, without taking the lock
         with root_lock(self.db_path.parent, "catalog"):
-            why = why or self.damage()
+            why = why or self.damage(thorough)
             if why is None or not self.db_path.exists():
                 return None
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
