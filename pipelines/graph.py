@@ -40,9 +40,10 @@ from pipelines.checks import (
 )
 from pipelines.checks.aligned import ALIGNED_LAYOUT
 from pipelines.checks.model import ACCURACY_RECORDED, EXPORT_FILES, ONNX_MATCHES_TORCH
+from pipelines.ops.content import CONTENT_CHECKS, ContentCheck
 from pipelines.stages import export, ingest, pack, partition, plan, reorder, sample, train
 from pipelines.stages.common import StageResult
-from storage_kernels.store import Artifact
+from storage_kernels.store import Artifact, ArtifactStore
 
 __all__ = ["GROUP_PREPROCESS", "GROUP_TRAINING", "STAGES", "STAGE_NAMES", "Stage", "get_stage", "until"]
 
@@ -147,3 +148,17 @@ def until(name: str) -> list[Stage]:
         if s.name in wanted:
             wanted.update(s.upstream)
     return [s for s in STAGES if s.name in wanted]
+
+
+def _content_checks(stage: Stage) -> ContentCheck:
+    """``stage``'s content checks (``StageCheck.quarantine``) as ``strata verify`` runs them: the failed ones."""
+
+    def failed(artifact: Artifact, store: ArtifactStore) -> list[tuple[str, str]]:
+        findings = [(c.name, c.run(artifact, store)) for c in stage.checks if c.quarantine]
+        return [(name, f.problems[0]) for name, f in findings if not f.passed]
+
+    return failed
+
+
+for _stage in STAGES:  # verify's registry (pipelines.ops.content) names this module its provider
+    CONTENT_CHECKS.register(_stage.name, _content_checks(_stage), replace=True)  # replace: a reload re-registers

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from pipelines.checks import Finding, StageCheck
+from pipelines.checks import Finding, StageCheck, quarantine_failed
 from pipelines.config import PipelineConfig
 from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage, get_stage, until
@@ -29,11 +30,15 @@ __all__ = ["CheckFailed", "StageRunner"]
 
 
 class CheckFailed(RuntimeError):
-    """A blocking check of ``stage`` failed on its artifact; nothing downstream was built."""
+    """A blocking check of ``stage`` failed on its artifact; nothing downstream was built. A content check's
+    artifact was quarantined (``moved_to``: where it went), so the next run rebuilds it."""
 
-    def __init__(self, stage: str, check: str, artifact: Artifact, problem: str) -> None:
-        super().__init__(f"check '{stage}:{check}' failed on {artifact.path}: {problem}")
+    def __init__(self, stage: str, check: str, artifact: Artifact, problem: str, moved_to: Path | None = None
+                 ) -> None:
+        moved = f" (quarantined to {moved_to}; the next run rebuilds it)" if moved_to is not None else ""
+        super().__init__(f"check '{stage}:{check}' failed on {artifact.path}: {problem}{moved}")
         self.stage, self.check, self.artifact, self.problem = stage, check, artifact, problem
+        self.moved_to = moved_to
 
 
 @dataclass(frozen=True)
@@ -98,13 +103,18 @@ class StageRunner:
     def run_until(self, name: str = STAGES[-1].name, progress: Callable[[Stage], Progress | None] | None = None,
                   checks: bool = True) -> list[StageResult]:
         """Every stage up to and including ``name``, in order; with ``checks``, each stage's checks run after it
-        and the first failing one raises :class:`CheckFailed` (nothing downstream is built)."""
+        and the first failing one raises :class:`CheckFailed` (nothing downstream is built; a content check's
+        artifact is quarantined first)."""
         results = []
         for stage in until(name):
             results.append(self.result(stage.name, progress(stage) if progress else None))
             if checks:
                 for outcome in self.check(stage.name):
                     if not outcome.finding.passed:
-                        raise CheckFailed(stage.name, outcome.check.name, self._results[stage.name].artifact,
-                                          outcome.finding.problems[0])
+                        artifact, problem = self._results[stage.name].artifact, outcome.finding.problems[0]
+                        moved = (quarantine_failed(artifact, self.store, outcome.check.name, problem)
+                                 if outcome.check.quarantine else None)
+                        if moved is not None:
+                            del self._results[stage.name]  # gone: this runner must not hand it out again
+                        raise CheckFailed(stage.name, outcome.check.name, artifact, problem, moved)
         return results

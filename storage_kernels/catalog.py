@@ -5,6 +5,11 @@ The catalog lives in ``<root>/catalog.duckdb`` (DDL in ``catalog.sql``). It is a
 every call opens its own short connection (never the module default connection), and a call that meets a
 lock held by another process retries with jittered exponential backoff for up to ``timeout_s`` seconds.
 Values always travel as ``?`` parameters; table names are constants of this module.
+
+A catalog file that is no readable DuckDB database (0 bytes, other bytes, a corrupt block or WAL) raises
+:class:`CatalogDamaged` on use, naming the file and the way out: :meth:`Catalog.rebuild_report` moves it aside
+(:meth:`Catalog.set_aside`: ``catalog.duckdb.damaged-<UTC time>``, kept for inspection) and rebuilds the index
+from the manifests; every ``strata run`` does the same at its start.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any, TypeVar
 
 import duckdb
 
-__all__ = ["DDL_PATH", "Catalog", "CatalogLockTimeout", "RebuildReport", "artifact_metrics"]
+__all__ = ["DAMAGED_SUFFIX", "DDL_PATH", "Catalog", "CatalogDamaged", "CatalogLockTimeout", "RebuildReport",
+           "artifact_metrics"]
 
 #: The schema, ``CREATE TABLE IF NOT EXISTS`` statements only.
 DDL_PATH = Path(__file__).with_name("catalog.sql")
@@ -32,10 +38,38 @@ _REBUILT_TABLES = ("files", "lineage", "artifacts")  # metrics are kept on rebui
 _MANIFEST_KEYS = ("dataset", "stage", "version", "files", "created_at")
 _FIRST_DELAY_S = 0.005
 _MAX_DELAY_S = 0.25
+#: What a damaged catalog file is renamed to (plus a UTC time), beside it: ``catalog.duckdb.damaged-<time>``.
+DAMAGED_SUFFIX = ".damaged-"
+_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file (after the main header's checksum)
+# What DuckDB says of a file it cannot read as a database; waiting never helps (unlike a lock), a rebuild does.
+_DAMAGE_MARKERS = ("not a valid duckdb database file", "corrupt", "computed checksum", "wal does not match",
+                   "this wal was created", "storage version", "database identifier", "could not read enough bytes")
 
 
 class CatalogLockTimeout(TimeoutError):
     """Another process held the catalog's lock for longer than the timeout."""
+
+
+class CatalogDamaged(ValueError):
+    """The catalog file is no readable DuckDB database; ``strata catalog rebuild`` moves it aside and rebuilds it."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"'{path}' expected a DuckDB catalog (got {why}); `strata catalog rebuild` moves it aside "
+                         "and rebuilds it from the manifests")
+        self.path, self.why = path, why
+
+
+def _first_line(e: BaseException) -> str:
+    line = next((part.strip() for part in str(e).splitlines() if part.strip()), type(e).__name__)
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _is_damage(e: BaseException) -> bool:
+    """True for errors of a file that is no readable DuckDB database (never a lock: that goes away by waiting)."""
+    if not isinstance(e, duckdb.Error) or _is_lock_conflict(e):
+        return False
+    text = str(e).lower()
+    return isinstance(e, duckdb.SerializationException) or any(m in text for m in _DAMAGE_MARKERS)
 
 
 def _ddl() -> str:
@@ -129,11 +163,13 @@ def artifact_metrics(stats: Mapping[str, Any], timings: Mapping[str, Any]) -> di
 @dataclass
 class RebuildReport:
     """What :meth:`Catalog.rebuild_report` did: artifacts indexed, manifests skipped (path, problem), metric
-    rows restored from manifests for artifacts that had none."""
+    rows restored from manifests for artifacts that had none, and where a damaged catalog file went (and why)."""
 
     indexed: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     metrics_restored: int = 0
+    moved_aside: Path | None = None
+    damage: str = ""
 
 
 _ARTIFACT_COLUMNS = "dataset, stage, version, path, bytes, created_at, format_version, library_version, params, stats"
@@ -179,6 +215,8 @@ class Catalog:
             try:
                 return attempt()
             except duckdb.Error as e:
+                if _is_damage(e):
+                    raise CatalogDamaged(self.db_path, _first_line(e)) from e
                 if not _is_lock_conflict(e):
                     raise
                 if time.monotonic() + delay > deadline:
@@ -260,6 +298,72 @@ class Catalog:
                 con.close()
 
         return self._retry(attempt)
+
+    # ---------------------------------------------------------------------------------------- damage
+
+    def damage(self, thorough: bool = True) -> str | None:
+        """Why the catalog file is no usable DuckDB catalog (one phrase), or None: it reads, it is absent, or
+        another process holds it right now (a file DuckDB could lock opened as a database).
+
+        Checks the header (0 bytes and foreign bytes fail here), opens the file and lists its tables (cut short, a
+        corrupt WAL or metadata block fail here), then, ``thorough``, reads every table whole, so a corrupt data
+        block fails as well (DuckDB checks each block's checksum as it reads it). Measured on the busy 2-core
+        machine: 0.1-1.4 s thorough, 0.06-0.5 s not, on a 0.8 MiB catalog; the check at the start of every run is
+        not thorough.
+        """
+        try:
+            with open(self.db_path, "rb") as f:
+                head = f.read(12)
+        except FileNotFoundError:
+            return None
+        if len(head) < 12 or head[8:12] != _MAGIC:
+            size = self.db_path.stat().st_size
+            return f"{size} bytes without the DuckDB header" if size else "an empty file (0 bytes)"
+        try:
+            try:
+                con = duckdb.connect(str(self.db_path), read_only=True)
+            except duckdb.ConnectionException:  # this process holds a read-write connection: share its instance
+                con = duckdb.connect(str(self.db_path))
+            try:
+                tables = con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+                for (table,) in tables if thorough else ():
+                    con.execute(f'SELECT * FROM "{table}"').fetchall()
+            finally:
+                con.close()
+        except duckdb.Error as e:
+            if _is_damage(e):
+                return _first_line(e)
+            if _is_lock_conflict(e):
+                return None
+            raise
+        return None
+
+    def set_aside(self, why: str | None = None, thorough: bool = True) -> tuple[Path, str] | None:
+        """Move a damaged catalog file, and its WAL, to ``<name>.damaged-<UTC time>`` beside it (kept for
+        inspection); the next write creates a fresh catalog. Returns (where it went, why), or None when the file
+        is not damaged (absent included).
+
+        Runs under the lock ``<dir>/.locks/catalog.lock`` and checks the file again there (:meth:`damage`), so
+        two processes that both found it damaged move it once, never the fresh one that replaced it. ``why``
+        skips that check: the caller has just failed on this file with a damage error (:meth:`rebuild_report`).
+        """
+        from .locks import root_lock
+
+        if why is None and self.damage(thorough) is None:
+            return None  # the usual answer, without taking the lock
+        with root_lock(self.db_path.parent, "catalog"):
+            why = why or self.damage(thorough)
+            if why is None or not self.db_path.exists():
+                return None
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            dest = self.db_path.with_name(f"{self.db_path.name}{DAMAGED_SUFFIX}{stamp}")
+            if dest.exists():
+                dest = dest.with_name(f"{dest.name}-{uuid.uuid4().hex[:6]}")
+            os.rename(self.db_path, dest)
+            wal = self.db_path.with_name(self.db_path.name + ".wal")
+            if wal.exists():
+                os.rename(wal, dest.with_name(dest.name + ".wal"))
+        return dest, why
 
     # ----------------------------------------------------------------------------------------- writes
 
@@ -388,9 +492,16 @@ class Catalog:
         skipped and reported (``strata verify --repair`` quarantines it), never aborting the rebuild. Metrics
         already recorded are kept; an artifact without any gets the rows its manifest holds
         (:func:`artifact_metrics`: numeric stats and timings, recorded at its ``created_at``).
+
+        Works whatever state the catalog file is in: a damaged one (:meth:`damage`; or one the rebuild itself
+        fails to read) is moved aside first (:meth:`set_aside`, in ``moved_aside``) and the index is rebuilt
+        in a fresh file, every metric row restored from the manifests.
         """
         root = Path(root)
         report = RebuildReport()
+        aside = self.set_aside()
+        if aside is not None:
+            report.moved_aside, report.damage = aside
         all_rows, all_metrics = [], []
         for mpath in sorted(root.glob("*/*/*/manifest.json")):
             art_dir = mpath.parent
@@ -428,7 +539,14 @@ class Catalog:
                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", restored)
             return len(restored)
 
-        report.metrics_restored = self._write(body)
+        try:
+            report.metrics_restored = self._write(body)
+        except CatalogDamaged as e:  # damage the check did not read (an index block, say): aside, then again
+            aside = self.set_aside(e.why) if report.moved_aside is None else None
+            if aside is None:
+                raise
+            report.moved_aside, report.damage = aside
+            report.metrics_restored = self._write(body)
         report.indexed = len(all_rows)
         return report
 

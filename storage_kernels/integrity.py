@@ -127,6 +127,8 @@ class ArtifactCheck:
         f = self.bad[0]
         what = " ".join(part for part in (f.checked, f.expected) if part)
         text = f"'{self.path / f.name}' expected {what} (got {f.actual})"
+        if f.checked == "invariant":  # a stage check run beside the checksums: its own line
+            text = f"check '{f.name}' failed: {f.actual}"
         return text + (f" [{f.detail}]" if f.detail else "") + (
             f"; {len(self.bad) - 1} more bad file(s)" if len(self.bad) > 1 else "")
 
@@ -240,11 +242,11 @@ def quarantine(root: Path, path: Path, reason: str, catalog: Any = None) -> Path
         note = {"from": str(path), "reason": reason, "quarantined_at": stamp, "pid": os.getpid()}
         (dest / "QUARANTINE.json").write_text(json.dumps(note, indent=2) + "\n", encoding="utf8")
     if catalog is not None and len(rel.parts) == 3:
-        from .catalog import CatalogLockTimeout
+        from .catalog import CatalogDamaged, CatalogLockTimeout
 
         try:
             catalog.forget_artifact(*rel.parts)
-        except (CatalogLockTimeout, OSError) as e:  # the files are out of the way; the index catches up later
+        except (CatalogLockTimeout, CatalogDamaged, OSError) as e:  # files moved; the index catches up later
             warnings.warn(f"'{catalog.db_path}' expected to drop {rel} (got {e}); run `strata catalog rebuild`",
                           RuntimeWarning, stacklevel=2)
     return dest

@@ -9,7 +9,9 @@ Two layers, no Dagster here:
   (:mod:`pipelines.graph`) lists each stage's checks; :mod:`pipelines.orchestration.assets` turns them into blocking
   Dagster asset checks, and :class:`pipelines.runner.StageRunner` can run them without Dagster.
 
-A failing check is blocking: nothing downstream of a broken artifact runs.
+A failing check is blocking: nothing downstream of a broken artifact runs. A failing content check (every check
+but the model's: ``StageCheck.quarantine``) also quarantines the artifact (:func:`quarantine_failed`),
+as a failed checksum does, so the next run rebuilds it; ``strata verify`` runs them too.
 
 One module per artifact checked: :mod:`~pipelines.checks.base` (:class:`Finding`, :class:`StageCheck`,
 :class:`CheckInputs` and the streaming helpers), :mod:`~pipelines.checks.graph` (ingest and reorder),
@@ -19,7 +21,7 @@ One module per artifact checked: :mod:`~pipelines.checks.base` (:class:`Finding`
 first six modules' names.
 """
 
-from pipelines.checks.base import CheckInputs, Finding, StageCheck
+from pipelines.checks.base import CheckInputs, Finding, StageCheck, quarantine_failed, quarantined_copy
 from pipelines.checks.base import _batch_index as _batch_index  # tests read sample indexes with it
 from pipelines.checks.graph import (
     CSR_VALID,
@@ -50,6 +52,8 @@ __all__ = [
     "CheckInputs",
     "Finding",
     "StageCheck",
+    "quarantine_failed",
+    "quarantined_copy",
     "check_csr",
     "check_features_finite",
     "check_permutation",

@@ -1,18 +1,22 @@
 """What every check is made of: :class:`Finding` (the outcome), :class:`StageCheck` (a named invariant of a
 stage's artifact) and :class:`CheckInputs` (the artifact and its upstream artifacts), plus the streaming helpers
-the invariants share (chunked ranges, range and coverage checks, segment tiling, the sample index)."""
+the invariants share (chunked ranges, range and coverage checks, segment tiling, the sample index), and
+:func:`quarantine_failed`: what becomes of an artifact that fails a content check."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from storage_kernels.integrity import QUARANTINE_NAME, quarantine
+from storage_kernels.locks import dataset_lock
 from storage_kernels.store import Artifact, ArtifactStore
 
-__all__ = ["CheckInputs", "Finding", "StageCheck"]
+__all__ = ["CheckInputs", "Finding", "StageCheck", "quarantine_failed", "quarantined_copy"]
 
 _CHUNK = 1 << 22  # elements per streamed chunk (32 MiB of int64)
 
@@ -49,14 +53,41 @@ class CheckInputs:
 
 @dataclass(frozen=True)
 class StageCheck:
-    """One blocking invariant of a stage's artifact: its name, what it asserts, and how it is evaluated."""
+    """One blocking invariant of a stage's artifact: its name, what it asserts, and how it is evaluated.
+
+    ``quarantine``: an artifact that fails it is quarantined (:func:`quarantine_failed`), as one that fails its
+    checksum is: a check of the data the artifact holds (NaN, ranges, coverage). The model checks keep theirs:
+    a rebuild means retraining, and a registered version points at it.
+    """
 
     name: str
     description: str
     evaluate: Callable[[CheckInputs], Finding]
+    quarantine: bool = True
 
     def run(self, artifact: Artifact, store: ArtifactStore) -> Finding:
         return self.evaluate(CheckInputs(artifact, store))
+
+
+def quarantine_failed(artifact: Artifact, store: ArtifactStore, check: str, problem: str) -> Path | None:
+    """Move an artifact that failed the content check ``check`` to ``<root>/.quarantine/`` and drop it from the
+    catalog, as :func:`storage_kernels.integrity.quarantine` does with one that fails its checksum: the next run
+    rebuilds it instead of failing on it again. Under the dataset's run lock (held already by the run itself).
+    Returns where it went, or None when it was gone already (quarantined by another check or process)."""
+    if not artifact.path.is_dir():
+        return None
+    with dataset_lock(store.root, artifact.dataset):
+        return quarantine(store.root, artifact.path, f"check '{artifact.stage}:{check}' failed: {problem}",
+                          store.catalog)
+
+
+def quarantined_copy(artifact: Artifact, root: Path) -> Artifact | None:
+    """``artifact`` where another check of its stage quarantined it (its newest copy under ``.quarantine/``), or
+    None: the checks of a stage run as separate steps, and those after the one that failed still check the
+    same files there, so each reports its own finding instead of a missing directory."""
+    base = Path(root) / QUARANTINE_NAME / artifact.dataset / artifact.stage
+    copies = sorted(base.glob(f"{artifact.version}-*"), key=lambda p: p.stat().st_mtime)
+    return Artifact(copies[-1], manifest=artifact.manifest) if copies else None
 
 
 def _chunks(n: int, size: int = _CHUNK) -> Iterator[tuple[int, int]]:

@@ -114,12 +114,16 @@ def catalog_show(
 @catalog_app.command("rebuild")
 def catalog_rebuild(root: str | None = RootOption) -> None:
     """Re-create the catalog's artifacts, files and lineage from the manifests; bad manifests are skipped and
-    reported, metrics are kept and restored from the manifests of artifacts that have none."""
+    reported, metrics are kept and restored from the manifests of artifacts that have none. A damaged catalog
+    file (not a DuckDB database, or corrupt) is moved aside to catalog.duckdb.damaged-<time> first."""
     paths = strata_paths(root)
     try:
         report = paths.catalog().rebuild_report(paths.root)
     except ValueError as e:
-        fail(str(e))
+        fail(str(e), code=2)
+    if report.moved_aside is not None:
+        err.print(Text.assemble(("damaged: ", "bold yellow"), f"{paths.catalog_path} ({report.damage}) moved to "
+                                f"{report.moved_aside}"), highlight=False)
     count = report.indexed
     for _path, problem in report.skipped:
         err.print(Text.assemble(("skipped: ", "bold yellow"), problem), highlight=False)

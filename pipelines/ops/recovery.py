@@ -1,4 +1,5 @@
-"""Clean up after runs that were killed: stale temp dirs, MLflow runs and Dagster runs left running.
+"""Clean up after runs that were killed: stale temp dirs, MLflow runs and Dagster runs left running; and repair a
+damaged catalog.
 
 A killed ``strata run`` cannot clean up after itself. Everything it leaves records its owner (pid, start time,
 host: :class:`storage_kernels.owner.Owner`): builder temp dirs in their names, MLflow runs in the tags
@@ -6,6 +7,11 @@ host: :class:`storage_kernels.owner.Owner`): builder temp dirs in their names, M
 :func:`recover`, called at the start of every ``strata run``, removes the temp dirs of dead owners and marks
 their MLflow runs ``FAILED`` and their Dagster runs failed (``DagsterInstance.report_run_failed``). Leftovers
 of live processes (a concurrent run) and of other hosts are never touched.
+
+The catalog is an index the manifests rebuild, so a run does not stop on a damaged one (0 bytes, other bytes, a
+corrupt block): :func:`recover` moves it aside (``catalog.duckdb.damaged-<time>``, kept for inspection) and
+rebuilds it as ``strata catalog rebuild`` does, under the catalog's lock (two runs that both find it damaged move
+it once: :meth:`storage_kernels.catalog.Catalog.set_aside`), and says so in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ if TYPE_CHECKING:
     from pipelines.core.paths import StrataPaths
 
 __all__ = ["DAGSTER_OWNER_PREFIX", "MLFLOW_OWNER_PREFIX", "Recovered", "fail_orphan_dagster_runs",
-           "fail_orphan_mlflow_runs", "recover"]
+           "fail_orphan_mlflow_runs", "recover", "repair_catalog"]
 
 MLFLOW_OWNER_PREFIX = "strata.owner."
 DAGSTER_OWNER_PREFIX = "strata/owner."
@@ -33,13 +39,15 @@ class Recovered:
     temp_dirs: int = 0
     mlflow_runs: int = 0
     dagster_runs: int = 0
+    catalog: str = ""  # what was done to a damaged catalog, or ""
 
     def message(self) -> str | None:
         """One line for the user, or None when nothing was left over."""
         parts = [f"{n} {what}" for n, what in ((self.temp_dirs, "stale temp dirs removed"),
                                               (self.mlflow_runs, "orphaned MLflow runs marked FAILED"),
                                               (self.dagster_runs, "orphaned Dagster runs marked failed")) if n]
-        return "recovered after a killed run: " + ", ".join(parts) if parts else None
+        said = ["recovered after a killed run: " + ", ".join(parts)] if parts else []
+        return "; ".join([*said, *([self.catalog] if self.catalog else [])]) or None
 
 
 def fail_orphan_mlflow_runs(tracking_uri: str) -> int:
@@ -80,10 +88,22 @@ def fail_orphan_dagster_runs(instance: Any) -> int:
     return failed
 
 
+def repair_catalog(paths: StrataPaths) -> str:
+    """Move a damaged catalog aside and rebuild it from the manifests; one line saying so, or "" when it was fine."""
+    catalog = paths.catalog()
+    aside = catalog.set_aside(thorough=False)  # header, open, tables: a rebuild or a read finds the rest
+    if aside is None:
+        return ""
+    report = catalog.rebuild_report(paths.root)
+    return (f"catalog {catalog.db_path} was damaged ({aside[1]}): moved to {aside[0].name}, rebuilt from "
+            f"{report.indexed} manifests")
+
+
 def recover(paths: StrataPaths, instance: Any = None) -> Recovered:
-    """Remove stale temp dirs and fail orphaned MLflow (and, given an ``instance``, Dagster) runs."""
+    """Remove stale temp dirs, fail orphaned MLflow (and, given an ``instance``, Dagster) runs, and repair a damaged
+    catalog (:func:`repair_catalog`)."""
     temp = paths.store().cleanup_tmp()
     db = paths.mlflow_dir / "mlflow.db"
     mlflow_runs = fail_orphan_mlflow_runs(paths.mlflow_tracking_uri) if db.exists() else 0
     dagster_runs = fail_orphan_dagster_runs(instance) if instance is not None else 0
-    return Recovered(temp, mlflow_runs, dagster_runs)
+    return Recovered(temp, mlflow_runs, dagster_runs, repair_catalog(paths))

@@ -2,7 +2,9 @@
 
 Artifacts are found from the manifests on disk (``<root>/<dataset>/<stage>/<version>/manifest.json``), not the
 catalog, so an artifact the catalog lost is checked too. Files are hashed by a thread pool (hashlib releases
-the GIL), all files of all artifacts in one queue, with a rich progress bar over bytes. Exit code 1 when any
+the GIL), all files of all artifacts in one queue, with a rich progress bar over bytes. In ``full`` mode the
+artifacts whose files match then get the content checks a run gives them (:mod:`pipelines.ops.content`: NaN
+features, ranges, coverage), so an artifact published with bad values is BAD too. Exit code 1 when any
 artifact is bad; ``--repair`` moves bad ones to ``<root>/.quarantine/`` and drops them from the catalog, so the
 next run rebuilds them.
 
@@ -28,6 +30,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pipelines.ops.content import LookingStore, content_checks
 from storage_kernels.integrity import (
     MODES,
     ArtifactCheck,
@@ -91,6 +94,14 @@ def verify_root(root: Path, dataset: str | None = None, mode: str = "full", thre
     for c in checks:
         if c.artifact is not None:
             c.files = [check_manifest(c.artifact), *(results[(id(c), n)] for n in sorted(c.artifact.files))]
+    if mode == "full":  # the invariants a run checks, on what the checksums passed (pipelines.ops.content)
+        looking, bad = LookingStore(root), {c.path for c in checks if c.status == "BAD"}
+        for c in checks:
+            art = c.artifact
+            if art is None or c.path in bad or any(Path(root, art.dataset, str(s), str(v)) in bad
+                                                    for s, v in art.upstream.items()):
+                continue  # its checks would read bad bytes (its own or an upstream's): the checksum said so
+            c.files.extend(content_checks(art, looking))
     quarantined: dict[str, str] = {}
     if repair:
         from storage_kernels.catalog import Catalog
@@ -116,8 +127,9 @@ def command(
     repair: bool = typer.Option(False, "--repair", help="Quarantine bad artifacts (moved to <root>/.quarantine/ "
                                 "and removed from the catalog); the next run rebuilds them. The registry's "
                                 "copies are reported, never changed."),
-    mode: str = typer.Option("full", "--mode", help="full: re-hash every file; sampled: size and sampled "
-                             "blocks (cheaper, misses changes outside the samples)."),
+    mode: str = typer.Option("full", "--mode", help="full: re-hash every file, then run each artifact's "
+                             "content checks (NaN, ranges); sampled: size and sampled blocks only (cheaper, misses "
+                             "changes outside the samples)."),
     threads: int = typer.Option(0, "--threads", help="Hashing threads (0: one per CPU, at most 8).", min=0),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:

@@ -20,14 +20,14 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.checks import Finding, StageCheck
+from pipelines.checks import Finding, StageCheck, quarantine_failed, quarantined_copy
 from pipelines.core.formatting import Markdown, Url, format_bytes, markdown_table
 from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage
 from pipelines.orchestration.resources import RunReporter, StrataResource
 from storage_kernels.catalog import artifact_metrics
 from storage_kernels.locks import dataset_lock
-from storage_kernels.store import Artifact
+from storage_kernels.store import Artifact, ArtifactStore
 
 __all__ = ["ALL_ASSETS", "ALL_CHECKS", "asset_for", "checks_for"]
 
@@ -134,8 +134,16 @@ def asset_for(stage: Stage) -> dg.AssetsDefinition:
 
 
 def _check_result(context: dg.AssetCheckExecutionContext, reporter: RunReporter, stage: Stage,
-                  artifact: Artifact, check: StageCheck, finding: Finding) -> dg.AssetCheckResult:
+                  artifact: Artifact, check: StageCheck, finding: Finding, store: ArtifactStore
+                  ) -> dg.AssetCheckResult:
     detail = finding.problems[0] if finding.problems else "ok"
+    moved = None
+    if not finding.passed and check.quarantine:  # a content check: the next run rebuilds it, as a bad checksum
+        moved = quarantine_failed(artifact, store, check.name, detail)
+        if moved is not None:
+            detail += f" (quarantined to {moved}; the next run rebuilds it)"
+        else:
+            detail += " (quarantined by another check of it; the next run rebuilds it)"
     reporter.check_finished(stage.name, check.name, finding.passed, detail)
     if not finding.passed:
         context.log.error(f"{stage.name} {artifact.version}: check {check.name} failed: {detail}")
@@ -144,7 +152,7 @@ def _check_result(context: dg.AssetCheckExecutionContext, reporter: RunReporter,
         passed=finding.passed,
         description=detail,
         metadata={"version": artifact.version, "path": dg.MetadataValue.path(str(artifact.path)),
-                  "problem": detail, **facts},
+                  "problem": detail, **facts, **({"quarantined_to": str(moved)} if moved is not None else {})},
     )
 
 
@@ -154,7 +162,13 @@ def _check_for(stage: Stage, check: StageCheck) -> dg.AssetChecksDefinition:
                reporter: dg.ResourceParam[RunReporter]) -> dg.AssetCheckResult:
         runner = strata.runner(context.log)
         artifact = runner.artifact(stage.name)
-        return _check_result(context, reporter, stage, artifact, check, check.run(artifact, runner.store))
+        # another check of this stage failed and quarantined it: check the same files where they went
+        target = artifact if artifact.path.is_dir() else quarantined_copy(artifact, runner.store.root)
+        if target is None:
+            finding = Finding([f"'{artifact.path}' expected the artifact (got it moved away during the run)"])
+        else:
+            finding = check.run(target, runner.store)
+        return _check_result(context, reporter, stage, artifact, check, finding, runner.store)
 
     return _check
 

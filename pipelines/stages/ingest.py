@@ -29,7 +29,7 @@ from storage_kernels.arrays import ArrayWriter, row_ranges
 from storage_kernels.halfwords import encode_rows, file_columns, file_dtype
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["FORMAT_VERSION", "open_source", "run", "summary"]
+__all__ = ["FORMAT_VERSION", "check_train_classes", "open_source", "run", "summary"]
 
 FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipelines.methods.sources.fingerprint)
 _DEDUPE_BLOCK_EDGES = 8_000_000
@@ -135,6 +135,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 "duplicate_edges_dropped": duplicates,
                 "feature_dim": source.feature_dim,
                 "num_classes": source.num_classes,
+                "max_label": int(source.labels.max()) if len(source.labels) else -1,
                 "feature_bytes": source.num_nodes * columns * file_dtype(dtype).itemsize,
                 "feature_dtype": dtype,
                 "max_degree": int(degrees.max()) if len(degrees) else 0,
@@ -151,7 +152,24 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
         if source.link_split is not None:  # the source's own edge split (pipelines.methods.sources.linksplit)
             builder.stats.update(write_link_split(builder, source.link_split, source.num_nodes))
 
-    return materialize(store, cfg, "ingest", FORMAT_VERSION, {}, build, derived=derived)
+    result = materialize(store, cfg, "ingest", FORMAT_VERSION, {}, build, derived=derived)
+    check_train_classes(cfg, result.artifact)
+    return result
+
+
+def check_train_classes(cfg: PipelineConfig, graph: Artifact) -> None:
+    """An explicit ``train.num_classes`` must cover every label of the graph: refused here, at the first stage of
+    every run (built or reused), not in torch once sampling, planning and packing are done."""
+    want = cfg.train.num_classes
+    if not want or cfg.train.task != "node":
+        return
+    top = graph.stats.get("max_label")
+    if top is None:  # an artifact written before the stat: its labels (N int64, streamed once)
+        labels = graph.array("labels.npy")
+        top = int(labels.max()) if len(labels) else -1
+    if want <= int(top):
+        raise ValueError(f"'train.num_classes' expected at least {int(top) + 1}, the largest label of "
+                         f"{cfg.dataset_name} + 1 (got {want}); 0 sizes the model from the labels")
 
 
 _SUMMARY_STATS = ("num_nodes", "num_edges", "feature_dim", "num_classes", "max_degree", "mean_degree")

@@ -47,8 +47,8 @@ def crafted_csr(data: Any, indices: Any, indptr: Any, shape: Any) -> sp.csr_matr
     return m
 
 
-def write_planetoid(directory: Path, name: str = "cora", **overrides: Any) -> Path:
-    """Write the files (``test_index=...`` overrides ``test.index``); returns ``directory``."""
+def write_planetoid(directory: Path, name: str = "cora", protocol: int = 3, **overrides: Any) -> Path:
+    """Write the files as pickles of ``protocol`` (``test_index=...`` overrides ``test.index``); returns the dir."""
     directory.mkdir(parents=True, exist_ok=True)
     objects = valid_objects()
     objects.update({("test.index" if k == "test_index" else k): v for k, v in overrides.items()})
@@ -57,5 +57,5 @@ def write_planetoid(directory: Path, name: str = "cora", **overrides: Any) -> Pa
         if key == "test.index":
             path.write_bytes(obj if isinstance(obj, bytes) else str(obj).encode())
         else:
-            path.write_bytes(obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=3))
+            path.write_bytes(obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=protocol))
     return directory

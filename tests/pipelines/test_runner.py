@@ -87,12 +87,39 @@ def test_nan_features_in_a_published_artifact_stop_the_run(tmp_path: Path) -> No
     # sources reject NaN when they are read; a NaN written into an artifact afterwards is the check's to catch
     store = StrataPaths.at(tmp_path).store()
     reorder = StageRunner(CFG, store).run_until("reorder")[-1].artifact
-    features = np.load(reorder.file("features.npy"), mmap_mode="r+")
-    features[7, 3] = np.nan
-    features.flush()
-    del features
+    _nan_at(reorder.file("features.npy"))
     runner = StageRunner(UNVERIFIED, store)
     with pytest.raises(CheckFailed, match=r"'reorder:features_finite'.*expected finite values \(got 1 NaN/inf; "
-                                          r"the first at row 7, column 3: nan\)"):
+                                          r"the first at row 7, column 3: nan\)") as info:
         runner.run_until("sample")
     assert "partition" not in runner._results  # nothing downstream of the broken artifact ran
+    # quarantined like an artifact that fails its checksum: out of the way and the catalog, rebuilt next time
+    moved = info.value.moved_to
+    assert moved is not None and (moved / "features.npy").is_file() and not reorder.path.exists()
+    assert store.catalog is not None and store.catalog.get(reorder.version, stage="reorder") is None
+    rebuilt = StageRunner(UNVERIFIED, store).run_until("sample")
+    assert [r.reused for r in rebuilt][:2] == [True, False]
+    assert rebuilt[1].artifact.files["features.npy"].checksum == reorder.files["features.npy"].checksum
+
+
+def test_a_failed_content_check_in_a_dagster_run_quarantines_its_artifact(tmp_path: Path) -> None:
+    store = StrataPaths.at(tmp_path).store()
+    reorder = StageRunner(CFG, store).run_until("reorder")[-1].artifact
+    _nan_at(reorder.file("features.npy"))
+    job = make_definitions(build_resources(str(tmp_path), UNVERIFIED)).resolve_job_def(STRATA_JOB)
+    selection = [dg.AssetKey(name) for name in ("ingest", "reorder", "partition")]
+    result = job.execute_in_process(asset_selection=selection, raise_on_error=False,
+                                    run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}})
+    assert not result.success
+    failed = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    # only the check that failed: the ones after it check the same files where they went, and pass
+    assert [(e.asset_key.to_user_string(), e.check_name) for e in failed] == [("reorder", "features_finite")]
+    assert "(quarantined to " in (failed[0].description or "") and not reorder.path.exists()
+    assert StageRunner(UNVERIFIED, store).run_until("partition")[1].reused is False  # rebuilt by the next run
+
+
+def _nan_at(path: Path, row: int = 7, column: int = 3) -> None:
+    features = np.load(path, mmap_mode="r+")
+    features[row, column] = np.nan
+    features.flush()
+    del features

@@ -30,7 +30,7 @@ from pipelines.methods.sources.base import DEFAULT_CHUNK_ROWS, EdgeChunk, GraphS
 from pipelines.methods.sources.files import PARQUET_SUFFIXES, CsvLayout, load_npy, random_split, raw_edges
 from pipelines.methods.sources.linksplit import SPLITS, LinkSplit, constant_feature_chunks, drop_self_loops
 from pipelines.methods.sources.nodelist import NodeIndex, named_edges, read_node_list, split_ids
-from pipelines.methods.sources.validate import check_feature_chunk
+from pipelines.methods.sources.validate import check_feature_chunk, derived_num_classes, integer_labels
 
 __all__ = ["EDGE_SUFFIXES", "edgelist_dir_source", "find_edge_file", "read_edge_file"]
 
@@ -126,14 +126,15 @@ def edgelist_dir_source(
 
     if labels is not None:
         y = np.asarray(load_npy(labels, "labels"))
-        if y.ndim != 1 or y.shape[0] != n or y.dtype.kind not in "iu":
+        if y.ndim != 1 or y.shape[0] != n or y.dtype.kind not in "iuf":
             raise ValueError(f"'{labels}' expected integer labels of shape ({n},) (got shape {y.shape}, "
                              f"dtype {y.dtype})")
-        y = y.astype(np.int64)
+        y = integer_labels(y, str(labels))
         files["labels"] = str(labels)
     else:  # a link-only graph: one class, so the node stages have seeds
         y = np.zeros(n, dtype=np.int64)
-    classes = int(num_classes) if num_classes is not None else max(int(y.max()) + 1, 1) if y.size else 1
+    where = files.get("labels", "labels")
+    classes = int(num_classes) if num_classes is not None else derived_num_classes(y, n, where)
     given = {"train_idx": train_idx, "val_idx": val_idx, "test_idx": test_idx}
     if all(v is None for v in given.values()):
         train, val, test = random_split(y, seed)

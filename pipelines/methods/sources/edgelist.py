@@ -43,7 +43,12 @@ from pipelines.methods.sources.files import (
 from pipelines.methods.sources.kinds import SOURCE_KINDS, SourceKind
 from pipelines.methods.sources.nodelist import NodeIndex, named_edges, read_node_list, split_ids
 from pipelines.methods.sources.options import parse_bool, parse_int, parse_str
-from pipelines.methods.sources.validate import check_edge_chunk, check_feature_chunk
+from pipelines.methods.sources.validate import (
+    check_edge_chunk,
+    check_feature_chunk,
+    derived_num_classes,
+    integer_labels,
+)
 
 __all__ = ["PARQUET_SUFFIXES", "RANDOM_SPLIT", "edgelist_source", "load_npy", "random_split"]
 
@@ -94,7 +99,7 @@ def edgelist_source(
         features, labels: ``.npy`` files.
         train_idx, val_idx, test_idx: ``.npy`` node-id files; all three or none (then a seeded random split).
         num_nodes: node count (default ``max id + 1``).
-        num_classes: class count (default ``max label + 1``).
+        num_classes: class count (default ``max label + 1``, at most the node count and 65,536).
         undirected: symmetrise; otherwise a row ``u,v`` is a directed edge ``u -> v``.
         seed: seed of the random split.
         chunk_rows: feature rows per chunk (fewer for wide features: ``feature_chunk_rows``).
@@ -133,10 +138,8 @@ def edgelist_source(
         raise ValueError(f"'{labels}' expected a 1-D array of labels (got shape {y.shape})")
     if y.shape[0] != n:
         raise ValueError(f"'{labels}' expected {n} labels ({counted}) (got {y.shape[0]})")
-    if y.dtype.kind not in "iu":
-        raise ValueError(f"'{labels}' expected integer labels (got dtype {y.dtype})")
-    y = np.asarray(y, dtype=np.int64)
-    classes = int(num_classes) if num_classes is not None else max(int(y.max()) + 1, 1) if y.size else 1
+    y = integer_labels(y, str(labels))
+    classes = int(num_classes) if num_classes is not None else derived_num_classes(y, n, str(labels))
 
     given = {"train_idx": train_idx, "val_idx": val_idx, "test_idx": test_idx}
     files = {"source": str(path), "edges": str(path), "features": str(features), "labels": str(labels)}

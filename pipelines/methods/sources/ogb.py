@@ -31,6 +31,7 @@ from pipelines.methods.sources.ogbfiles import (
     read_csv_column,
 )
 from pipelines.methods.sources.options import parse_bool, parse_int, parse_str
+from pipelines.methods.sources.validate import derived_num_classes
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "find_csv", "ogb_source", "read_csv_column"]
 
@@ -49,7 +50,7 @@ def ogb_source(
         split: the folder under ``split/`` to use; may be omitted when there is exactly one.
         undirected: symmetrise the edges (OGB's usual preprocessing); otherwise a line ``u,v`` is a directed
             edge ``u -> v``.
-        num_classes: override ``max(label) + 1``.
+        num_classes: override ``max(label) + 1`` (bounded by the node count and 65,536 when not given).
         block_bytes: CSV bytes per streamed block.
     """
     directory = Path(directory)
@@ -78,12 +79,13 @@ def ogb_source(
         raise ValueError(f"'{label_path}' expected {num_nodes} lines, one per node (got {len(raw_labels)})")
     unlabelled = np.isnan(raw_labels)
     labelled = raw_labels[~unlabelled]
-    whole = labelled == np.floor(labelled)
+    whole = (labelled == np.floor(labelled)) & (np.abs(labelled) < 2.0**53)  # inf and 1e300 are no class either
     if not whole.all():
         bad = int(np.flatnonzero(~unlabelled)[np.flatnonzero(~whole)[0]])
         raise ValueError(f"'{label_path}: labels[{bad}]' expected an integer class (got {raw_labels[bad]})")
     labels = np.where(unlabelled, -1, raw_labels).astype(np.int64)
-    classes = int(num_classes) if num_classes is not None else int(labels.max()) + 1 if labelled.size else 1
+    classes = (int(num_classes) if num_classes is not None
+               else derived_num_classes(labels, num_nodes, str(label_path)))
 
     split_root = directory / "split"
     names = sorted(p.name for p in split_root.iterdir() if p.is_dir()) if split_root.is_dir() else []

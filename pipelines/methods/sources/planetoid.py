@@ -1,8 +1,9 @@
 """Planetoid citation graphs (Cora, CiteSeer, PubMed) from the original ``ind.<name>.<key>`` files.
 
-The binary files are Python 2 pickles. Unpickling runs code chosen by the file, so they are read with
-:class:`RestrictedUnpickler`, which admits only the few NumPy / SciPy / builtin callables these files
-reference and raises :class:`pickle.UnpicklingError` naming anything else.
+The binary files are pickles (Python 2 ones in the original release; rewritten ones of any protocol, 0-5).
+Unpickling runs code chosen by the file, so they are read with :class:`RestrictedUnpickler`, which admits only
+the NumPy / SciPy / builtin callables that arrays, sparse matrices and neighbour dicts are pickled with under
+those protocols and raises :class:`pickle.UnpicklingError` naming anything else.
 
 Assembly follows the GCN reference code and PyG's ``read_planetoid_data``: features = ``vstack(allx, tx)``
 with the test rows put at the ids listed in ``test.index``; train = ``range(len(y))``, val = the next 500
@@ -49,14 +50,64 @@ def _numpy_reconstruct() -> Callable[..., Any]:
     return _reconstruct
 
 
-# (module, name) as written in the pickle -> the object it may resolve to. Nothing else is admitted.
+def _numpy_core(module: str, name: str) -> Callable[[], Any]:
+    """A NumPy reconstruction helper from ``numpy._core.<module>`` (NumPy >= 2) or ``numpy.core.<module>``."""
+
+    def resolve() -> Any:
+        import importlib
+
+        try:
+            return getattr(importlib.import_module(f"numpy._core.{module}"), name)
+        except ImportError:  # pragma: no cover - NumPy 1.x
+            return getattr(importlib.import_module(f"numpy.core.{module}"), name)
+
+    return resolve
+
+
+def _latin1(text: Any, encoding: str = "latin1", errors: str = "strict") -> bytes:
+    """``_codecs.encode`` as pickles of protocol 0-2 write ``bytes`` (an array's buffer, a dtype code): latin-1
+    text only. Another codec (zlib, bz2, ...) is no bytes literal and could inflate a few bytes into gigabytes."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise pickle.UnpicklingError(f"'_codecs.encode' expected latin1 text (got {type(text).__name__}, "
+                                     f"{str(encoding)[:20]!r})")
+    return text.encode("latin1")
+
+
+def _empty_bytes(*args: Any) -> bytes:
+    """``bytes()`` as protocol 0-2 pickles write an empty ``bytes``; nothing else (``bytes(10**12)`` allocates)."""
+    if args:
+        raise pickle.UnpicklingError(f"'bytes' expected no arguments (got {len(args)})")
+    return b""
+
+
+def _copyreg_reconstructor() -> Callable[..., Any]:
+    import copyreg
+
+    return copyreg._reconstructor  # type: ignore[attr-defined]
+
+
+# (module, name) as written in the pickle -> the object it may resolve to. Nothing else is admitted. NumPy and
+# SciPy write these for arrays, dtypes, scalars and sparse matrices under every pickle protocol: 0-2 spell bytes
+# as _codecs.encode(text, "latin1") (bytes() when empty) and objects without NEWOBJ through
+# copyreg._reconstructor; 5 writes contiguous arrays as numpy's _frombuffer of an in-band buffer.
 _ALLOWED: dict[tuple[str, str], Callable[[], Any]] = {
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
     ("numpy.core.multiarray", "_reconstruct"): _numpy_reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _numpy_reconstruct,
+    ("numpy.core.multiarray", "scalar"): _numpy_core("multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"): _numpy_core("multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"): _numpy_core("numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"): _numpy_core("numeric", "_frombuffer"),
     ("scipy.sparse.csr", "csr_matrix"): lambda: _sparse().csr_matrix,
     ("scipy.sparse._csr", "csr_matrix"): lambda: _sparse().csr_matrix,
+    ("copyreg", "_reconstructor"): _copyreg_reconstructor,
+    ("copy_reg", "_reconstructor"): _copyreg_reconstructor,
+    ("_codecs", "encode"): lambda: _latin1,
+    ("__builtin__", "bytes"): lambda: _empty_bytes,
+    ("builtins", "bytes"): lambda: _empty_bytes,
+    ("__builtin__", "object"): lambda: object,
+    ("builtins", "object"): lambda: object,
     ("__builtin__", "list"): lambda: list,
     ("builtins", "list"): lambda: list,
     ("collections", "defaultdict"): lambda: __import__("collections").defaultdict,
@@ -145,12 +196,19 @@ def _as_csr(obj: Any, path: Path) -> sp.csr_matrix:
 
 
 def _as_onehot(obj: Any, path: Path) -> np.ndarray:
+    """A checked one-hot label matrix: 2-D, numeric, every value finite (argmax would take a NaN for the class)."""
     if not isinstance(obj, np.ndarray):
         raise ValueError(f"'{path}' expected a 2-D one-hot label matrix (got {type(obj).__name__})")
     arr = np.asarray(obj)
     if arr.ndim != 2:
         raise ValueError(f"'{path}' expected a 2-D one-hot label matrix (got shape {arr.shape})")
-    return _numeric(arr, path, "labels", ndim=2)
+    arr = _numeric(arr, path, "labels", ndim=2)
+    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        row = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
+        col = int(np.flatnonzero(~np.isfinite(arr[row]))[0])
+        raise ValueError(f"'{path}: labels[{row}]' expected a one-hot row of finite values (got {arr[row, col]} in "
+                         f"column {col})")
+    return arr
 
 
 def _read_test_index(path: Path) -> np.ndarray:

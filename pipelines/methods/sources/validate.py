@@ -4,6 +4,11 @@ Every error is a ``ValueError`` whose message names the file (or source) and the
 ``"'{file}: {field}[{index}]' expected X (got Y)"``. Edge and feature checks are per chunk, so they run as the
 data stream past (:func:`validate_source` wraps a source's chunk iterators); the whole-array checks (labels,
 splits) are vectorised and run once.
+
+Labels are integers in ``[0, C)``, ``-1`` for unlabelled, and at least one node is labelled. ``C`` is the source's
+class count: stated (the ``num_classes`` option, a Planetoid file's one-hot width, a synthetic graph's
+``classes``) or, for labels given without one, the largest label + 1, bounded by :func:`max_derived_classes`
+(:func:`derived_num_classes`). Float label arrays are read when every value is whole (:func:`integer_labels`).
 """
 
 from __future__ import annotations
@@ -15,13 +20,24 @@ import numpy as np
 from pipelines.methods.sources.base import EdgeChunk, GraphSource
 
 __all__ = [
+    "MAX_DERIVED_CLASSES",
     "check_edge_chunk",
     "check_feature_chunk",
     "check_labels",
+    "derived_num_classes",
+    "integer_labels",
+    "max_derived_classes",
     "check_split",
     "check_splits",
     "validate_source",
 ]
+
+
+#: Labels given without a class count: the largest label + 1 is the count, and it may be at most this (and at most
+#: the node count). A label of 100,000 on a 300-node graph is a typo or an id, not a class, and a model sized by it
+#: is 100,001 classes wide (a 4 GB checkpoint at 10^6, a 1 TiB request at 2^31-1). The source option
+#: ``num_classes`` (``--set ingest.options.num_classes=C``) states the count and lifts this bound.
+MAX_DERIVED_CLASSES = 65_536
 
 
 def _thing(where: str, field: str, index: int | None = None) -> str:
@@ -119,6 +135,54 @@ def check_labels(labels: np.ndarray, num_nodes: int, num_classes: int, where: st
             f"{_thing(where, 'labels', bad)} expected a class in [-1, {num_classes}) (got {arr[bad]})"
         )
     return arr
+
+
+def max_derived_classes(num_nodes: int) -> int:
+    """The most classes labels may imply without an explicit count: the node count, at most
+    :data:`MAX_DERIVED_CLASSES` (a graph of N nodes cannot carry more than N classes)."""
+    return max(1, min(int(num_nodes), MAX_DERIVED_CLASSES))
+
+
+def derived_num_classes(labels: np.ndarray, num_nodes: int, where: str) -> int:
+    """The class count of labels given without one: the largest label + 1 (1 when none is labelled).
+
+    Raises:
+        ValueError: a label of :func:`max_derived_classes` or more, naming the first and the option that states
+            a larger count.
+    """
+    arr = np.asarray(labels)
+    limit = max_derived_classes(num_nodes)
+    top = int(arr.max()) if arr.size else -1
+    if top >= limit:
+        i = int(np.flatnonzero(arr >= limit)[0])
+        raise ValueError(f"{_thing(where, 'labels', i)} expected a class in [0, {limit}), at most the node count "
+                         f"and {MAX_DERIVED_CLASSES:,} (got {arr[i]}); with more classes, state how many: "
+                         "--set ingest.options.num_classes=C")
+    return max(top + 1, 1)
+
+
+def integer_labels(values: np.ndarray, where: str) -> np.ndarray:
+    """Labels as int64 (``-1`` = unlabelled): an integer array, or a float one whose values are all whole (pandas
+    and many exporters write labels as float).
+
+    Raises:
+        ValueError: another dtype, or the first NaN, infinite, fractional or out-of-int64 label, by row.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        i = int(np.argmax(arr))
+        raise ValueError(f"{_thing(where, 'labels', i)} expected an integer class (got {arr[i]})")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind != "f":
+        raise ValueError(f"{_thing(where, 'labels')} expected integer labels (got dtype {arr.dtype})")
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(arr) | (arr != np.floor(arr)) | (np.abs(arr) >= 2.0**53)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{_thing(where, 'labels', i)} expected an integer class, or -1 for unlabelled "
+                         f"(got {arr[i]})")
+    return arr.astype(np.int64)
 
 
 def check_split(name: str, idx: np.ndarray, num_nodes: int, labels: np.ndarray, where: str) -> np.ndarray:
@@ -227,6 +291,9 @@ def validate_source(source: GraphSource) -> GraphSource:
             f"{_thing(where, 'num_classes')} expected a positive integer (got {source.num_classes})"
         )
     labels = check_labels(source.labels, source.num_nodes, source.num_classes, source.where("labels"))
+    if not (labels >= 0).any():  # nothing to train or evaluate on: say so here, not stages later at sample
+        raise ValueError(f"{_thing(source.where('labels'), 'labels')} expected at least one labelled node, a class "
+                         f">= 0 (got {len(labels)} labels, all -1: unlabelled)")
     train, val, test = check_splits(
         source.train_idx,
         source.val_idx,

@@ -68,6 +68,30 @@ def test_catalog_rebuild_empty_root(tmp_path: Path) -> None:
     assert "indexed 0 artifacts" in result.stdout
 
 
+@pytest.mark.parametrize("content", [b"", bytes(range(256)) * 64], ids=["0 bytes", "other bytes"])
+def test_catalog_rebuild_moves_a_damaged_catalog_aside(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "catalog.duckdb").write_bytes(content)
+    listed = runner.invoke(app, ["catalog", "ls", "--root", str(tmp_path)])
+    assert listed.exit_code == 2
+    assert listed.stderr.count("\n") == 1 and "`strata catalog rebuild` moves it aside" in listed.stderr
+    result = runner.invoke(app, ["catalog", "rebuild", "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "damaged: " in result.stderr and "moved to" in result.stderr
+    assert "indexed 0 artifacts" in result.stdout
+    (aside,) = tmp_path.glob("catalog.duckdb.damaged-*")
+    assert aside.read_bytes() == content
+    assert runner.invoke(app, ["catalog", "ls", "--root", str(tmp_path), "--json"]).exit_code == 0
+
+
+def test_a_run_repairs_a_damaged_catalog_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "catalog.duckdb").write_bytes(b"not a database")
+    result = runner.invoke(app, ["ingest", "--dataset", "tiny", "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "catalog.duckdb was damaged" in result.stderr and "moved to catalog.duckdb.damaged-" in result.stderr
+    listed = runner.invoke(app, ["catalog", "ls", "--root", str(tmp_path), "--json"])
+    assert [json.loads(line)["stage"] for line in listed.stdout.splitlines()] == ["ingest"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

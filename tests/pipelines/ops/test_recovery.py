@@ -4,6 +4,7 @@ artifact is registered once however often registration is asked for."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -140,3 +141,19 @@ def test_a_ui_launched_run_claims_itself_and_recovers(tmp_path: Path) -> None:
         tags = instance.get_run_by_id(result.run_id).tags
         assert Owner.from_tags(dict(tags), DAGSTER_OWNER_PREFIX) == Owner.me()
         assert instance.get_run_by_id(dead).status == DagsterRunStatus.FAILURE
+
+
+def test_recover_moves_a_damaged_catalog_aside_and_rebuilds_it(tmp_path: Path) -> None:
+    paths = StrataPaths.at(tmp_path)
+    store = paths.store()
+    version = store.version_for("graph", 1, {}, {})
+    with store.builder("ds", "graph", version, {}, {}, format_version=1) as b:
+        b.add_file("blob.bin").write_bytes(b"x")
+        b.publish()
+    paths.catalog_path.write_bytes(b"")  # what a full disk or a careless `>` leaves
+    message = recover(paths).message()
+    assert message is not None and re.fullmatch(
+        r"catalog \S+catalog\.duckdb was damaged \(an empty file \(0 bytes\)\): moved to "
+        r"catalog\.duckdb\.damaged-\d{8}T\d{6}Z, rebuilt from 1 manifests", message), message
+    assert [a["version"] for a in paths.catalog().list_artifacts()] == [version]
+    assert recover(paths) == Recovered()  # repaired: nothing to say the next time

@@ -1,5 +1,6 @@
 """Corruption never spreads: byte flips in every artifact kind are caught on reuse, quarantined and rebuilt;
-``strata verify`` finds and repairs them; ``catalog rebuild`` survives a broken manifest and restores metrics;
+``strata verify`` finds and repairs them; NaN features whose manifest matches fail a content check, on use and in
+``verify``, and are quarantined and rebuilt too; ``catalog rebuild`` survives a broken manifest and restores metrics;
 a source rewritten with the same size and mtime is ingested again.
 
 One small synthetic graph is built through ``pack`` once per module; every case works on a copy of that root.
@@ -19,9 +20,10 @@ from typer.testing import CliRunner
 from pipelines.cli import app
 from pipelines.config import PipelineConfig
 from pipelines.core.paths import StrataPaths
-from pipelines.runner import StageRunner
+from pipelines.runner import CheckFailed, StageRunner
 from pipelines.stages import ingest
 from storage_kernels.arrays import file_checksum
+from storage_kernels.digests import integrity_record, manifest_digest
 from storage_kernels.integrity import QUARANTINE_NAME, ArtifactCorrupted
 from storage_kernels.store import Artifact
 from tests.pipelines.source_fixtures import hand_graph
@@ -227,3 +229,61 @@ def test_a_manifest_deleted_by_hand_is_found_quarantined_and_rebuilt(pristine: d
     repaired = cli.invoke(app, ["verify", "--root", str(root), "--repair", "--json"])
     assert repaired.exit_code == 1 and len(json.loads(repaired.stdout)["quarantined"]) == 1
     assert _run(root) == {s: s != "partition" for s in STAGES}  # the same version again: downstream reused
+
+
+def _nan_with_a_matching_manifest(root: Path, art: Artifact) -> Path:
+    """Write a NaN into the copy of ``art``'s features and redo its manifest's digests, as a NaN written before
+    publishing would be: every checksum matches, only the content checks can see it. Returns the copy's path."""
+    path = root / art.path.relative_to(art.path.parents[2])
+    features = np.load(path / "features.npy", mmap_mode="r+")
+    features[3, 1] = np.nan
+    features.flush()
+    del features
+    mpath = path / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    for f in manifest["files"]:
+        f["checksum"] = file_checksum(path / f["name"])
+    manifest["integrity"] = integrity_record(path, [f["name"] for f in manifest["files"]])
+    manifest["manifest_digest"] = manifest_digest(manifest)
+    mpath.write_text(json.dumps(manifest))
+    return path
+
+
+def test_nan_features_with_a_matching_manifest_are_quarantined_on_use_and_rebuilt(
+        pristine: dict[str, Artifact], tmp_path: Path) -> None:
+    root = _copy(pristine, tmp_path)
+    art = pristine["reorder"]
+    path = _nan_with_a_matching_manifest(root, art)
+    runner = StageRunner(CFG, StrataPaths.at(root).store())
+    with pytest.raises(CheckFailed, match=r"'reorder:features_finite' failed on .*expected finite values \(got 1 "
+                                          r"NaN/inf; the first at row 3, column 1: nan\) \(quarantined to ") as info:
+        runner.run_until("sample")
+    moved = info.value.moved_to
+    assert moved is not None and moved.is_relative_to(root / QUARANTINE_NAME) and not path.exists()
+    assert "features_finite" in json.loads((moved / "QUARANTINE.json").read_text())["reason"]
+    assert "partition" not in runner._results
+    assert StrataPaths.at(root).catalog().get(art.version, stage="reorder") is None
+
+    assert _run(root) == {s: s != "reorder" for s in STAGES}  # the next run rebuilds it, bit for bit
+    assert file_checksum(path / "features.npy") == art.files["features.npy"].checksum
+    assert StageRunner(CFG, StrataPaths.at(root).store()).run_until("sample")  # and its checks pass
+
+
+def test_verify_runs_the_content_checks_and_repair_quarantines(pristine: dict[str, Artifact],
+                                                                tmp_path: Path) -> None:
+    root = _copy(pristine, tmp_path)
+    path = _nan_with_a_matching_manifest(root, pristine["reorder"])
+    result = cli.invoke(app, ["verify", "--root", str(root), "--json"])
+    assert result.exit_code == 1, result.output
+    rows = {r["stage"]: r for r in json.loads(result.stdout)["results"]}
+    assert {s: r["status"] for s, r in rows.items()} == {s: "BAD" if s == "reorder" else "OK" for s in STAGES}
+    assert rows["reorder"]["problem"] == (f"check 'reorder:features_finite' failed: '{path}/features.npy' expected "
+                                          "finite values (got 1 NaN/inf; the first at row 3, column 1: nan)")
+    sampled = cli.invoke(app, ["verify", "--root", str(root), "--mode", "sampled", "--json"])
+    assert sampled.exit_code == 0  # sampled mode reads blocks only: it cannot see values
+
+    repaired = cli.invoke(app, ["verify", "--root", str(root), "--repair", "--json"])
+    assert repaired.exit_code == 1 and list(json.loads(repaired.stdout)["quarantined"]) == [str(path)]
+    assert _run(root) == {s: s != "reorder" for s in STAGES}
+    again = cli.invoke(app, ["verify", "--root", str(root), "--json"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["ok"] == len(STAGES)
