@@ -39,6 +39,7 @@ from pydantic.fields import FieldInfo
 
 from pipelines.budget import fill_from_budget
 from pipelines.core.confine import parse_bytes
+from pipelines.core.errors import explain_validation
 from pipelines.core.sections import SEED_BOUNDS, Bytes, Section, is_section, section_fields
 from pipelines.methods.orders import REORDER_STRATEGIES
 from pipelines.methods.orders.settings import ReorderConfig
@@ -303,7 +304,7 @@ class PipelineConfig(Section):
         try:
             return cls.model_validate(dict(data))
         except ValidationError as e:
-            raise ValueError("invalid Strata config: " + "; ".join(_explain(err) for err in e.errors())) from e
+            raise ValueError(explain_validation(e.errors())) from e
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -381,29 +382,6 @@ def dataset_slug(spec: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9]+", "-", Path(rest).name if kind != "synthetic" else rest).strip("-")[:24]
     digest = hashlib.sha256(spec.encode()).hexdigest()[:8]
     return "-".join(p for p in (re.sub(r"[^A-Za-z0-9]+", "", kind), stem, digest) if p)
-
-
-def _explain(error: Mapping[str, Any]) -> str:
-    """One pydantic error as ``'section.key' expected ... (got ...)``."""
-    loc = ".".join(str(part) for part in error.get("loc", ()))
-    kind, message = error.get("type", ""), str(error.get("msg", ""))
-    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
-        return f"'{loc}' expected a known setting (got an unknown key; `strata config show` lists them)"
-    if kind == "value_error":
-        text = message.removeprefix("Value error, ")
-        return text if text.startswith("'") else f"'{loc}' expected {text}"
-    got = error.get("input")
-    bound = _BOUNDS.get(kind)
-    ctx = error.get("ctx") or {}
-    if bound is not None and bound[1] in ctx:
-        return f"'{loc}' expected {bound[0]} {ctx[bound[1]]} (got {got!r})"
-    return f"'{loc}' expected {message[:1].lower() + message[1:]} (got {got!r})"
-
-
-# pydantic's constraint errors, as "expected >= 1 (got 0)": error type -> (operator, key of its ctx)
-_BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
-           "less_than_equal": ("<=", "le"), "string_too_short": ("a length >=", "min_length"),
-           "string_too_long": ("a length <=", "max_length"), "string_pattern_mismatch": ("a match of", "pattern")}
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:

@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # pyarrow is imported where Parquet is used: keeps `import` c
 __all__ = ["ArtifactBuilder"]
 
 _T = TypeVar("_T")
+#: Errors of a failed write (a full disk or quota, a read-only or failing device): named by the build's directory
+#: when the failing call named no file.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES,
+                           errno.EPERM})
 
 
 class _Store(Protocol):
@@ -63,7 +67,8 @@ class ArtifactBuilder:
     """Writes one artifact under a temp directory; :meth:`publish` makes it visible atomically.
 
     A context manager: an exception inside the ``with`` block removes the temp directory (existing
-    artifacts are untouched); leaving the block without publishing also removes it, with a warning.
+    artifacts are untouched; an OS error of a write that names no file, a full disk say, is raised again naming
+    the temp directory); leaving the block without publishing also removes it, with a warning.
     ``stats`` and ``timings`` are dicts the stage fills; they go into the manifest.
     """
 
@@ -321,6 +326,9 @@ class ArtifactBuilder:
     ) -> None:
         if exc_type is not None:
             self.abort()
+            if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS and exc.filename is None:
+                # a write that names no file (Python's file.write, a C writer): name where this build was writing
+                raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(self.dir)) from exc
         elif self._state == "open":
             self.abort()
             warnings.warn(

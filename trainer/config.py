@@ -64,7 +64,7 @@ def _link_checks(cfg: TrainConfig) -> dict[str, bool]:
             "link_split_seed": cfg.link_split_seed >= 0}
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", allow_inf_nan=False))  # inf/NaN: refused, named
 class TrainConfig:
     """Hyper-parameters and run options of :func:`trainer.train.train`.
 

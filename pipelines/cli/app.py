@@ -1,8 +1,9 @@
 """The ``strata`` command line: run the asset graph through Dagster, open the UIs, inspect the catalog.
 
 Results go to stdout (``--json``: exactly one JSON document, or one JSON object per line for ``catalog ls``);
-progress, logs and errors go to stderr. A failed run exits non-zero with the failing stage and its exception
-text; ``--verbose`` adds Dagster's logs and the full traceback.
+progress, logs and errors go to stderr. An error is one line, ``error: '<what>' expected <...> (got <...>)``, and
+exit code 2 for bad settings, inputs and environment, 1 for a bug (:mod:`pipelines.core.errors`), also when it
+is raised inside a stage; ``strata --debug`` shows the traceback, ``run --verbose`` adds Dagster's logs too.
 
 This module is the typer app and its callback; every group of verbs lives in its own module and is registered
 here, in the order ``strata --help`` lists them:

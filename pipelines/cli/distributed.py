@@ -70,13 +70,16 @@ def run_distributed(cfg: PipelineConfig, paths: StrataPaths, until: str | None) 
         # the catalog (DuckDB, one writer) is rank 0's alone
         runner = StageRunner(cfg, ArtifactStore(paths.root, catalog=ddp.is_main))
         upstream_names = get_stage(_TRAIN).upstream
-        error = None
+        error, failure = None, None
         if ddp.is_main:
             try:
                 runner.run_until(upstream_names[-1])
             except Exception as e:  # every rank must learn of it, or the others wait forever
-                error = f"{type(e).__name__}: {e}"
-        _raise_if_failed(_agree(error), f"stages up to {upstream_names[-1]}")
+                error, failure = f"{type(e).__name__}: {e}", e
+        agreed = _agree(error)
+        if failure is not None:
+            raise failure  # rank 0 reports its own error: its line and exit code (pipelines.cli.errors)
+        _raise_if_failed(agreed, f"stages up to {upstream_names[-1]}")
         upstream = {u: runner.artifact(u) for u in upstream_names}  # rank 0's results, or lookups
         version = train_stage.version(runner.store, cfg, upstream)
         exists = _agree(runner.store.find(cfg.dataset_name, _TRAIN, version) is not None if ddp.is_main else None)

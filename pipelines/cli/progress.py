@@ -1,7 +1,8 @@
 """The progress a run shows on stderr: a live per-stage display, one line per event, or one bar per task.
 
 :class:`RichReporter` (a terminal) and :class:`LineReporter` (``--json`` or a non-terminal stderr) implement
-:class:`pipelines.orchestration.resources.RunReporter`'s methods for ``strata run``; :class:`ProgressCallback`
+:class:`pipelines.orchestration.resources.RunReporter`'s methods for ``strata run`` (and keep each failed
+stage's exception, which ``strata run`` describes in one line); :class:`ProgressCallback`
 draws a stage function's ``progress(description, done, total)`` calls for ``strata bench``. They do not subclass
 ``RunReporter``, so that commands which never run Dagster (datasets, catalog) do not pay for importing it.
 """
@@ -23,6 +24,7 @@ class LineReporter:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.failures: list[tuple[str, BaseException]] = []  # (stage, error): what `strata run` reports
 
     def __enter__(self) -> LineReporter:
         return self
@@ -41,6 +43,7 @@ class LineReporter:
                            markup=False, highlight=False)
 
     def stage_failed(self, stage: str, error: BaseException) -> None:
+        self.failures.append((stage, error))
         self.console.print(f"[strata] {stage}: failed ({type(error).__name__})", markup=False, highlight=False)
 
     def check_finished(self, stage: str, check: str, passed: bool, detail: str) -> None:
@@ -88,6 +91,7 @@ class RichReporter(_LiveProgress):
         }
         self.checks: dict[str, list[str]] = {s: [] for s in stages}
         self.summary: dict[str, str] = {}
+        self.failures: list[tuple[str, BaseException]] = []  # (stage, error): what `strata run` reports
 
     def _detail(self, stage: str) -> str:
         checks = self.checks[stage]
@@ -116,6 +120,7 @@ class RichReporter(_LiveProgress):
         self.progress.stop_task(task)
 
     def stage_failed(self, stage: str, error: BaseException) -> None:
+        self.failures.append((stage, error))
         self.summary[stage] = f"[red]failed: {type(error).__name__}[/]"
         task = self.tasks[stage]
         self.progress.update(task, icon="[red]✗[/]", detail=self._detail(stage))

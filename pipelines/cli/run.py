@@ -3,8 +3,13 @@
 A run materializes the selected stages through Dagster, in process, under the dataset's lock, with live
 progress on stderr (:mod:`pipelines.cli.progress`), and prints a summary: the artifacts, the headline metrics
 and the MLflow run (``--json``: one JSON document). Under torchrun the ranks run the stages without Dagster
-(:mod:`pipelines.cli.distributed`). A failed run prints the failing stage (or check) and its exception text, and
-exits 2 when the failure is bad input or settings (a missing input file or option: ``exit_code_of``), else 1.
+(:mod:`pipelines.cli.distributed`).
+
+A failed run keeps the exit-code contract of an error escaping any command (:mod:`pipelines.core.errors`): the
+failed stage's own exception becomes one ``error:`` line naming the setting or file and the problem, exit 2 for
+bad settings, inputs and environment (a missing or malformed input, a full disk, a corrupted artifact) and 1 for
+a bug (naming the exception type and the stage) or a failed check. The traceback is in the Dagster run's log
+(``strata ui``), above the line with ``--verbose``, and raised with ``strata --debug``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import inspect
 import json
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +27,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from pipelines.cli.errors import EXIT_KNOWN, EXIT_UNKNOWN, exit_code_of
+from pipelines.cli.errors import EXIT_UNKNOWN, describe, describe_remote, is_debug
 from pipelines.cli.options import (
     ConfigOption,
     DatasetOption,
@@ -84,6 +90,7 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     """Materialize the stages up to ``until`` (default: all) through Dagster, in process, and print a summary
     (``after(summary)`` first, a stage command's extra step, e.g. ``export --web``). ``memory_budget`` and
     ``policy`` are the settings of those names (after ``overrides``)."""
+    debug = is_debug()  # strata --debug: a failed stage's exception is raised as is
     if dataset is None and config is None:
         fail("'--dataset' expected a built-in name or source spec (got none; see `strata datasets`)", code=2)
     flags = [f"{key}={value}" for key, value in (("memory_budget", memory_budget), ("policy", policy))
@@ -144,14 +151,11 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
                       **Owner.me().tags(DAGSTER_OWNER_PREFIX)},  # the next run fails this one if it is killed
             )
     if not result.success:
-        message, code = _failure_message(result, verbose)
-        fail(f"strata run for {cfg.dataset_name!r} failed (Dagster run {result.run_id}):\n{message}", code=code)
+        message, code = _failure_line(result, reporter.failures, verbose, debug)
+        fail(message, code=code)
     summary = _summary(result, cfg, paths)
     if after is not None:
-        try:
-            after(summary)
-        except (OSError, RuntimeError, ValueError) as e:  # TimeoutError is an OSError
-            fail(f"strata {until or 'run'}: {e}", code=exit_code_of(type(e).__name__, str(e)))
+        after(summary)  # its errors escape the command: one line, the same exit codes (pipelines.cli.errors)
     _emit_summary(summary, start, json_out)
 
 
@@ -168,54 +172,69 @@ def _dagster_instance(paths: StrataPaths) -> Any:
 
 def _run_torchrun(cfg: PipelineConfig, paths: StrataPaths, json_out: bool, verbose: bool, until: str | None
                   ) -> None:
-    """This rank's part of ``run_distributed``; rank 0 prints the summary, the others print nothing."""
+    """This rank's part of ``run_distributed``; rank 0 prints the summary, the others print nothing. An error
+    escapes the command: one line and the exit code of the contract (:mod:`pipelines.cli.errors`)."""
     from pipelines.cli.distributed import run_distributed
 
     start = time.perf_counter()
-    try:
-        with quiet_libraries(verbose):
-            summary = run_distributed(cfg, paths, until)
-    except (ValueError, RuntimeError) as e:
-        fail(f"strata {until or 'run'} under torchrun for {cfg.dataset_name!r} failed: {e}",
-             code=exit_code_of(type(e).__name__, str(e)))
+    with quiet_libraries(verbose):
+        summary = run_distributed(cfg, paths, until)
     if summary is None:
         return
     _emit_summary(summary, start, json_out)
 
 
-def _failure_message(result: dg.ExecuteInProcessResult, verbose: bool) -> tuple[str, int]:
-    """The failing stage (or check) and the real exception text, not Dagster's wrapper, and the exit code:
-    2 when every failure is bad input or settings (``exit_code_of``), as when the error escapes a command,
-    else 1 (a failed check, an internal error)."""
-    from pipelines.graph import STAGE_NAMES, get_stage
+def _failure_line(result: dg.ExecuteInProcessResult, failures: list[tuple[str, BaseException]], verbose: bool,
+                  debug: bool) -> tuple[str, int]:
+    """One line and the exit code of a failed run.
 
-    lines: list[str] = []
-    codes: list[int] = []
+    The first failed stage's own exception (the reporter kept it) is described as an error escaping a command
+    would be (:func:`pipelines.core.errors.describe`): 2 for bad settings, inputs and environment, 1 for a bug.
+    With ``strata --debug`` it is raised (its traceback shows); with ``--verbose`` its traceback is printed
+    above the line. Without one (a failed check, an error outside a stage function), the first failed check
+    (exit 1: the artifact breaks an invariant its stage promises), else the first failed step as Dagster
+    recorded it (:func:`pipelines.core.errors.describe_remote`).
+    """
+    from pipelines.graph import STAGE_NAMES
+
+    if failures:
+        stage, error = failures[0]
+        if debug or not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt and friends are not failures to describe
+        if verbose:
+            err.print("".join(traceback.format_exception(error)).rstrip(), markup=False, highlight=False)
+        return describe(error, where=f"stage '{stage}' (Dagster run {result.run_id})")
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             stage = evaluation.asset_key.to_user_string()
-            lines.append(f"check '{stage}:{evaluation.check_name}' failed: {evaluation.description}")
-            codes.append(EXIT_UNKNOWN)
+            detail = next(iter((evaluation.description or "").splitlines()), "")
+            return f"check '{stage}:{evaluation.check_name}' failed: {detail}", EXIT_UNKNOWN
     for event in result.get_step_failure_events():
-        error = event.step_failure_data.error if event.step_failure_data else None
-        if error is None or error.cls_name == "DagsterAssetCheckFailedError":
+        error_info = event.step_failure_data.error if event.step_failure_data else None
+        if error_info is None or error_info.cls_name == "DagsterAssetCheckFailedError":
             continue  # reported above from the evaluation itself
+        if verbose or debug:
+            err.print(error_info.to_string().rstrip(), markup=False, highlight=False)
         step = event.step_key or "?"
-        where = f"stage '{step}' ({get_stage(step).function})" if step in STAGE_NAMES else f"step '{step}'"
-        cause = error.cause or error
-        lines.append(f"{where} failed: {cause.message.strip()}")
-        text = cause.message.strip()
-        codes.append(exit_code_of(cause.cls_name or "", text.removeprefix(f"{cause.cls_name}:")))
-        inner = cause.cause or cause.context
-        while inner is not None:
-            lines.append(f"  caused by: {inner.message.strip()}")
-            inner = inner.cause or inner.context
-        if verbose:
-            lines.append(error.to_string())
-    if not lines:
-        failure = result.get_run_failure_event()
-        lines.append(failure.message if failure is not None else "the Dagster run failed")
-    return "\n".join(lines), EXIT_KNOWN if codes and set(codes) == {EXIT_KNOWN} else EXIT_UNKNOWN
+        where = f"{'stage' if step in STAGE_NAMES else 'step'} '{step}' (Dagster run {result.run_id})"
+        return describe_remote(_error_chain(error_info.cause or error_info), where)  # the user's, not the wrapper
+    failure = result.get_run_failure_event()  # a resource that failed to start, say
+    run_error = getattr(failure.event_specific_data, "error", None) if failure is not None else None
+    if run_error is not None:
+        if verbose or debug:
+            err.print(run_error.to_string().rstrip(), markup=False, highlight=False)
+        return describe_remote(_error_chain(run_error), f"Dagster run {result.run_id}")
+    text = failure.message if failure is not None and failure.message else "the Dagster run failed"
+    return f"Dagster run {result.run_id} failed: {next(iter(text.splitlines()), text)}", EXIT_UNKNOWN
+
+
+def _error_chain(info: Any) -> list[tuple[str, str]]:
+    """``(class name, message)`` of a recorded error (Dagster's ``SerializableErrorInfo``) and of its causes."""
+    chain: list[tuple[str, str]] = []
+    while info is not None and len(chain) < 32:
+        chain.append((info.cls_name or "", info.message))
+        info = info.cause or info.context
+    return chain
 
 
 def _stage_names() -> list[str]:

@@ -39,9 +39,10 @@ Bytes = Annotated[int, BeforeValidator(_size)]
 
 
 class Section(BaseModel):
-    """A frozen config section: unknown keys are refused, values never change after validation."""
+    """A frozen config section: unknown keys and non-finite numbers (inf, NaN) are refused, values never change
+    after validation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def is_section(value: Any) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines.checks import Finding, StageCheck, quarantine_failed, quarantined_copy
+from pipelines.core.errors import describe
 from pipelines.core.formatting import Markdown, Url, format_bytes, markdown_table
 from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage
@@ -75,17 +76,21 @@ def _materialize(context: dg.AssetExecutionContext, strata: StrataResource, repo
                  stage: Stage) -> dg.MaterializeResult:
     """Resolve ``stage``'s artifact, record its metrics in the catalog, return Dagster metadata.
 
-    Exceptions from the stage propagate unchanged: Dagster records the failure with the real message.
+    Exceptions from the stage (or from building its runner: the run's settings) propagate unchanged: Dagster
+    records the failure with the real message, after the same one line ``strata run`` prints for it
+    (:func:`pipelines.core.errors.describe`), logged as an error.
     """
-    runner = strata.runner(context.log)
     reporter.stage_started(stage.name)
     start = time.perf_counter()
     try:
+        runner = strata.runner(context.log)
         # a run launched elsewhere (the UI) waits for a CLI run on the same dataset; re-entrant for the CLI's own
         with dataset_lock(runner.store.root, runner.cfg.dataset_name, on_wait=context.log.info):
             result = runner.result(stage.name, progress=_progress_callback(context, reporter, stage.name))
     except BaseException as e:
         reporter.stage_failed(stage.name, e)
+        if isinstance(e, Exception):
+            context.log.error(f"error: {describe(e, where=f'stage {stage.name!r}')[0]}")
         raise
     seconds = time.perf_counter() - start
     artifact = result.artifact

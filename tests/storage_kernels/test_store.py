@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -244,6 +245,25 @@ def test_exception_in_builder_leaves_nothing(tmp_path: Path) -> None:
         raise RuntimeError("again")
     assert store.find("ds", "graph", "1" * 12) is None
     assert [a["version"] for a in store.catalog.list_artifacts()] == [before.version]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EDQUOT])
+def test_a_failed_write_that_names_no_file_is_named_by_the_build(tmp_path: Path, code: int) -> None:
+    """A full disk fails Python's buffered write (or a C writer) without a file name: the builder names its dir."""
+    store = ArtifactStore(tmp_path)
+    with pytest.raises(OSError) as info, store.builder("ds", "g", "0" * 12, {}, {}) as b:
+        b.save_array("x", np.arange(2))
+        raise OSError(code, os.strerror(code))
+    assert (info.value.errno, info.value.strerror, info.value.filename) == (code, os.strerror(code), str(b.dir))
+    assert info.value.__cause__ is not None and info.value.__cause__.filename is None
+    assert not b.dir.exists()
+    named = OSError(errno.ENOSPC, "No space left on device", "/elsewhere/f.npy")
+    with pytest.raises(OSError) as info, store.builder("ds", "g", "0" * 12, {}, {}):
+        raise named
+    assert info.value is named  # a file already named: unchanged
+    with pytest.raises(FileNotFoundError) as info, store.builder("ds", "g", "0" * 12, {}, {}):
+        raise FileNotFoundError(errno.ENOENT, "gone")  # not a failed write: unchanged
+    assert info.value.filename is None
 
 
 def test_leaving_without_publish_warns_and_cleans(tmp_path: Path) -> None:

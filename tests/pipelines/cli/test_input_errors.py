@@ -37,7 +37,10 @@ SECRET = "root:x:0:0:SECRET-LINE:/root:/bin/bash"
     ("sample.batch_size=0", "'sample.batch_size' expected > 0 (got 0)"),
     ("plan.cpu_cache_fraction=1.5", "'plan.cpu_cache_fraction' expected <= 1"),
     ("train.num_layers=3", "'train.num_layers' expected 0 or len(sample.fanouts) = 2 (got 3)"),
-    ("train.lr=0", "'TrainConfig.lr' expected"),
+    ("train.lr=0", "'train.lr' expected a value in range (got 0.0)"),
+    ("train.lr=inf", "'train.lr' expected a finite number (got inf)"),
+    ("train.dropout=NaN", "'train.dropout' expected a finite number (got nan)"),
+    ("plan.cpu_cache_fraction=Infinity", "'plan.cpu_cache_fraction' expected a finite number (got inf)"),
     ("export.model_name=a b", "'export.model_name' expected a match of"),
 ])
 def test_out_of_range_settings_are_refused(override: str, message: str) -> None:
@@ -124,7 +127,7 @@ def test_exit_code_of_a_stage_failure() -> None:
     assert exit_code_of("ValueError", "'x.npy' expected 3 labels (got 2)") == EXIT_KNOWN
     assert exit_code_of("FileNotFoundError", " 'x.npy' expected a .npy file") == EXIT_KNOWN
     assert exit_code_of("ValueError", "too many values to unpack") == EXIT_UNKNOWN  # not the project's message
-    assert exit_code_of("ArtifactCorrupted", "'a.npy' expected checksum") == EXIT_UNKNOWN  # the next run rebuilds
+    assert exit_code_of("ArtifactCorrupted", "'a.npy' expected checksum") == EXIT_KNOWN  # the disk changed it
     assert exit_code_of("ZeroDivisionError", "'x' expected") == EXIT_UNKNOWN
 
 

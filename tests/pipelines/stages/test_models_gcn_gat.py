@@ -23,7 +23,7 @@ def test_heads_enters_the_train_version_only_for_gat() -> None:
     assert _train_params("train.model=gat", "train.heads=2") != _train_params("train.model=gat")
     row = next(r for r in describe_settings(PipelineConfig.load()) if r["key"] == "train.heads")
     assert row["artifact"] == "selected" and row["default"] == 4 and "gat" in row["description"]
-    with pytest.raises(ValueError, match=r"'TrainConfig.heads' expected a value in range \(got 0\)"):
+    with pytest.raises(ValueError, match=r"'train.heads' expected a value in range \(got 0\)"):  # the setting's name
         PipelineConfig.load(overrides=["train.model=gat", "train.heads=0"])
 
 

@@ -111,9 +111,10 @@ def test_fuzzed_config_values(items: list[tuple[tuple[str, str], Any]]) -> None:
         cfg = PipelineConfig.validated(data)
     except Exception as e:  # noqa: BLE001
         _clear(e, "'")
-        assert str(e).startswith("invalid Strata config: '"), str(e)
+        assert str(e).startswith("'") and "validation error" not in str(e), str(e)
         return
     assert cfg.sample.fanouts and all(f == -1 or f >= 1 for f in cfg.sample.fanouts)
+    PipelineConfig.model_validate_json(cfg.model_dump_json())  # what a Dagster run rebuilds it from (no inf/NaN)
     assert cfg.train.num_layers in (0, len(cfg.sample.fanouts))
 
 
