@@ -34,7 +34,7 @@ _Json = typer.Option(False, "--json", help="Print JSON on stdout.")
 _Version = typer.Option(None, "--version", "-v", help="Version number or @alias (default: the champion).")
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
+def _fail(message: str, code: int = 2) -> NoReturn:
     _err.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
     raise typer.Exit(code)
 
@@ -161,7 +161,7 @@ def models_export(name: str = typer.Argument(..., help="Registered model name.")
     try:
         digests = recorded(info.tags)
     except ValueError as e:
-        _fail(f"{info.uri}: {e}; nothing exported", 2)
+        _fail(f"{info.uri}: {e}; nothing exported")
     with tempfile.TemporaryDirectory(prefix="strata-model-") as tmp:
         local = Path(download_artifacts(artifact_uri=info.source, dst_path=tmp))
         if onnx_only and not (local / "model.onnx").exists():

@@ -40,8 +40,8 @@ DatasetOption = typer.Option(None, "--dataset", "-d", help="Built-in name or sou
                              "default: the config file's.")
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print ``error: <message>`` on stderr and exit with ``code``."""
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: <message>`` on stderr and exit with ``code`` (2: bad input, the CLI's contract)."""
     err.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
     raise typer.Exit(code)
 

@@ -58,7 +58,7 @@ def test_catalog_ls_table_on_empty_root(tmp_path: Path) -> None:
 
 def test_catalog_show_unknown_version(tmp_path: Path) -> None:
     result = runner.invoke(app, ["catalog", "show", "abcdef", "--root", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input: the CLI's contract
     assert "expected an artifact" in result.stderr and "'abcdef'" in result.stderr
 
 

@@ -174,7 +174,7 @@ def test_models_cli_lists_shows_promotes_and_exports(tiny: dict[str, Any], tmp_p
     assert record["inputs"][0] == "x" and record["input_example"] is True
 
     refused = runner.invoke(app, ["models", "promote", MODEL, "2", "--root", root])
-    assert refused.exit_code == 1 and "--force" in refused.stderr and "version 2" in refused.stderr
+    assert refused.exit_code == 2 and "--force" in refused.stderr and "version 2" in refused.stderr
     forced = runner.invoke(app, ["models", "promote", MODEL, "2", "--force", "--root", root])
     assert forced.exit_code == 0, forced.output
     assert int(tracker.client.get_model_version_by_alias(MODEL, "champion").version) == 2
@@ -190,9 +190,9 @@ def test_models_cli_lists_shows_promotes_and_exports(tiny: dict[str, Any], tmp_p
     pyfunc = mlflow.pyfunc.load_model(str(model_dir))  # a self-contained MLflow model folder
     assert pyfunc.predict(pyfunc.input_example)["logits"].shape[1] == 6
     again = runner.invoke(app, ["models", "export", MODEL, str(model_dir), "--root", root])
-    assert again.exit_code == 1 and "expected an empty or new folder" in again.stderr
+    assert again.exit_code == 2 and "expected an empty or new folder" in again.stderr
     missing = runner.invoke(app, ["models", "show", "no-such-model", "--root", root])
-    assert missing.exit_code == 1 and "'model' expected a registered model named 'no-such-model'" in missing.stderr
+    assert missing.exit_code == 2 and "'model' expected a registered model named 'no-such-model'" in missing.stderr
 
 
 def test_ui_defaults_to_the_last_dataset_run(tiny: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
