@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CgroupSupport", "MemoryCgroup", "cgroup_support", "evict_page_cache", "json_child", "memory_limit",
-           "parse_bytes", "run_within"]
+           "parse_bytes", "resident_bytes", "run_within"]
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
@@ -109,6 +109,15 @@ def memory_limit(root: Path = _CGROUP_ROOT, proc_cgroup: str | None = None) -> i
             group = group.parent
     return limit
 
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (``/proc/self/statm``; 0 where unknown): with :func:`memory_limit`,
+    what it has left."""
+    try:
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 def _v2_memory_ancestor(root: Path, group: Path) -> Path | None:
     """The nearest writable ancestor of ``group`` (up to ``root``, the hierarchy's root, included) whose children

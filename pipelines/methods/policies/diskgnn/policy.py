@@ -30,12 +30,11 @@ reads) -- :class:`trainer.features.PackedFeatures`.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipelines.core.confine import memory_limit
+from pipelines.core.confine import memory_limit, resident_bytes
 from pipelines.core.formatting import format_bytes
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.diskgnn.layout import finish, pack_chunks, write_addresses, write_layout
@@ -108,7 +107,7 @@ class DiskGNN(Policy):
             return EpochReads(pure // epochs, len(uncached) // epochs, model="one aligned chunk read per batch",
                               detail={"pure_packing": True})
         entries = int(uncached.sum())
-        left = max(memory_limit() - _resident_bytes(), 0)
+        left = max(memory_limit() - resident_bytes(), 0)
         if entries * SEARCH_BYTES_PER_ENTRY > left * SEARCH_MEMORY_SHARE:  # it holds the whole trace, and more
             raise ValueError(f"'pack.disk_budget' {cfg.pack.disk_budget} expected to hold pure packing, or a trace "
                              f"small enough for the (m, s) search in memory (got {entries:,} uncached reads over the "
@@ -151,10 +150,3 @@ class DiskGNN(Policy):
         return PackedFeatures(inputs.pack.path, inputs.samples, device=inputs.device,
                               features_path=inputs.reorder.file("features.npy"))
 
-
-def _resident_bytes() -> int:
-    """This process's resident memory now (``/proc/self/statm``; 0 where unknown)."""
-    try:
-        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
