@@ -119,6 +119,10 @@ class IngestConfig(Section):
         description="Source options, e.g. features=PATH.npy, labels=PATH.npy for edgelist sources.",
     )
     chunk_edges: int = setting(4_000_000, "Edges per chunk while building the CSR.", artifact=False, gt=0)
+    memory_mb: int = setting(
+        1024, "Memory for building the CSR: a graph whose edges need more (about 40 bytes an edge) is built out "
+        "of core, its edges distributed to scratch buckets of source rows and each bucket placed in turn.",
+        artifact=False, gt=0)
     feature_dtype: Literal["float32", "float16"] = setting(
         "float32", "Element type of the stored feature file: float16 halves the bytes stored and read (every "
         "tier moves rows as opaque 4-byte words; an odd dimension gets a zero pad column) and is upcast to "
@@ -241,7 +245,8 @@ class PipelineConfig(Section):
     def _sized_by_budget(cls, data: Any) -> Any:
         """With a ``memory_budget``, the settings it sizes (:func:`pipelines.budget.fill_from_budget`)."""
         if isinstance(data, Mapping) and data.get("memory_budget") is not None:
-            defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "reorder": ReorderConfig(),
+            defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "ingest": IngestConfig(),
+                        "reorder": ReorderConfig(),
                         "pack": PackConfig(), "train": TrainConfig(), "export": ExportConfig()}
             return fill_from_budget(data, _budget_bytes(data["memory_budget"]), defaults)
         return data

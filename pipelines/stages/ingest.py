@@ -1,14 +1,17 @@
 """Ingest stage: read a source, validate it, and write the graph (the ``ingest`` artifact) with bounded memory.
 
-The CSR is built in two passes over the source's edge chunks (count, then place with the C kernels), so
-only O(N) counters and one chunk are in memory; the indices go straight into a memory-mapped file. Sources
+The CSR is built in two passes over the source's edge chunks (count, then place with the C kernels), in
+memory when its edges fit ``ingest.memory_mb``, else out of core through scratch buckets of source rows
+(:func:`_build_csr`): only the O(N) ``indptr``, one chunk and one bucket are in memory, and the indices file
+is written sequentially. Sources
 that may repeat an edge are de-duplicated row block by row block. Features stream chunk by chunk into an
 aligned array file. Every chunk is validated on the way through (ids in range, no NaN/Inf, dimensions).
 """
 
 from __future__ import annotations
 
-import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from pipelines.methods.sources.validate import validate_source
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, row_ranges
+from storage_kernels.buckets import load_bucket, spill_buckets
 from storage_kernels.halfwords import encode_rows, file_columns, file_dtype
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -33,6 +37,9 @@ __all__ = ["FORMAT_VERSION", "check_train_classes", "open_source", "run", "summa
 
 FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipelines.methods.sources.fingerprint)
 _DEDUPE_BLOCK_EDGES = 8_000_000
+#: Working bytes an edge costs while the CSR is built: a bucket's int64 placed copy and its sources and
+#: destinations as loaded, or the de-duplication's sort (row, key, order and the sorted copies of a block).
+BUILD_EDGE_BYTES = 40
 
 
 def open_source(cfg: PipelineConfig) -> GraphSource:
@@ -46,47 +53,53 @@ def _fingerprint(source: GraphSource, root: Path) -> dict[str, Any]:
     return fingerprint_files(source.files, root)
 
 
-def _build_csr(builder: ArtifactBuilder, source: GraphSource, progress: Progress | None) -> tuple[int, int]:
-    n = source.num_nodes
-    counts = np.zeros(n, dtype=np.int64)
+def _count(source: GraphSource, progress: Progress | None) -> np.ndarray:
+    """Pass 1: the CSR's ``indptr`` before de-duplication (int64, N + 1)."""
+    counts = np.zeros(source.num_nodes, dtype=np.int64)
     seen = 0
     for src, _dst in source.edge_chunks():
         kernels.csr_count(src, counts)
         seen += len(src)
         if progress:
             progress("ingest: counting edges", seen, 0)
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr = np.zeros(source.num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
+    return indptr
+
+
+def _build_csr(builder: ArtifactBuilder, source: GraphSource, memory_mb: int, progress: Progress | None
+               ) -> tuple[int, int]:
+    """Write ``indices.npy`` and ``indptr.npy``; returns ``(edges kept, duplicates dropped)``.
+
+    A graph whose edges fit ``memory_mb`` (at :data:`BUILD_EDGE_BYTES` an edge) is placed in memory in one
+    pass; a larger one out of core: its edges are distributed to scratch buckets of source rows (sequential
+    appends beside the build), then each bucket is placed and written in turn, so memory holds one bucket and
+    the O(N) ``indptr``. Both give the same file: a row lists its neighbours in input order (sorted, and
+    without repeats, when the source may repeat an edge).
+    """
+    indptr = _count(source, progress)
     num_edges = int(indptr[-1])
-    del counts
-
-    if source.deduplicated:
-        indices = builder.allocate_array("indices.npy", np.int64, (num_edges,))
-        _place(source, indptr, indices, num_edges, progress)
-        builder.save_array("indptr.npy", indptr)
-        return num_edges, 0
-
-    # Place into a scratch file beside the artifact, then de-duplicate row blocks into the real file.
-    scratch = builder.scratch_sibling("edges", ".npy")
+    budget_edges = max(1, memory_mb * (1 << 20) // BUILD_EDGE_BYTES)
+    bounds = row_ranges(indptr, budget_edges)
+    out = builder.array_writer("indices.npy", np.int64)
+    scratch = builder.scratch_sibling("edges")
     try:
-        raw = ArrayWriter.allocate(scratch, np.int64, (num_edges,))
-        _place(source, indptr, raw, num_edges, progress)
-        out_indices = builder.array_writer("indices.npy", np.int64)
-        new_indptr = np.zeros(n + 1, dtype=np.int64)
-        bounds = row_ranges(indptr, _DEDUPE_BLOCK_EDGES)
-        for row, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            block_ptr, block_cols = dedupe_csr_rows(indptr[row : stop + 1], raw[indptr[row] : indptr[stop]])
-            out_indices.append(block_cols)
-            new_indptr[row + 1 : stop + 1] = new_indptr[row] + block_ptr[1:]
-            if progress:
-                progress("ingest: de-duplicating", stop, n)
-        out_indices.close()
-        del raw
+        if len(bounds) <= 2:
+            buckets = _placed_in_memory(source, indptr, num_edges, progress)
+        else:
+            buckets = _placed_from_buckets(source, indptr, bounds, scratch, progress)
+        block_edges = max(1, min(budget_edges // 4, _DEDUPE_BLOCK_EDGES))
+        kept = _write_rows(buckets, indptr, out, source.deduplicated, block_edges, progress)
     finally:
-        if scratch.exists():
-            os.unlink(scratch)
-    builder.save_array("indptr.npy", new_indptr)
-    return int(new_indptr[-1]), num_edges - int(new_indptr[-1])
+        out.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    builder.save_array("indptr.npy", indptr)  # rewritten in place by _write_rows when rows were de-duplicated
+    return kept, num_edges - kept
+
+
+Placed = Iterator[tuple[int, np.ndarray, np.ndarray]]
+"""Consecutive row ranges, in row order: ``(lo, ptr, indices)``, rows ``lo .. lo + len(ptr) - 2`` as counted
+(``ptr`` their offsets into ``indices``, from 0; a copy, as ``indptr`` is rewritten while they are written)."""
 
 
 def _place(source: GraphSource, indptr: np.ndarray, indices: np.ndarray, num_edges: int,
@@ -101,8 +114,71 @@ def _place(source: GraphSource, indptr: np.ndarray, indices: np.ndarray, num_edg
     if placed != num_edges:
         raise ValueError(f"'{source.where('edges')}' expected the same edges on every pass "
                          f"(got {num_edges} counted, {placed} placed)")
-    if isinstance(indices, np.memmap):
-        indices.flush()
+
+
+def _placed_in_memory(source: GraphSource, indptr: np.ndarray, num_edges: int, progress: Progress | None
+                      ) -> Placed:
+    indices = np.empty(num_edges, dtype=np.int64)
+    _place(source, indptr, indices, num_edges, progress)
+    yield 0, indptr.copy(), indices
+
+
+def _placed_from_buckets(source: GraphSource, indptr: np.ndarray, bounds: np.ndarray, scratch: Path,
+                         progress: Progress | None) -> Placed:
+    """Distribute every edge to the bucket of its source row (ids stored as int32 when N allows: 8 bytes an
+    edge of scratch), then place each bucket's edges in row order, stably (the input order within a row)."""
+    narrow = len(indptr) - 1 < 2**31
+    id_dtype = np.int32 if narrow else np.int64
+    scratch.mkdir(parents=True, exist_ok=True)
+    num_edges, seen = int(indptr[-1]), 0
+    bases = indptr[bounds]  # each bucket's first offset (indptr[lo] is rewritten before bucket lo is placed)
+    for src, dst in source.edge_chunks():
+        dst_out, src_out, ptr = kernels.bucket_rows(np.asarray(dst, dtype=id_dtype).reshape(-1, 1), src, bounds)
+        spill_buckets(scratch, ptr, dst=dst_out, src=src_out.astype(id_dtype))
+        seen += len(src)
+        if progress:
+            progress("ingest: distributing edges", seen, num_edges)
+    if seen != num_edges:
+        raise ValueError(f"'{source.where('edges')}' expected the same edges on every pass "
+                         f"(got {num_edges} counted, {seen} distributed)")
+    for b in range(len(bounds) - 1):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        base = int(bases[b])
+        ptr = indptr[lo : hi + 1] - base
+        ptr[0] = 0
+        src = load_bucket(scratch, "src", b, id_dtype).astype(np.int64)
+        dst = load_bucket(scratch, "dst", b, id_dtype)
+        placed = np.empty(int(ptr[-1]), dtype=np.int64)
+        if len(src) != len(placed):
+            raise ValueError(f"'{source.where('edges')}' expected {len(placed)} edges from rows [{lo}, {hi}) "
+                             f"(got {len(src)}): the source changed between passes")
+        src -= lo
+        kernels.csr_place(src, dst, ptr[:-1].copy(), placed)
+        del src, dst
+        yield lo, ptr, placed
+
+
+def _write_rows(buckets: Placed, indptr: np.ndarray, out: ArrayWriter, deduplicated: bool, block_edges: int,
+                progress: Progress | None) -> int:
+    """Append each range's rows to ``out`` (de-duplicated in blocks of about ``block_edges`` unless the source
+    is ``deduplicated``), rewriting ``indptr`` in place to the rows written; returns the entries written."""
+    n = len(indptr) - 1
+    written = 0
+    for lo, old, placed in buckets:
+        hi = lo + len(old) - 1
+        if deduplicated:
+            out.append(placed)
+            written += len(placed)
+        else:
+            cuts = row_ranges(old, block_edges)
+            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+                block_ptr, cols = dedupe_csr_rows(old[a : b + 1], placed[old[a] : old[b]])
+                out.append(cols)
+                indptr[lo + a + 1 : lo + b + 1] = written + block_ptr[1:]
+                written += len(cols)
+        if progress:
+            progress("ingest: writing rows", hi, n)
+    return written
 
 
 def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None = None) -> StageResult:
@@ -112,7 +188,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                "files": _fingerprint(source, store.root)}
 
     def build(builder: ArtifactBuilder) -> None:
-        num_edges, duplicates = _build_csr(builder, source, progress)
+        num_edges, duplicates = _build_csr(builder, source, cfg.ingest.memory_mb, progress)
         dtype = cfg.ingest.feature_dtype
         columns = file_columns(source.feature_dim, dtype)
         features = builder.array_writer("features.npy", file_dtype(dtype), (columns,))

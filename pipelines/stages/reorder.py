@@ -34,6 +34,7 @@ from pipelines.methods.sources.linksplit import relabel_link_split
 from pipelines.stages.common import StageResult, materialize, stage_peak_rss_mb
 from storage_kernels import kernels
 from storage_kernels.arrays import release_pages, row_ranges
+from storage_kernels.buckets import spill_buckets
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = [
@@ -73,19 +74,6 @@ def inverse_of(perm: np.ndarray) -> np.ndarray:
     return inverse
 
 
-def _append(path: Path, arr: np.ndarray) -> None:
-    with open(path, "ab") as f:
-        f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
-
-
-def _spill(scratch: Path, ptr: np.ndarray, **parts: np.ndarray) -> None:
-    """Append bucket ``b``'s slice ``ptr[b]:ptr[b + 1]`` of each part to ``scratch/<part>_<b>.bin``, for every
-    non-empty bucket (``ptr`` from :func:`~storage_kernels.kernels.bucket_rows`)."""
-    for b in np.flatnonzero(np.diff(ptr)):
-        for name, arr in parts.items():
-            _append(scratch / f"{name}_{b}.bin", arr[ptr[b]:ptr[b + 1]])
-
-
 def external_permute_rows(src: np.ndarray, inverse: np.ndarray, write: Write, bucket_rows: int, chunk_rows: int,
                           scratch: Path, progress: Progress | None = None) -> int:
     """Write ``src[perm]`` (rows in new-id order) through ``write`` in bucket-sized chunks; returns #buckets.
@@ -107,7 +95,7 @@ def external_permute_rows(src: np.ndarray, inverse: np.ndarray, write: Write, bu
         rows = np.ascontiguousarray(src[start:stop])  # sequential read of the old file
         release_pages(src)  # streamed once: do not let the whole file pile up in this process's RSS
         out_rows, out_keys, ptr = kernels.bucket_rows(rows, inverse[start:stop], bounds)
-        _spill(scratch, ptr, rows=out_rows, keys=out_keys)
+        spill_buckets(scratch, ptr, rows=out_rows, keys=out_keys)
         if progress:
             progress("reorder: distributing feature rows", stop, n)
     for b in range(num_buckets):
@@ -162,7 +150,7 @@ def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         release_pages(indices)
         rows_new = np.repeat(inverse[start:stop], degrees[start:stop])
         out_nbrs, out_rows, ptr = kernels.bucket_rows(nbrs.reshape(-1, 1), rows_new, bounds)
-        _spill(scratch, ptr, nbrs=out_nbrs, rows=out_rows)
+        spill_buckets(scratch, ptr, nbrs=out_nbrs, rows=out_rows)
         if progress:
             progress("reorder: distributing edges", e1, e_total)
     for b in range(num_buckets):

@@ -25,7 +25,8 @@ def test_a_budget_sizes_every_setting_left_at_its_default():
     assert cfg.plan.cpu_cache_bytes == int((100 << 20) * CACHE_SHARE)
     assert cfg.plan.disk_cache_buffer_bytes == (100 << 20) - cfg.plan.cpu_cache_bytes
     assert cfg.sample.eval_batch_size == cfg.sample.batch_size  # evaluation needs no more than training
-    assert (cfg.reorder.memory_mb == cfg.pack.memory_mb == cfg.train.layerwise_memory_mb == cfg.export.memory_mb
+    assert (cfg.ingest.memory_mb == cfg.reorder.memory_mb == cfg.pack.memory_mb == cfg.train.layerwise_memory_mb
+            == cfg.export.memory_mb
             == 64)  # >= 64 MiB
     big = _cfg("memory_budget=400M")
     assert (big.reorder.memory_mb == big.pack.memory_mb == big.train.layerwise_memory_mb == big.export.memory_mb
