@@ -107,6 +107,14 @@ def test_sampling_node_ids_past_2_31(sparse, fanouts):
     assert got.nodes.min() >= shift
 
 
+@pytest.mark.parametrize("sampler", [kernels.sample_blocks, kernels.sample_dense])
+def test_sampling_refuses_2_31_seeds_before_reading(sparse, sampler):
+    """A batch's positions are int32 in the id map: 2**31 seeds (a 16 GiB map) are refused up front."""
+    seeds = sparse("seeds.bin", np.int64, 1 << 31)
+    with pytest.raises(ValueError, match=r"'seeds' expected at most 2\*\*31 - 1 ids \(got 2147483648\)"):
+        sampler(np.array([0, 0]), np.empty(0, np.int64), seeds, [1], seed=0)
+
+
 # ---- partitioning passes over a streamed chunk ------------------------------------------------------------
 
 
