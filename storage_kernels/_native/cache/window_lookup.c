@@ -145,12 +145,13 @@ PyObject *sk_rows_in_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
         for (int64_t k = 0; k < m; k++) dense[b[k] - b0] = k;
     }
     for (int64_t k = 0; st.code == WL_OK && k < K; k++) {
-        int64_t off;
-        if (r[k] < 0 || sk_mul_overflow(r[k], (int64_t)row_bytes, &off) || sk_add_overflow(off, base, &off)) {
+        int64_t off, last_byte;
+        if (r[k] < 0 || sk_mul_overflow(r[k], (int64_t)row_bytes, &off) || sk_add_overflow(off, base, &off) ||
+            sk_add_overflow(off, (int64_t)row_bytes - 1, &last_byte)) {
             sk_status_set(&st, WL_BAD_ROW, 0, 0, k, r[k], 0, 0);
             break;
         }
-        const int64_t first = off / A, last = (off + row_bytes - 1) / A;
+        const int64_t first = off / A, last = last_byte / A;
         int64_t idx;
         if (dense != NULL) {
             idx = first >= b0 && first - b0 < span ? dense[first - b0] : -1;
@@ -173,7 +174,7 @@ PyObject *sk_rows_in_blocks(PyObject *self, PyObject *args, PyObject *kwargs) {
                      "%s: 'blocks' expected ascending distinct block numbers (got blocks[%lld]=%lld after %lld)", fn,
                      (long long)st.a, (long long)st.c, (long long)st.b);
     else if (st.code == WL_BAD_ROW)
-        PyErr_Format(PyExc_IndexError, "%s: 'rows' expected rows >= 0 whose byte offset fits int64 (got rows[%lld]=%lld)",
+        PyErr_Format(PyExc_IndexError, "%s: 'rows' expected rows >= 0 whose bytes fit int64 (got rows[%lld]=%lld)",
                      fn, (long long)st.a, (long long)st.b);
     else if (missing)
         result = Py_NewRef(Py_None);

@@ -615,6 +615,10 @@ static PyObject *sample_entry(PyObject *args, PyObject *kwargs, int delta) {
     job.E = sk_len(&indices);
     job.B = sk_len(&seeds);
     job.L = sk_len(&fanouts);
+    if (job.B > SB_MAX_NODES) { /* seeds take the first positions; a hop checks the rest before it relabels */
+        PyErr_Format(PyExc_ValueError, "%s: 'seeds' expected at most 2**31 - 1 ids (got %lld)", fn, (long long)job.B);
+        goto fail;
+    }
     for (int64_t h = 0; h < job.L; h++) {
         if (job.fanouts[h] < -1) {
             PyErr_Format(PyExc_ValueError, "%s: 'fanouts' expected values >= -1 (got fanouts[%lld]=%lld)", fn,

@@ -237,7 +237,8 @@ typedef struct {
 typedef struct {
     int64_t off, len, done;  /* file span and bytes completed */
     int64_t first, last;     /* spans [first, last] it covers (for error messages) */
-    int32_t iov, niov;       /* its iovecs (advanced in place after a short read) */
+    int64_t iov;             /* its first iovec in the plan (advanced in place after a short read) */
+    int32_t niov;            /* and their count (<= SK_URING_MAX_IOV) */
     int32_t retries;
 } request_t;
 
@@ -283,7 +284,7 @@ static void plan_requests(plan_t *p, char *out, int merge) {
             if (!(joins || pos > 0) || cur == NULL || cur->off + cur->len != s->off + pos ||
                 cur->niov >= SK_URING_MAX_IOV || cur->len >= SK_URING_MAX_REQUEST) {
                 cur = &p->reqs[p->nreqs++];
-                *cur = (request_t){.off = s->off + pos, .first = i, .iov = (int32_t)p->niov};
+                *cur = (request_t){.off = s->off + pos, .first = i, .iov = p->niov};
             }
             int64_t take = s->len - pos;
             if (take > SK_URING_MAX_REQUEST - cur->len) take = SK_URING_MAX_REQUEST - cur->len;

@@ -54,7 +54,9 @@ static int raise_pass_error(const char *func, const sk_status *st, int64_t N, in
 
 /* ---- FENNEL ------------------------------------------------------------------------------------------- */
 
-typedef struct { int32_t key; int64_t count; } pair32;
+/* key: a part index (< p) or, for a neighbour inside the block, its position in the block (< block_nodes, which
+ * the caller may set to any size): int64, as the 16-byte pair has the room anyway. */
+typedef struct { int64_t key, count; } pair_t;
 
 typedef struct {
     const int64_t *ptr, *nodes, *cols, *ew;
@@ -65,8 +67,8 @@ typedef struct {
     int32_t base, p;
     int64_t bs, be;        /* current block [bs, be) */
     const int64_t *seg;    /* segment start of block node j - bs in `pairs` */
-    pair32 *pairs;
-    int32_t *npairs, *ninblock;
+    pair_t *pairs;
+    int64_t *npairs, *ninblock; /* per block node: part pairs (<= p), in-block neighbour entries (<= degree) */
     int64_t **scratch;     /* per thread: cnt[p] then touched[p] */
 } fennel_ctx;
 
@@ -101,15 +103,15 @@ static void fennel_count_task(void *arg, int tid, int nthreads) {
     int64_t *cnt = c->scratch[tid], *touched = cnt + c->p;
     for (int64_t j = lo; j < hi; j++) {
         const int64_t jj = j - c->bs;
-        pair32 *out = c->pairs + c->seg[jj];
+        pair_t *out = c->pairs + c->seg[jj];
         const int64_t cap = c->seg[jj + 1] - c->seg[jj];
-        int32_t nt = 0, nin = 0;
+        int64_t nt = 0, nin = 0;
         for (int64_t e = c->ptr[j]; e < c->ptr[j + 1]; e++) {
             const int64_t u = c->cols[e], we = c->ew != NULL ? c->ew[e] : 1;
             const int64_t q = find_sorted(c->nodes, c->bs, c->be, u);
             if (q >= 0) { /* a node of this block: its label is read when j is assigned (phase 2) */
                 if (q != j) {
-                    out[cap - 1 - nin].key = (int32_t)(q - c->bs);
+                    out[cap - 1 - nin].key = q - c->bs;
                     out[cap - 1 - nin++].count = we;
                 }
                 continue;
@@ -129,8 +131,8 @@ static void fennel_count_task(void *arg, int tid, int nthreads) {
                     }
             }
         }
-        for (int32_t t = 0; t < nt; t++) {
-            out[t].key = (int32_t)touched[t];
+        for (int64_t t = 0; t < nt; t++) {
+            out[t].key = touched[t];
             out[t].count = cnt[touched[t]];
             cnt[touched[t]] = 0;
         }
@@ -235,8 +237,8 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
 
     Py_BEGIN_ALLOW_THREADS
     int64_t *seg = NULL;
-    pair32 *pairs = NULL;
-    int32_t *npairs = NULL, *ninblock = NULL;
+    pair_t *pairs = NULL;
+    int64_t *npairs = NULL, *ninblock = NULL;
     int64_t **scratch = NULL;
     double *cntd = NULL;
     sk_check_chunk(P, B, E, V, 1, C, N, &st);
@@ -256,9 +258,9 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
             if (tot > maxseg) maxseg = tot;
         }
         seg = malloc(sizeof(int64_t) * (size_t)(blk + 1));
-        pairs = malloc(sizeof(pair32) * (size_t)(maxseg > 0 ? maxseg : 1));
-        npairs = malloc(sizeof(int32_t) * (size_t)blk);
-        ninblock = malloc(sizeof(int32_t) * (size_t)blk);
+        pairs = malloc(sizeof(pair_t) * (size_t)(maxseg > 0 ? maxseg : 1));
+        npairs = malloc(sizeof(int64_t) * (size_t)blk);
+        ninblock = malloc(sizeof(int64_t) * (size_t)blk);
         scratch = calloc((size_t)nthreads, sizeof(int64_t *));
         cntd = calloc((size_t)p, sizeof(double));
         int ok = seg && pairs && npairs && ninblock && scratch && cntd;
@@ -279,10 +281,10 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
             sk_parallel(sk_cap_threads(nthreads, be - bs, 64), fennel_count_task, &ctx);
             for (int64_t j = bs; j < be; j++) { /* phase 2: sequential assignment in id order */
                 const int64_t jj = j - bs, wv = NW != NULL ? NW[j] : 1, tv = TW != NULL ? TW[j] : (TR[j] != 0);
-                const pair32 *seg_p = pairs + seg[jj];
+                const pair_t *seg_p = pairs + seg[jj];
                 const int64_t segcap = seg[jj + 1] - seg[jj];
-                for (int32_t t = 0; t < npairs[jj]; t++) cntd[seg_p[t].key] += seg_p[t].count;
-                for (int32_t t = 0; t < ninblock[jj]; t++) {
+                for (int64_t t = 0; t < npairs[jj]; t++) cntd[seg_p[t].key] += (double)seg_p[t].count;
+                for (int64_t t = 0; t < ninblock[jj]; t++) {
                     const int64_t k = (int64_t)L[V[bs + seg_p[segcap - 1 - t].key]] - label_base;
                     if (k >= 0 && k < p) cntd[k] += (double)seg_p[segcap - 1 - t].count;
                 }
@@ -303,8 +305,8 @@ PyObject *sk_fennel_pass(PyObject *self, PyObject *args, PyObject *kwargs) {
                     best = 0;
                     for (int64_t k = 1; k < p; k++) if (S[k] < S[best]) best = k;
                 }
-                for (int32_t t = 0; t < npairs[jj]; t++) cntd[seg_p[t].key] = 0.0;
-                for (int32_t t = 0; t < ninblock[jj]; t++) {
+                for (int64_t t = 0; t < npairs[jj]; t++) cntd[seg_p[t].key] = 0.0;
+                for (int64_t t = 0; t < ninblock[jj]; t++) {
                     const int64_t k = (int64_t)L[V[bs + seg_p[segcap - 1 - t].key]] - label_base;
                     if (k >= 0 && k < p) cntd[k] = 0.0;
                 }
