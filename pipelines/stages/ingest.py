@@ -21,7 +21,7 @@ from pipelines.config import PipelineConfig
 from pipelines.core.formatting import markdown_table
 from pipelines.core.nodeids import write_node_ids
 from pipelines.core.progress import Progress
-from pipelines.methods.sources.base import GraphSource, dedupe_csr_rows
+from pipelines.methods.sources.base import GraphSource
 from pipelines.methods.sources.fingerprint import fingerprint_files
 from pipelines.methods.sources.linksplit import write_link_split
 from pipelines.methods.sources.spec import parse_source_spec
@@ -36,10 +36,9 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 __all__ = ["FORMAT_VERSION", "check_train_classes", "open_source", "run", "summary"]
 
 FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipelines.methods.sources.fingerprint)
-_DEDUPE_BLOCK_EDGES = 8_000_000
-#: Working bytes an edge costs while the CSR is built: a bucket's int64 placed copy and its sources and
-#: destinations as loaded, or the de-duplication's sort (row, key, order and the sorted copies of a block).
-BUILD_EDGE_BYTES = 40
+#: Working bytes an edge costs while the CSR is built: a bucket's int64 placed copy beside its sources and
+#: destinations as loaded (int32 on disk, int64 for the kernel); de-duplication is in place.
+BUILD_EDGE_BYTES = 32
 
 
 def open_source(cfg: PipelineConfig) -> GraphSource:
@@ -88,8 +87,7 @@ def _build_csr(builder: ArtifactBuilder, source: GraphSource, memory_mb: int, pr
             buckets = _placed_in_memory(source, indptr, num_edges, progress)
         else:
             buckets = _placed_from_buckets(source, indptr, bounds, scratch, progress)
-        block_edges = max(1, min(budget_edges // 4, _DEDUPE_BLOCK_EDGES))
-        kept = _write_rows(buckets, indptr, out, source.deduplicated, block_edges, progress)
+        kept = _write_rows(buckets, indptr, out, source.deduplicated, progress)
     finally:
         out.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -158,24 +156,19 @@ def _placed_from_buckets(source: GraphSource, indptr: np.ndarray, bounds: np.nda
         yield lo, ptr, placed
 
 
-def _write_rows(buckets: Placed, indptr: np.ndarray, out: ArrayWriter, deduplicated: bool, block_edges: int,
+def _write_rows(buckets: Placed, indptr: np.ndarray, out: ArrayWriter, deduplicated: bool,
                 progress: Progress | None) -> int:
-    """Append each range's rows to ``out`` (de-duplicated in blocks of about ``block_edges`` unless the source
-    is ``deduplicated``), rewriting ``indptr`` in place to the rows written; returns the entries written."""
+    """Append each range's rows to ``out`` (sorted and de-duplicated in place, in C, unless the source is
+    ``deduplicated``), rewriting ``indptr`` in place to the rows written; returns the entries written."""
     n = len(indptr) - 1
     written = 0
     for lo, old, placed in buckets:
         hi = lo + len(old) - 1
-        if deduplicated:
-            out.append(placed)
-            written += len(placed)
-        else:
-            cuts = row_ranges(old, block_edges)
-            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-                block_ptr, cols = dedupe_csr_rows(old[a : b + 1], placed[old[a] : old[b]])
-                out.append(cols)
-                indptr[lo + a + 1 : lo + b + 1] = written + block_ptr[1:]
-                written += len(cols)
+        if not deduplicated:
+            new_ptr, placed = kernels.csr_dedupe(old, placed)
+            indptr[lo + 1 : hi + 1] = written + new_ptr[1:]
+        out.append(placed)
+        written += len(placed)
         if progress:
             progress("ingest: writing rows", hi, n)
     return written

@@ -55,6 +55,9 @@ static PyMethodDef methods[] = {
     SK_METHOD(csr_count, "src, counts", "Pass 1 of CSR construction: counts[src[i]] += 1 for every edge."),
     SK_METHOD(csr_place, "src, dst, cursor, indices",
               "Pass 2 of CSR construction: indices[cursor[s]] = d; cursor[s] += 1 for every edge (s, d) in order."),
+    SK_METHOD(csr_dedupe, "indptr, indices, counts, num_threads=0",
+              "Sort every row's neighbours and drop repeats, in place: counts[r] = row r's kept entries; the kept\n"
+              "entries, row after row, are moved to the front of indices. Returns their total."),
     SK_METHOD(sample_blocks, "indptr, indices, seeds, fanouts, seed, num_threads=0",
               "Multi-hop uniform neighbour sampling without replacement, relabelled into layered blocks.\n"
               "Returns (nodes, hop_counts, indptrs, cols)."),

@@ -37,6 +37,22 @@ def csr_place(src, dst, cursor: np.ndarray, indices: np.ndarray) -> None:
     _native.csr_place(src=_index_array("src", src), dst=_index_array("dst", dst), cursor=cursor, indices=indices)
 
 
+def csr_dedupe(indptr: np.ndarray, indices: np.ndarray, num_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Sort every row's neighbours and drop repeated ones, for a block of CSR rows, in place.
+
+    ``indptr`` may start at any offset (a slice ``indptr[a:b+1]`` of a larger CSR, ``indices`` being the matching
+    ``indices[indptr[a]:indptr[b]]``, a writable int64 array that is overwritten). Returns ``(new_indptr, cols)``:
+    a fresh ``indptr`` from 0 and ``cols``, a view of the front of ``indices``. Parallel over rows; the result
+    does not depend on ``num_threads``.
+    """
+    indptr = _int64_array("indptr", indptr)
+    counts = np.empty(max(len(indptr) - 1, 0), dtype=np.int64)
+    kept = _native.csr_dedupe(indptr=indptr, indices=indices, counts=counts, num_threads=num_threads)
+    new_indptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_indptr[1:])
+    return new_indptr, indices[:kept]
+
+
 def build_csr(
     edge_chunks_factory: Callable[[], EdgeChunks],
     num_nodes: int,

@@ -72,6 +72,22 @@ def build_csr_ref(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.
     return indptr, dst[np.argsort(src, kind="stable")].astype(np.int64)
 
 
+def csr_dedupe_ref(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's neighbours sorted and without repeats (one lexsort over the block); ``indptr`` may start at
+    any offset."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    counts = np.diff(indptr)
+    rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    indices = np.asarray(indices, dtype=np.int64)[: int(indptr[-1] - indptr[0]) if len(indptr) else 0]
+    order = np.lexsort((indices, rows))
+    rows, cols = rows[order], indices[order]
+    keep = np.ones(len(cols), dtype=bool)
+    keep[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+    out_ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=len(counts)), out=out_ptr[1:])
+    return out_ptr, cols[keep]
+
+
 def symmetrise(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]])
 

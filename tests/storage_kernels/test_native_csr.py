@@ -1,4 +1,4 @@
-"""csr_count / csr_place / build_csr: known answers, NumPy reference, invalid inputs."""
+"""csr_count / csr_place / build_csr / csr_dedupe: known answers, NumPy reference, invalid inputs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tests.storage_kernels.reference import (
     TINY_INDPTR,
     build_csr_ref,
     csr_count_ref,
+    csr_dedupe_ref,
     symmetrise,
 )
 
@@ -167,3 +168,36 @@ def test_input_kinds():
     np.testing.assert_array_equal(counts, [4, 0, 8])
     with pytest.raises(ValueError, match=r"'src' expected a C-contiguous 1-D int64 array \(got bytes\)"):
         _native.csr_count(b"\x00" * 8, counts)
+
+
+# ---- csr_dedupe -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_degree", [0, 1, 6, 24, 25, 400])  # 24: the insertion-sort limit; 25: qsort
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_csr_dedupe_equals_the_numpy_reference(max_degree, threads):
+    rng = np.random.default_rng(max_degree * 10 + threads)
+    degrees = rng.integers(0, max_degree + 1, 9000)
+    indptr = np.zeros(len(degrees) + 1, np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    indptr += 1_000  # a slice of a larger CSR: offsets from indptr[0]
+    indices = rng.integers(-3, max(max_degree, 1) * 2, int(degrees.sum()) + 5)  # repeats; tail past the rows
+    want_ptr, want_cols = csr_dedupe_ref(indptr, indices)
+    got_ptr, got_cols = kernels.csr_dedupe(indptr, indices.copy(), num_threads=threads)
+    np.testing.assert_array_equal(got_ptr, want_ptr)
+    np.testing.assert_array_equal(got_cols, want_cols)
+
+
+def test_csr_dedupe_works_in_place_and_refuses_bad_offsets():
+    indptr = np.array([5, 8, 8, 11])
+    indices = np.array([3, 1, 3, 2, 2, 0], dtype=np.int64)
+    ptr, cols = kernels.csr_dedupe(indptr, indices)
+    np.testing.assert_array_equal(ptr, [0, 2, 2, 4])
+    np.testing.assert_array_equal(cols, [1, 3, 0, 2])
+    assert np.shares_memory(cols, indices)
+    with pytest.raises(ValueError, match=r"'indptr' expected ascending offsets .* \(got indptr\[2\]=7 after 8\)"):
+        kernels.csr_dedupe(np.array([5, 8, 7]), indices.copy())
+    with pytest.raises(ValueError, match=r"within len\(indices\)=6"):
+        kernels.csr_dedupe(np.array([0, 4, 9]), indices.copy())
+    with pytest.raises(ValueError, match="writable"):
+        kernels.csr_dedupe(np.array([0, 6]), np.frombuffer(indices.tobytes(), dtype=np.int64))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.methods.sources.edges import EdgeChunk, symmetrise_chunk
+from storage_kernels import kernels
 
 if TYPE_CHECKING:
     from pipelines.methods.sources.linksplit import LinkSplit
@@ -149,17 +150,7 @@ def dedupe_csr_rows(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray
     """Sort every row's neighbours and drop repeated ones, for a block of CSR rows.
 
     ``indptr`` may start at any offset (a slice ``indptr[a:b+1]`` of a larger CSR with ``indices`` being the
-    matching ``indices[indptr[a]:indptr[b]]``); the result is a fresh block with ``indptr[0] == 0``.
-    Vectorised: one ``lexsort`` over the block.
+    matching ``indices[indptr[a]:indptr[b]]``); the result is a fresh block with ``indptr[0] == 0``. In C
+    (:func:`storage_kernels.kernels.csr_dedupe`, on a copy of ``indices``).
     """
-    indptr = np.asarray(indptr, dtype=np.int64)
-    counts = np.diff(indptr)
-    rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    order = np.lexsort((indices, rows))
-    rows, cols = rows[order], np.asarray(indices, dtype=np.int64)[order]
-    keep = np.ones(len(cols), dtype=bool)
-    keep[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
-    rows, cols = rows[keep], cols[keep]
-    out_ptr = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=len(counts)), out=out_ptr[1:])
-    return out_ptr, cols
+    return kernels.csr_dedupe(np.asarray(indptr, dtype=np.int64), np.array(indices, dtype=np.int64))

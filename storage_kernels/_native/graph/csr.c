@@ -105,3 +105,110 @@ done:
     SK_RELEASE(&src, &dst, &cursor, &indices);
     return result;
 }
+
+/* ---- csr_dedupe: sort every row and drop repeated neighbours, in place ------------------------------------ */
+
+enum { DD_BAD_PTR = 1 };
+#define DD_ROWS_PER_CLAIM 4096
+#define DD_SMALL_ROW 24 /* insertion sort up to this many entries, qsort beyond */
+
+typedef struct {
+    const int64_t *ptr; /* R + 1 offsets into ind, from ptr[0] */
+    int64_t *ind;
+    int64_t *counts; /* out: kept entries of each row */
+    int64_t R;
+    atomic_llong next;
+} dedupe_ctx;
+
+static int dd_cmp(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort v[0..n) and keep each value once at the front; returns how many were kept. */
+static int64_t dd_row(int64_t *v, int64_t n) {
+    if (n < 2) return n;
+    if (n <= DD_SMALL_ROW) {
+        for (int64_t i = 1; i < n; i++) {
+            const int64_t x = v[i];
+            int64_t j = i - 1;
+            while (j >= 0 && v[j] > x) {
+                v[j + 1] = v[j];
+                j--;
+            }
+            v[j + 1] = x;
+        }
+    } else {
+        qsort(v, (size_t)n, sizeof(int64_t), dd_cmp);
+    }
+    int64_t k = 1;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] != v[k - 1]) v[k++] = v[i];
+    return k;
+}
+
+static void dedupe_task(void *arg, int tid, int nthreads) {
+    dedupe_ctx *c = arg;
+    const int64_t base = c->ptr[0];
+    int64_t lo, hi;
+    (void)tid;
+    (void)nthreads;
+    while (sk_claim(&c->next, c->R, DD_ROWS_PER_CLAIM, &lo, &hi))
+        for (int64_t r = lo; r < hi; r++)
+            c->counts[r] = dd_row(c->ind + (c->ptr[r] - base), c->ptr[r + 1] - c->ptr[r]);
+}
+
+PyObject *sk_csr_dedupe(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"indptr", "indices", "counts", "num_threads", NULL};
+    PyObject *ptr_obj, *ind_obj, *counts_obj;
+    Py_ssize_t num_threads = 0;
+    Py_buffer ptr = {0}, ind = {0}, counts = {0};
+    int nthreads;
+    PyObject *result = NULL;
+    const char *fn = "csr_dedupe";
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|n:csr_dedupe", kwlist, &ptr_obj, &ind_obj, &counts_obj,
+                                     &num_threads))
+        return NULL;
+    if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
+    if (sk_get_buffer(ptr_obj, fn, "indptr", SK_INT64, 1, 0, &ptr) < 0) goto done;
+    if (sk_get_buffer(ind_obj, fn, "indices", SK_INT64, 1, 1, &ind) < 0) goto done;
+    if (sk_get_buffer(counts_obj, fn, "counts", SK_INT64, 1, 1, &counts) < 0) goto done;
+    const int64_t R = sk_len(&ptr) - 1, M = sk_len(&ind);
+    const int64_t *p = ptr.buf;
+    if (R < 0) {
+        PyErr_SetString(PyExc_ValueError, "csr_dedupe: 'indptr' expected at least 1 entry (got 0)");
+        goto done;
+    }
+    if (sk_check_len(fn, "counts", &counts, R) < 0) goto done;
+    for (int64_t r = 0; r < R; r++) {
+        if (p[r + 1] < p[r] || p[r + 1] - p[0] > M) {
+            PyErr_Format(PyExc_ValueError,
+                         "csr_dedupe: 'indptr' expected ascending offsets within len(indices)=%lld from indptr[0] "
+                         "(got indptr[%lld]=%lld after %lld)",
+                         (long long)M, (long long)(r + 1), (long long)p[r + 1], (long long)p[r]);
+            goto done;
+        }
+    }
+    nthreads = sk_cap_threads(nthreads, R, DD_ROWS_PER_CLAIM);
+    dedupe_ctx ctx = {p, ind.buf, counts.buf, R, 0};
+    int64_t kept = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    sk_parallel(nthreads, dedupe_task, &ctx);
+    /* compact the kept prefix of every row to the front, in row order (destinations never pass sources) */
+    int64_t *v = ind.buf;
+    const int64_t *cnt = counts.buf;
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t from = p[r] - p[0];
+        if (from != kept && cnt[r]) memmove(v + kept, v + from, (size_t)cnt[r] * sizeof(int64_t));
+        kept += cnt[r];
+    }
+    Py_END_ALLOW_THREADS
+
+    result = PyLong_FromLongLong((long long)kept);
+
+done:
+    SK_RELEASE(&ptr, &ind, &counts);
+    return result;
+}
