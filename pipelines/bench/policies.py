@@ -70,7 +70,8 @@ from storage_kernels.arrays import DATA_ALIGN
 from storage_kernels.sampleset import SampleSet
 from storage_kernels.store import TMP_NAME, owned_tmp_name
 
-__all__ = ["BenchError", "measure_sequential_read", "resolve_policies", "run_bench", "write_plot", "write_report"]
+__all__ = ["BenchError", "Workers", "measure_sequential_read", "resolve_policies", "run_bench", "write_plot",
+           "write_report"]
 
 _SEQ_READ_BLOCK = 8 << 20
 _SEQ_READ_MAX = 1 << 30
@@ -169,13 +170,15 @@ def _owned_tmp(root: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class _Workers:
-    """Runs bench workers, confined when a budget is set and a cgroup can be made."""
+class Workers:
+    """Runs bench workers (:mod:`pipelines.bench.worker`), each in a fresh process, confined when a budget is set
+    and a cgroup can be made; ``poll()``, when given, is called every few milliseconds while one runs."""
 
     def __init__(self, root: Path, support: CgroupSupport | None, evict: list[Path],
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, poll: Any = None) -> None:
         self.root, self.support, self.evict = root, support, evict
         self.timeout_s = timeout_s  # per training run (None: none)
+        self.poll = poll
 
     def run(self, policy: str, phase: str, cfg: PipelineConfig, limit: int | None = None,
             **extra: Any) -> dict[str, Any]:
@@ -196,6 +199,8 @@ class _Workers:
             def sample_anon() -> None:
                 if cgroup is not None:
                     anon[0] = max(anon[0], cgroup.anon_bytes())
+                if self.poll is not None:
+                    self.poll()
 
             try:
                 proc, read_at_kill = _run_worker(
@@ -282,7 +287,7 @@ def run_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Path | No
     report: dict[str, Any] = {"dataset": cfg.dataset, "memory_budget": memory_budget, "confinement": confinement,
                               "repeats": repeats, "timeout_s": timeout_s, "eval_batches": eval_batches}
     subset = {"max_eval_batches": eval_batches} if eval_batches else {}
-    workers = _Workers(store.root, support, [], timeout_s)
+    workers = Workers(store.root, support, [], timeout_s)
 
     # 1. preprocessing, per policy (confined like training where a budget is set)
     prepared: dict[str, dict[str, Any]] = {}
@@ -422,7 +427,7 @@ def _prepare_limit(memory_budget: int, memory_overhead: int | None) -> int:
     return memory_budget + (memory_overhead if memory_overhead is not None else _PREPARE_OVERHEAD)
 
 
-def _calibrate(workers: _Workers, cfg: PipelineConfig, name: str, prepare_limit: int,
+def _calibrate(workers: Workers, cfg: PipelineConfig, name: str, prepare_limit: int,
                measured: dict[str, Any] | None = None) -> int:
     """``name``'s working set in bytes: the peak charge of a short unconfined run (a few training and
     evaluation batches) with its caches set to nothing. A memory map (``mmap``) has no cache to switch off

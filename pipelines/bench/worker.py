@@ -7,7 +7,8 @@ is a JSON file written by :mod:`pipelines.bench.policies`:
 ``{"root", "config" (a PipelineConfig dict), "policy", "phase": "prepare" | "train",
 "max_train_batches" (0 = all), "max_eval_batches" (0 = all)}``
 
-``prepare`` materialises the pipeline up to ``pack`` for the policy (checks included). ``train`` resolves the
+``prepare`` materialises the pipeline up to ``pack`` for the policy (checks included); ``stage`` one stage
+(``"stage"``: its name) for ``strata bench --suite stages`` (:mod:`pipelines.bench.stages`). ``train`` resolves the
 same artifacts, opens the policy's feature source and trains ``train.epochs`` epochs, evaluating once after
 the last (so every earlier epoch's I/O is training I/O only). The result written to ``OUT`` holds the epoch
 times, the source's counters (bytes read, read requests, rows per tier), the process's own I/O accounting
@@ -86,6 +87,36 @@ def _prepare(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
             "built": [r.artifact.stage for r in results if not r.reused]}
 
 
+def _io_counters() -> dict[str, int]:
+    counters: dict[str, int] = {}
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            key, _, value = line.partition(":")
+            counters[key] = int(value)
+    except OSError:
+        pass
+    return counters
+
+
+def _stage(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
+    """Materialise ``job["stage"]`` (its upstream artifacts reused, built first if missing): the stage's own
+    time, its artifact's size, and the process's storage reads and writes."""
+    from pipelines.runner import StageRunner
+    from pipelines.stages.common import peak_rss_mb
+
+    start, io0 = time.perf_counter(), _io_counters()
+    results = StageRunner(cfg, store).run_until(job["stage"])
+    io1 = _io_counters()
+    own = results[-1]
+    return {"wall_s": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb(), "reused": own.reused,
+            "version": own.artifact.version, "stage_s": float(own.artifact.timings.get("total_s", 0.0)),
+            "artifact_bytes": sum(int(f.get("bytes", 0)) for f in own.artifact.manifest.get("files", [])),
+            "built": [r.artifact.stage for r in results if not r.reused],
+            "graph": dict(own.artifact.stats) if own.artifact.stage == "ingest" else None,
+            "read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0),
+            "write_bytes": io1.get("write_bytes", 0) - io0.get("write_bytes", 0)}
+
+
 def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     import dataclasses
 
@@ -161,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = PipelineConfig.model_validate({**job["config"], "policy": job["policy"]})
     store = StrataPaths.at(job["root"]).store()
-    phase = {"prepare": _prepare, "train": _train}.get(job["phase"])
+    phase = {"prepare": _prepare, "train": _train, "stage": _stage}.get(job["phase"])
     if phase is None:
-        raise ValueError(f"'phase' expected prepare or train (got {job['phase']!r})")
+        raise ValueError(f"'phase' expected prepare, train or stage (got {job['phase']!r})")
     out = phase(job, cfg, store)
     tmp = Path(args[1] + ".tmp")
     tmp.write_text(json.dumps(out))

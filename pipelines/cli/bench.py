@@ -1,5 +1,6 @@
-"""``strata bench``: the training suite (every policy under one memory budget) and the locality suite (every
-reorder strategy and partition method on one graph), each written to a JSON report and shown as tables."""
+"""``strata bench``: the training suite (every policy under one memory budget), the locality suite (every
+reorder strategy and partition method on one graph) and the stages suite (every stage confined on its own),
+each written to a JSON report and shown as tables."""
 
 from __future__ import annotations
 
@@ -34,19 +35,23 @@ def bench(
     config: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
     suite: str = typer.Option(
-        "training", "--suite", help="training: every policy under one memory budget; locality: reorder and partition."
+        "training", "--suite", help="training: every policy under one memory budget; locality: reorder and "
+        "partition; stages: every stage in its own process and memory cgroup (time, memory, disk)."
     ),
+    stages: str | None = typer.Option(
+        None, "--stages", help="stages: comma-separated stage names (default: ingest to export)."),
     policies: str = typer.Option(
         "all", "--policies", help="training: 'all' or a comma-separated list of policies (the names --policy takes)."
     ),
     memory_budget: str | None = typer.Option(
         None, "--memory-budget",
-        help="training: memory for the graph's data (caches, buffers, page cache), e.g. 512M or 2G; each run is "
-        "confined to it plus the measured working set by a memory cgroup (needs root).",
+        help="training, stages: memory for the graph's data (caches, buffers, page cache), e.g. 512M or 2G; each "
+        "run is confined to it plus the working set by a memory cgroup (needs root).",
     ),
     memory_overhead: str | None = typer.Option(
         None, "--memory-overhead",
-        help="training: the working set beyond the budget (default: measured on the naive policy).",
+        help="training: the working set beyond the budget (default: measured on the naive policy); stages: "
+        "the interpreter and libraries (default 768M).",
     ),
     repeats: int = typer.Option(1, "--repeats", help="training: alternating repeats per policy (median reported).",
                                 min=1),
@@ -83,8 +88,11 @@ def bench(
         _bench_locality(cfg, paths, out_path, _names(strategies, "strategies"), _names(methods, "methods"),
                         partition_order)
         return
+    if suite == "stages":
+        _bench_stages(cfg, paths, out_path, stages, memory_budget, memory_overhead)
+        return
     if suite != "training":
-        err.print(f"'--suite' expected training or locality (got {suite!r})")
+        err.print(f"'--suite' expected training, locality or stages (got {suite!r})")
         raise typer.Exit(2)
     from pipelines.bench.policies import BenchError, resolve_policies, run_bench
     from pipelines.core.confine import parse_bytes
@@ -128,6 +136,44 @@ def bench(
     out.print(f"memory budget: {human_bytes(report.get('memory_budget'))}, confinement: {report.get('confinement')}; "
               f"disk sequential read: {fmt(disk.get('seq_read_mb_s'))} MB/s (direct I/O: {disk.get('direct_io')}); "
               f"report written to {out_path} (plot: {Path(out_path).with_suffix('.png')})", highlight=False)
+
+
+def _bench_stages(cfg: Any, paths: Any, out_path: Path, stages: str | None, memory_budget: str | None,
+                  memory_overhead: str | None) -> None:
+    from pipelines.bench.policies import BenchError
+    from pipelines.bench.stages import run_stage_bench
+    from pipelines.core.confine import parse_bytes
+    from pipelines.graph import STAGE_NAMES
+
+    try:
+        names = tuple(n.strip() for n in stages.split(",") if n.strip()) if stages else STAGE_NAMES
+        budget = parse_bytes(memory_budget) if memory_budget is not None else None
+        overhead = parse_bytes(memory_overhead, "--memory-overhead") if memory_overhead is not None else None
+        with quiet_libraries(verbose=False), ProgressCallback(err) as progress:
+            report = run_stage_bench(cfg, paths, out_path, progress=progress, memory_budget=budget,
+                                     memory_overhead=overhead, stages=names)
+    except ValueError as e:
+        err.print(str(e))
+        raise typer.Exit(2) from None
+    except BenchError as e:
+        err.print(str(e))
+        raise typer.Exit(1) from None
+    table = Table(title=f"strata bench --suite stages: {report['dataset']}", title_justify="left")
+    columns = ("stage_s", "wall_s", "peak_anon_mb", "peak_cgroup_mb", "oom_kills", "artifact_bytes",
+               "write_bytes", "disk_high_water_bytes")
+    table.add_column("stage")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, row in report["stages"].items():
+        if row.get("error"):
+            table.add_row(name, f"error: {row['error']}", *([""] * (len(columns) - 1)))
+            continue
+        table.add_row(name, *(human_bytes(row.get(c)) if c.endswith("bytes") else fmt(row.get(c)) for c in columns))
+    Console(width=max(out.width, 140), soft_wrap=True).print(table)
+    disk = report["disk"]
+    out.print(f"cgroup limit: {human_bytes(report.get('cgroup_limit'))} ({report['confinement']}); artifacts "
+              f"{human_bytes(disk.get('total_bytes'))} = {fmt(disk.get('total_over_features'))}x the feature file; "
+              f"report written to {out_path}", highlight=False)
 
 
 def _names(value: str | None, option: str) -> tuple[str, ...] | None:
