@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -26,6 +27,11 @@ class GraphArrays:
     train_idx: np.ndarray
     val_idx: np.ndarray
     test_idx: np.ndarray
+    #: The feature file and the features' real width (float16 files: values, not words), where loaded from an
+    #: artifact: code that needs some rows' values reads them with aligned block reads
+    #: (:func:`trainer.features.file.read_values`), never through the memory map, whose page faults read ahead.
+    features_path: Path | None = None
+    value_dim: int | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -60,6 +66,8 @@ def load_graph(artifact: Artifact) -> GraphArrays:
         train_idx=artifact.array("train_idx.npy"),
         val_idx=artifact.array("val_idx.npy"),
         test_idx=artifact.array("test_idx.npy"),
+        features_path=Path(artifact.file("features.npy")),
+        value_dim=feature_dim(artifact),
     )
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipelines.core.graphio import feature_values
+from pipelines.core.graphio import feature_dim
 from pipelines.core.nodeids import original_ids
 from storage_kernels.sampleset import SampledBatch, SampleSet
 from storage_kernels.store import MANIFEST_NAME, Artifact, ArtifactBuilder
@@ -77,16 +77,16 @@ def _eval_batches(samples: SampleSet) -> list[int]:
     return eval_batch_ids(samples, "val")
 
 
-def _feeds(batches: Iterable[SampledBatch], features: np.ndarray, labels: np.ndarray
+def _feeds(batches: Iterable[SampledBatch], rows: Callable[[np.ndarray], np.ndarray], labels: np.ndarray
            ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
-    """(onnxruntime feed, seed labels) per batch, features gathered in the batch's node order."""
+    """(onnxruntime feed, seed labels) per batch, ``rows(ids)`` giving the features in the batch's node order."""
     import torch
 
     from trainer.export import onnx_feed
     from trainer.models import TensorBlock
 
     for batch in batches:
-        x = torch.from_numpy(np.ascontiguousarray(features[batch.nodes], dtype=np.float32))
+        x = torch.from_numpy(rows(np.asarray(batch.nodes)))
         blocks = [TensorBlock.from_block(b) for b in batch.blocks()]
         yield onnx_feed(x, blocks), labels[batch.seeds]
 
@@ -104,8 +104,14 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     from trainer.subgraph_file import restrict_batch, write_subgraph
 
     samples = SampleSet(sample.path)
-    features, labels = feature_values(reorder), np.asarray(reorder.array("labels.npy"), dtype=np.int64)
-    in_dim = int(features.shape[1])
+    from trainer.features.file import read_values
+
+    labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+    in_dim = feature_dim(reorder)
+
+    def features(ids: np.ndarray) -> np.ndarray:  # aligned block reads, not a memory map's read-ahead per row
+        return read_values(reorder.file("features.npy"), ids, in_dim)
+
     widths = list(message_widths) if message_widths is not None else [in_dim] * samples.num_layers
     val_ids = _eval_batches(samples)
     if not val_ids:
@@ -146,7 +152,7 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     extra: dict[str, Any] = {"split": "val"} if names is None else {"split": "val", "node_names": names.tolist()}
     for name in ("subgraph.json", "subgraph.bin"):
         builder.add_file(name)
-    write_subgraph(builder.dir, sub, features[sub.nodes], source_ids, labels[sub.seeds], extra=extra)
+    write_subgraph(builder.dir, sub, features(np.asarray(sub.nodes)), source_ids, labels[sub.seeds], extra=extra)
     for name in PAGE_FILES:
         source = WEB_SOURCE / name
         if not source.is_file():

@@ -11,13 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up, read_header
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.base import DirectFile, FeatureTier, TierRead, read_blocks
+from trainer.features.half import decode_half_words
 
-__all__ = ["FileRows", "FileTier"]
+__all__ = ["FileRows", "FileTier", "read_values"]
 
 
 class FileRows:
@@ -42,6 +44,7 @@ class FileRows:
                              f"of columns (got {dtype} {shape} {order})")
         if self.data_offset % 4:
             raise ValueError(f"'{self.path}' expected its data at a multiple of 4 bytes (got {self.data_offset})")
+        self.half = half
         self.num_rows, self.feature_dim = shape[0], shape[1] // 2 if half else shape[1]  # float32 words per row
         self.row_bytes = self.feature_dim * 4
         self.num_threads = int(num_threads)
@@ -119,6 +122,19 @@ class FileRows:
 
     def close(self) -> None:
         self._file.close()
+
+
+def read_values(path: str | Path, ids: np.ndarray, value_dim: int, num_threads: int = 0) -> np.ndarray:
+    """Rows ``ids`` of a feature file as float32 values ``(len(ids), value_dim)`` (float16 files decoded), read
+    block-merged with aligned (``O_DIRECT`` where allowed) reads: a memory map's page faults would read ahead
+    around every row, many times the rows' bytes when the ids are scattered and memory is confined."""
+    rows = FileRows(path, num_threads=num_threads)
+    try:
+        words = np.empty((len(ids), rows.feature_dim), dtype=np.float32)
+        rows.read(np.asarray(ids, dtype=np.int64), words, merge=True)
+    finally:
+        rows.close()
+    return decode_half_words(torch.from_numpy(words), value_dim).numpy() if rows.half else words
 
 
 class FileTier(FeatureTier):

@@ -86,19 +86,25 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 8, cores: int | None 
 
     from trainer.blocks import to_tensor_blocks
     from trainer.device import resolve_device
+    from trainer.features.file import read_values
     from trainer.models import build_model, model_options
 
     graph, samples, tcfg = inputs.graph, inputs.samples, inputs.cfg.train
     batches = epoch_batches(inputs)
     device = resolve_device(tcfg.device)
     labels = np.asarray(graph.labels)
+    in_dim = graph.value_dim or graph.feature_dim  # float16 files: the values' width, not the words'
     num_classes = int(labels.max()) + 1 if len(labels) else 1
 
     def load(b: int) -> tuple[torch.Tensor, list, torch.Tensor]:
         """One batch's inputs, gathered outside the timed step (and one at a time: wide features make a
         batch's rows hundreds of MB)."""
         batch = samples.batch(b)
-        x = torch.from_numpy(np.ascontiguousarray(graph.features[np.asarray(batch.nodes)], dtype=np.float32))
+        nodes = np.asarray(batch.nodes)
+        if graph.features_path is not None:  # aligned block reads: a memory map's faults read ahead per row
+            x = torch.from_numpy(read_values(graph.features_path, nodes, in_dim))
+        else:
+            x = torch.from_numpy(np.ascontiguousarray(graph.features[nodes], dtype=np.float32))
         y = torch.from_numpy(np.asarray(labels[np.asarray(batch.seeds)], dtype=np.int64))
         return x.to(device), to_tensor_blocks(batch.blocks(), device), y.to(device)
 
@@ -106,7 +112,7 @@ def probe_compute(inputs: PlanInputs, probe_batches: int = 8, cores: int | None 
     counts = _thread_counts(cores or usable_cores())
     steps: dict[int, list[float]] = {t: [] for t in counts}
     torch.manual_seed(0)
-    model = build_model(model=tcfg.model, in_dim=graph.feature_dim, hidden_dim=tcfg.hidden_dim, out_dim=num_classes,
+    model = build_model(model=tcfg.model, in_dim=in_dim, hidden_dim=tcfg.hidden_dim, out_dim=num_classes,
                         num_layers=samples.num_layers, dropout=tcfg.dropout, **model_options(tcfg)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
 
