@@ -9,8 +9,8 @@ parallel, each in its own process.
 
 The Dagster steps of one run share the run resource's runner within a process
 (:meth:`pipelines.orchestration.resources.StrataResource.runner`); the benchmarks use one directly (``run_until``,
-which also
-runs each stage's checks and stops at the first failing one).
+which also runs each stage's checks and stops at the first failing one). A reused artifact's checks that passed
+on it before are not run again (:mod:`pipelines.checks.record`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.checks import Finding, StageCheck, quarantine_failed
+from pipelines.checks.record import record_passed, recorded_passes
 from pipelines.config import PipelineConfig
 from pipelines.core.progress import Progress
 from pipelines.graph import STAGES, Stage, get_stage, until
@@ -96,9 +97,24 @@ class StageRunner:
         return result.artifact
 
     def check(self, name: str) -> list[CheckOutcome]:
-        """Run every check of stage ``name`` on its artifact."""
-        artifact = self.artifact(name)
-        return [CheckOutcome(name, c, c.run(artifact, self.store)) for c in get_stage(name).checks]
+        """Run every check of stage ``name`` on its artifact; when the artifact was reused and verified against its
+        manifest (``verify.on_reuse`` not ``off``), a check recorded as passed on it by the same check code is not
+        run again (:mod:`pipelines.checks.record`)."""
+        return [CheckOutcome(name, c, self.check_one(name, c)) for c in get_stage(name).checks]
+
+    def check_one(self, name: str, check: StageCheck, artifact: Artifact | None = None) -> Finding:
+        """``check``'s finding on stage ``name``'s artifact (or on ``artifact``, a quarantined copy of it): its pass
+        on record when the artifact was reused, else a fresh run, whose pass is then recorded."""
+        own = self.artifact(name)
+        target = artifact if artifact is not None else own
+        verified = self.cfg.verify.on_reuse != "off"  # the bytes the pass was recorded on were checked on reuse
+        if (target is own and verified and self.result(name).reused
+                and check.name in recorded_passes(self.store.root, own)):
+            return Finding(facts={"recorded_pass": True})
+        finding = check.run(target, self.store)
+        if finding.passed and target is own:
+            record_passed(self.store.root, own, [check.name])
+        return finding
 
     def run_until(self, name: str = STAGES[-1].name, progress: Callable[[Stage], Progress | None] | None = None,
                   checks: bool = True) -> list[StageResult]:
