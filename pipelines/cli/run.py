@@ -337,9 +337,8 @@ def _stage_command(app: typer.Typer, name: str, description: str) -> None:
     ``--until``."""
 
     from pipelines.cli.explain import PLAN_OPTIONS
-    from pipelines.cli.web import EXPORT_OPTIONS
-
     from pipelines.cli.predict import PREDICT_OPTIONS
+    from pipelines.cli.web import EXPORT_OPTIONS
 
     # options only this stage command has (plan: --explain; export: --web ...; predict: --out)
     extra = {"plan": PLAN_OPTIONS, "export": EXPORT_OPTIONS, "predict": PREDICT_OPTIONS}.get(name)
