@@ -39,8 +39,10 @@ from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["EMBEDDING_MEANING", "FORMAT_VERSION", "PREDICTIONS_FILE", "lookup", "run", "summary",
-           "write_predictions"]
+    from storage_kernels.catalog import Catalog
+
+__all__ = ["EMBEDDING_MEANING", "FORMAT_VERSION", "PREDICTIONS_FILE", "catalogued_predictions", "lookup", "run",
+           "summary", "write_predictions"]
 
 FORMAT_VERSION = 1
 PREDICTIONS_FILE = "predictions.parquet"
@@ -177,11 +179,29 @@ def lookup(path: str | Path, node_ids: Sequence[int] | Sequence[str], columns: S
         if key == "original_id" and key not in {c[0] for c in con.execute(
                 "DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()}:
             raise ValueError(f"'{path}' expected an original_id column for string ids (got a graph with integer ids)")
-        return con.execute(
-            f"SELECT {wanted} FROM read_parquet(?) p JOIN (SELECT unnest(?) AS id, generate_subscripts(?, 1) AS k) "
-            f"q ON p.{key} = q.id ORDER BY q.k", [str(path), ids, ids]).fetch_arrow_table()
+        return con.sql(
+            f"SELECT {wanted} FROM read_parquet($path) p JOIN (SELECT unnest($ids) AS id, "
+            f"generate_subscripts($ids, 1) AS k) q ON p.{key} = q.id ORDER BY q.k",
+            params={"path": str(path), "ids": ids}).to_arrow_table()
     finally:
         con.close()
+
+
+def catalogued_predictions(catalog: Catalog, dataset: str, version: str | None = None) -> Path:
+    """The ``predictions.parquet`` of ``dataset``'s ``predict`` artifact as the DuckDB catalog records it: the
+    newest, or the one of ``version`` (a unique prefix). ``LookupError`` naming what is missing."""
+    if version is not None:
+        record = catalog.get(version, dataset, "predict")
+        if record is None:
+            raise LookupError(f"'version' expected a predict artifact of {dataset} in the catalog (got {version!r}; "
+                              f"`strata catalog ls --stage predict` lists them)")
+    else:
+        found = catalog.list_artifacts(dataset, "predict")
+        if not found:
+            raise LookupError(f"'predict' artifact of {dataset} expected in the catalog (got none): run `strata "
+                              "predict` first")
+        record = found[-1]  # ordered by created_at: the newest last
+    return Path(record["path"]) / PREDICTIONS_FILE
 
 
 def summary(artifact: Artifact) -> dict[str, Any]:
