@@ -214,9 +214,11 @@ class PredictConfig(Section):
         256, "The memory layer-wise inference over every node works in (half for an interval's accumulators and "
         "edges, trainer/layerwise.py); more memory, fewer passes over the input. Predictions do not depend on it.",
         artifact=False, gt=0)
+    chunk_nodes: int = setting(
+        8192, "The fewest nodes an interval of layer-wise inference holds and a read window reads, whatever the "
+        "memory (trainer/layerwise.py, LayerwiseGraph.chunk_nodes).", artifact=False, gt=0)
     row_group_rows: int = setting(
-        65536, "Rows per Parquet row group of predictions.parquet (a lookup by node id reads one row group).",
-        artifact=False, gt=0)
+        65536, "Rows per Parquet row group of predictions.parquet.", artifact=False, gt=0)
 
 
 class VerifyConfig(Section):

@@ -102,7 +102,7 @@ PREDICT_OPTIONS = StageOptions(
         "out": option_param(
             "out", typer.Option(None, "--out", "-o", help="Also write the predictions to this Parquet file (a copy "
                                 "of the predict artifact's predictions.parquet: node_id, predicted_class, "
-                                "probability, embedding; docs/usage/predict.md).", dir_okay=False), Path | None),
+                                "probability, embedding; docs/usage/predict.md)."), Path | None),
     },
     hook=_predict_hook,
     sees_run=True,

@@ -106,7 +106,8 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
     labels = np.asarray(reorder.array("labels.npy"))
     graph = LayerwiseGraph(np.asarray(reorder.array("indptr.npy")), reorder.array("indices.npy"),
                            reorder.file("features.npy"), feature_dim(reorder), labels, {}, scratch,
-                           memory_bytes=pc.memory_mb << 20, num_threads=cfg.train.num_threads)
+                           chunk_nodes=pc.chunk_nodes, memory_bytes=pc.memory_mb << 20,
+                           num_threads=cfg.train.num_threads)
     n = graph.num_nodes
     perm = reorder.array("perm.npy")  # Strata's id -> the source's id
     named = has_node_ids(reorder)
@@ -156,6 +157,7 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
     return {"rows": n, "num_classes": int(model.out_dim), "embedding": pc.embedding,
             "embedding_dim": dim if pc.embedding != "none" else 0, "named_nodes": named,
             "predicted_class_counts": counts.tolist(), "intervals": report[-1]["intervals"] if report else 0,
+            "layer_intervals": [step["intervals"] for step in report],
             "bytes_read": int(sum(step["bytes_read"] for step in report)), "predictions_bytes": path.stat().st_size}
 
 

@@ -1,0 +1,193 @@
+"""The predict stage and ``strata predict``: every node's class, probability and embedding in Parquet, equal to
+the trained model's in-memory full-neighbourhood forward (1e-5), in one interval or in several under a tiny
+memory budget; the schema; a lookup by node id through the catalog; the exit-2 paths of the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+from pipelines.config import PipelineConfig
+from pipelines.core.graphio import feature_values
+from pipelines.core.paths import StrataPaths
+from pipelines.graph import RUN_STAGE_NAMES, STAGE_NAMES, until
+from pipelines.runner import StageRunner
+from pipelines.stages import predict
+from pipelines.stages.train import load_model
+from storage_kernels import kernels
+from storage_kernels.sampleset import Block
+from storage_kernels.store import Artifact
+from trainer.models import TensorBlock
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+SETS = ["train.epochs=3", "sample.epochs=1"]
+cli = CliRunner()
+
+
+def full_forward(model: Any, reorder: Artifact) -> tuple[np.ndarray, np.ndarray]:
+    """The model's own forward with every node a seed and every neighbour at every hop, in Strata's order: the
+    logits and the last layer's input (ReLU'd hidden rows)."""
+    indptr, indices = np.asarray(reorder.array("indptr.npy")), np.asarray(reorder.array("indices.npy"))
+    n = len(indptr) - 1
+    out = kernels.sample_blocks(indptr, indices, np.arange(n), [-1] * model.num_layers, seed=0)
+    assert np.array_equal(out.nodes, np.arange(n))
+    blocks = [TensorBlock.from_block(Block(n, n, out.indptrs[h], out.cols[h])) for h in reversed(range(len(out.cols)))]
+    x = torch.from_numpy(np.ascontiguousarray(feature_values(reorder), dtype=np.float32))
+    model.eval()
+    with torch.no_grad():
+        return model(x, blocks).numpy(), model.forward_lower(x, blocks[:-1]).numpy()
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("predict")
+    cfg = PipelineConfig.load(overrides=SETS, dataset="tiny")
+    runner = StageRunner(cfg, StrataPaths.at(root).store())
+    runner.run_until("train", checks=False)
+    return {"root": root, "runner": runner, "reorder": runner.artifact("reorder"), "train": runner.artifact("train")}
+
+
+def predict_with(trained: dict[str, Any], *sets: str) -> Artifact:
+    cfg = PipelineConfig.load(overrides=[*SETS, *sets], dataset="tiny")
+    return trained["runner"].derive(cfg).result("predict").artifact
+
+
+@pytest.mark.parametrize("memory_mb", [1, 256])
+def test_predictions_equal_the_full_forward(trained: dict[str, Any], memory_mb: int, tmp_path: Path) -> None:
+    # the file itself, not the artifact: memory does not change the artifact, so the second would be reused
+    cfg = PipelineConfig.load(overrides=[*SETS, f"predict.memory_mb={memory_mb}", "predict.chunk_nodes=64",
+                                         "predict.row_group_rows=700"], dataset="tiny")
+    reorder, path = trained["reorder"], tmp_path / "p.parquet"
+    stats = predict.write_predictions(path, reorder, trained["train"], cfg, tmp_path / "scratch", {"dataset": "t"})
+    logits, _ = full_forward(load_model(trained["train"]), reorder)
+    table = pq.read_table(path)
+    n = len(logits)
+    assert table.num_rows == n == stats["rows"]
+    # row i is Strata's node i; node_id is the id the source gave it
+    np.testing.assert_array_equal(table["node_id"].to_numpy(), np.asarray(reorder.array("perm.npy")))
+    np.testing.assert_allclose(np.stack(table["embedding"].to_numpy(zero_copy_only=False)), logits, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(table["predicted_class"].to_numpy(), logits.argmax(axis=1))
+    np.testing.assert_allclose(table["probability"].to_numpy(), softmax(logits).max(axis=1), rtol=0, atol=1e-5)
+    # a tiny budget: layers in several intervals (the last one's few rows fit one); else one interval a layer
+    assert (max(stats["layer_intervals"]) > 1) == (memory_mb == 1)
+    assert pq.ParquetFile(path).metadata.num_row_groups == -(-n // 700)
+    assert stats["predicted_class_counts"] == np.bincount(logits.argmax(axis=1), minlength=6).tolist()
+    assert not list((tmp_path / "scratch").iterdir())  # scratch tables removed
+
+
+def test_the_parquet_schema_says_what_the_embedding_is(trained: dict[str, Any]) -> None:
+    art = predict_with(trained)
+    schema = pq.read_schema(art.file(predict.PREDICTIONS_FILE))
+    assert schema.names == ["node_id", "predicted_class", "probability", "embedding"]
+    assert [str(t) for t in schema.types[:3]] == ["int64", "int32", "float"]
+    assert str(schema.field("embedding").type) == "fixed_size_list<element: float>[6]"
+    meta = {k.decode(): v.decode() for k, v in schema.metadata.items()}
+    assert meta["strata.embedding"] == "logits" and "no separate classifier head" in meta["strata.embedding_meaning"]
+    assert meta["strata.train_version"] == trained["train"].version
+    assert meta["strata.reorder_version"] == trained["reorder"].version and meta["strata.num_classes"] == "6"
+
+    hidden = predict_with(trained, "predict.embedding=hidden")
+    assert hidden.version != art.version  # the embedding is part of the artifact
+    _, want = full_forward(load_model(trained["train"]), trained["reorder"])
+    table = pq.read_table(hidden.file(predict.PREDICTIONS_FILE))
+    np.testing.assert_allclose(np.stack(table["embedding"].to_numpy(zero_copy_only=False)), want, rtol=0, atol=1e-5)
+    assert pq.read_schema(hidden.file(predict.PREDICTIONS_FILE)).metadata[b"strata.embedding"] == b"hidden"
+
+    bare = predict_with(trained, "predict.embedding=none")
+    assert pq.read_schema(bare.file(predict.PREDICTIONS_FILE)).names == ["node_id", "predicted_class", "probability"]
+
+
+def test_a_node_id_lookup_through_the_catalog_returns_its_row(trained: dict[str, Any]) -> None:
+    art = predict_with(trained)
+    catalog = StrataPaths.at(trained["root"]).catalog()
+    path = predict.catalogued_predictions(catalog, "tiny", art.version[:6])
+    assert path == art.file(predict.PREDICTIONS_FILE)
+    table = pq.read_table(path)
+    ids = table["node_id"].to_numpy()
+    asked = [int(ids[17]), int(ids[3]), 10**9]
+    got = predict.lookup(path, asked).to_pylist()
+    assert [r["node_id"] for r in got] == asked[:2]  # in the order asked; an unknown id has no row
+    assert got[0] == table.slice(17, 1).to_pylist()[0]
+    with pytest.raises(LookupError, match="predict artifact of tiny in the catalog"):
+        predict.catalogued_predictions(catalog, "tiny", "ffffff")
+    with pytest.raises(ValueError, match="expected an original_id column"):
+        predict.lookup(path, ["alice"])
+
+    shown = cli.invoke(app, ["catalog", "predictions", str(asked[0]), "--dataset", "tiny", "--root",
+                             str(trained["root"]), "--version", art.version, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout.splitlines()[0])["predicted_class"] == got[0]["predicted_class"]
+    none = cli.invoke(app, ["catalog", "predictions", "123456789", "--dataset", "tiny", "--root", str(trained["root"])])
+    assert none.exit_code == 2 and "expected nodes of tiny" in none.output
+
+
+def test_run_does_not_predict_unless_asked() -> None:
+    assert "predict" in STAGE_NAMES and "predict" not in RUN_STAGE_NAMES and RUN_STAGE_NAMES[-1] == "export"
+    assert [s.name for s in until("predict")] == ["ingest", "reorder", "partition", "sample", "plan", "pack",
+                                                   "train", "predict"]
+
+
+def test_strata_predict_without_a_trained_model_exits_2_and_builds_nothing(tmp_path: Path) -> None:
+    result = cli.invoke(app, ["predict", "--dataset", "tiny", "--root", str(tmp_path / "r"), "--out",
+                              str(tmp_path / "p.parquet")])
+    assert result.exit_code == 2
+    assert "'train' artifact of tiny expected" in result.output and "strata run --until train" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "r" / "tiny").exists() and not (tmp_path / "p.parquet").exists()
+
+
+@pytest.mark.parametrize("where,message", [("missing/p.parquet", "expected an existing directory"),
+                                           ("adir", "expected a Parquet file path (got a directory")])
+def test_strata_predict_refuses_a_bad_out_before_running(tmp_path: Path, where: str, message: str) -> None:
+    (tmp_path / "adir").mkdir()
+    result = cli.invoke(app, ["predict", "--dataset", "tiny", "--root", str(tmp_path / "r"), "--out",
+                              str(tmp_path / where)])
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "r" / "tiny").exists()
+
+
+def test_strata_predict_writes_out_and_reuses_the_trained_model(trained: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "scores.parquet"
+    sets = [arg for s in SETS for arg in ("--set", s)]
+    result = cli.invoke(app, ["predict", "--dataset", "tiny", "--root", str(trained["root"]), "--out", str(out),
+                              "--json", "--set", "predict.memory_mb=2", *sets])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    by_stage = {a["stage"]: a for a in summary["artifacts"]}
+    assert by_stage["train"]["reused"] and by_stage["train"]["version"] == trained["train"].version
+    assert summary["predictions"]["out"] == str(out) and summary["predictions"]["rows"] == 2500
+    assert out.read_bytes() == Path(summary["predictions"]["artifact_file"]).read_bytes()
+    assert not list(tmp_path.glob(".scores.parquet.tmp-*"))
+    catalogued = StrataPaths.at(trained["root"]).catalog().versions("tiny", "predict")
+    assert by_stage["predict"]["version"] in catalogued
+
+
+@pytest.mark.slow
+def test_predict_on_demo_equals_the_full_forward_under_a_small_budget(tmp_path: Path) -> None:
+    cfg = PipelineConfig.load(overrides=["train.epochs=2", "sample.epochs=1", "predict.memory_mb=8",
+                                         "predict.chunk_nodes=1024"],
+                              dataset="demo")
+    runner = StageRunner(cfg, StrataPaths.at(tmp_path).store())
+    runner.run_until("train", checks=False)
+    art = runner.result("predict").artifact
+    logits, _ = full_forward(load_model(runner.artifact("train")), runner.artifact("reorder"))
+    table = pq.read_table(art.file(predict.PREDICTIONS_FILE))
+    assert table.num_rows == len(logits) and art.stats["intervals"] > 1  # the last layer streamed in parts
+    np.testing.assert_allclose(np.stack(table["embedding"].to_numpy(zero_copy_only=False)), logits, rtol=0,
+                               atol=1e-4)
+    agree = np.mean(table["predicted_class"].to_numpy() == logits.argmax(axis=1))
+    assert agree > 0.9999  # ties within float rounding aside
