@@ -191,3 +191,46 @@ def test_predict_on_demo_equals_the_full_forward_under_a_small_budget(tmp_path: 
                                atol=1e-4)
     agree = np.mean(table["predicted_class"].to_numpy() == logits.argmax(axis=1))
     assert agree > 0.9999  # ties within float rounding aside
+
+
+def test_the_mlflow_pyfunc_predicts_by_node_id_from_the_store(trained: dict[str, Any], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registered pyfunc, loaded back with MLflow: a frame of node ids answers from the store, the same rows
+    as ``strata predict`` writes; the subgraph input still works; a wrong root is named."""
+    import mlflow
+    import pandas as pd
+
+    from pipelines.tracking.model_registry import node_id_config
+    from trainer.export import export_onnx, onnx_feed, random_subgraph
+    from trainer.mlflow_model import save_mlflow_model
+
+    train = trained["train"]
+    net = load_model(train)
+    export_onnx(net, tmp_path / "model.onnx")
+    path = save_mlflow_model(tmp_path / "model", model_json=train.file("model.json"),
+                             state_dict=train.file("state_dict.pt"), onnx_path=tmp_path / "model.onnx",
+                             model_config=node_id_config(train))
+    monkeypatch.delenv("STRATA_HOME", raising=False)
+    pyfunc = mlflow.pyfunc.load_model(str(path))
+    table = pq.read_table(predict_with(trained).file(predict.PREDICTIONS_FILE))
+    rows = [42, 7, 2499]
+    asked = [int(table["node_id"][i].as_py()) for i in rows]
+    got = pyfunc.predict(pd.DataFrame({"node_id": asked}))  # the root the model was registered from
+    assert got["node_id"].tolist() == asked
+    assert got["predicted_class"].tolist() == [table["predicted_class"][i].as_py() for i in rows]
+    np.testing.assert_allclose(np.stack(got["embedding"]), np.stack([table["embedding"][i].as_py() for i in rows]),
+                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got["probability"], [table["probability"][i].as_py() for i in rows], atol=1e-5)
+
+    feed = onnx_feed(*random_subgraph(net.in_dim, net.num_layers, num_seeds=5, fanout=3, seed=2))
+    assert pyfunc.predict(feed)["logits"].shape == (5, 6)  # the subgraph input is unchanged
+
+    with pytest.raises(FileNotFoundError, match="expected the train artifact of tiny"):
+        pyfunc.predict(pd.DataFrame({"node_id": asked}), params={"root": str(tmp_path / "elsewhere")})
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path / "elsewhere"))  # the environment over the model config
+    with pytest.raises(FileNotFoundError, match="set STRATA_HOME"):
+        pyfunc.predict(pd.DataFrame({"node_id": asked}))
+    again = pyfunc.predict({"node_id": np.array(asked[:1])}, params={"root": str(trained["root"])})
+    assert again["predicted_class"].tolist() == got["predicted_class"].tolist()[:1]
+    with pytest.raises(KeyError, match=r"expected ids in \[0, 2500\) \(got 2500\)"):
+        pyfunc.predict(pd.DataFrame({"node_id": [2500]}), params={"root": str(trained["root"])})
