@@ -166,7 +166,7 @@ def save_mlflow_model(path: str | Path, *, model_json: str | Path, state_dict: s
     for key in ("in_dim", "num_layers", "out_dim"):
         if not isinstance(info.get(key), int):
             raise ValueError(f"'{model_json}' expected an integer '{key}' (got {info.get(key)!r})")
-    in_dim, num_layers, out_dim = info["in_dim"], info["num_layers"], info["out_dim"]
+    in_dim, num_layers = info["in_dim"], info["num_layers"]  # out_dim checked above: the ONNX flavor has it
     example = dict(example) if example is not None else input_example(in_dim, num_layers)
     path = Path(path)
     mlflow.pyfunc.save_model(
