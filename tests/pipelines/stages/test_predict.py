@@ -234,3 +234,36 @@ def test_the_mlflow_pyfunc_predicts_by_node_id_from_the_store(trained: dict[str,
     assert again["predicted_class"].tolist() == got["predicted_class"].tolist()[:1]
     with pytest.raises(KeyError, match=r"expected ids in \[0, 2500\) \(got 2500\)"):
         pyfunc.predict(pd.DataFrame({"node_id": [2500]}), params={"root": str(trained["root"])})
+
+
+def test_a_graph_with_named_nodes_is_predicted_and_looked_up_by_name(tmp_path: Path) -> None:
+    """``node_id`` is the node's row in the node list and ``original_id`` its name, through the reorder; a lookup
+    and the pyfunc's node-id path take the names."""
+    from tests.pipelines.methods.sources.test_sources_named import _write
+    from trainer.node_predictions import predict_nodes
+
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(data, n=60, seed=1)
+    cfg = PipelineConfig.load(dataset=f"edgelist:{data / 'edges.csv'}", overrides=[
+        f"ingest.options.nodes={data / 'nodes.txt'}", f"ingest.options.features={data / 'x.npy'}",
+        f"ingest.options.labels={data / 'y.npy'}", "sample.epochs=1", "train.epochs=1", "train.hidden_dim=8",
+        "sample.batch_size=16"])
+    runner = StageRunner(cfg, StrataPaths.at(tmp_path / "root").store())
+    runner.run_until("train", checks=False)
+    art, reorder, train = runner.result("predict").artifact, runner.artifact("reorder"), runner.artifact("train")
+    table = pq.read_table(art.file(predict.PREDICTIONS_FILE))
+    perm = np.asarray(reorder.array("perm.npy"))
+    names = (data / "nodes.txt").read_text().splitlines()
+    assert table.column_names[:2] == ["node_id", "original_id"] and art.stats["named_nodes"]
+    np.testing.assert_array_equal(table["node_id"].to_numpy(), perm)
+    assert table["original_id"].to_pylist() == [names[i] for i in perm]
+
+    asked = [names[5], names[0]]
+    got = predict.lookup(art.file(predict.PREDICTIONS_FILE), asked).to_pylist()
+    assert [r["original_id"] for r in got] == asked and [r["node_id"] for r in got] == [5, 0]
+    frame = predict_nodes(load_model(train), tmp_path / "root", cfg.dataset_name, train.version, asked)
+    assert frame["predicted_class"].tolist() == [r["predicted_class"] for r in got]
+    np.testing.assert_allclose(frame["probability"], [r["probability"] for r in got], atol=1e-5)
+    with pytest.raises(KeyError, match="expected names of"):
+        predict_nodes(load_model(train), tmp_path / "root", cfg.dataset_name, train.version, ["nobody"])
