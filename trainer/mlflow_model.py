@@ -177,7 +177,8 @@ def save_mlflow_model(path: str | Path, *, model_json: str | Path, state_dict: s
         input_example=example,
         pip_requirements=_requirements(),  # explicit: inferring them would load the model in a subprocess
         mlflow_model=mlflow_model,
-        metadata=dict(metadata) if metadata else None,
+        # the subgraph input's names (the signature declares none: it also takes a node_id column)
+        metadata={**(dict(metadata) if metadata else {}), "strata_subgraph_inputs": _input_names(num_layers)},
         model_config=dict(model_config) if model_config else None,
     )
     # the ONNX flavor beside the pyfunc: same directory, same signature and example

@@ -21,6 +21,7 @@ the train and reorder versions. The version hashes the ``reorder`` and ``train``
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,25 +133,26 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
                 rest = table.slice(pc.row_group_rows)
                 pending, buffered = rest.to_batches(), rest.num_rows
 
-        rows = layerwise_stream(model, graph, None, resolve_device(cfg.train.device),
-                                hidden=pc.embedding == "hidden", report=report)
-        for part in rows:
-            top, prob = _softmax_top(part.logits)
-            counts += np.bincount(top, minlength=len(counts))
-            ids = np.asarray(perm[part.nodes], dtype=np.int64)
-            columns: list[pa.Array] = [pa.array(ids)]
-            if named:
-                columns.append(pa.array(original_ids(reorder, ids), type=pa.string()))
-            columns += [pa.array(top), pa.array(prob)]
-            if pc.embedding != "none":
-                values = part.hidden if pc.embedding == "hidden" else part.logits
-                columns.append(pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values).ravel()), dim))
-            pending.append(pa.RecordBatch.from_arrays(columns, schema=schema))
-            buffered += len(part.nodes)
-            done += len(part.nodes)
-            flush(final=False)
-            if progress:
-                progress("predict: nodes", done, n)
+        rows = contextlib.closing(layerwise_stream(model, graph, None, resolve_device(cfg.train.device),
+                                                   hidden=pc.embedding == "hidden", report=report))
+        with rows as parts:  # closed on an error too: its scratch tables go at once
+            for part in parts:
+                top, prob = _softmax_top(part.logits)
+                counts += np.bincount(top, minlength=len(counts))
+                ids = np.asarray(perm[part.nodes], dtype=np.int64)
+                columns: list[pa.Array] = [pa.array(ids)]
+                if named:  # reads the row groups of node_ids.parquet holding these ids (scattered: most of them)
+                    columns.append(pa.array(original_ids(reorder, ids), type=pa.string()))
+                columns += [pa.array(top), pa.array(prob)]
+                if pc.embedding != "none":
+                    values = np.ascontiguousarray(part.hidden if pc.embedding == "hidden" else part.logits)
+                    columns.append(pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), dim))
+                pending.append(pa.RecordBatch.from_arrays(columns, schema=schema))
+                buffered += len(part.nodes)
+                done += len(part.nodes)
+                flush(final=False)
+                if progress:
+                    progress("predict: nodes", done, n)
         flush(final=True)
     if done != n:
         raise RuntimeError(f"'{path}' expected {n} rows, one per node (got {done})")
