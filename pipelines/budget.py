@@ -10,9 +10,9 @@ buffers exceed ``B`` (with no budget: the machine's memory):
   with its historical cache, ``mariusgnn`` holds its partition buffer in it);
 - ``plan.disk_cache_buffer_bytes``: the rest, ``diskgnn``'s segment window;
 - ``sample.eval_batch_size``: ``sample.batch_size``, so evaluation needs no more working memory than training;
-- ``ingest.memory_mb``, ``reorder.memory_mb``, ``pack.memory_mb``, ``train.layerwise_memory_mb`` and
-  ``export.memory_mb`` (the streaming stages' buffers, the export's batches): their default or half the budget (at least
-  :data:`STAGE_MEMORY_MIN`), whichever is smaller.
+- ``ingest.memory_mb``, ``reorder.memory_mb``, ``pack.memory_mb``, ``train.layerwise_memory_mb``,
+  ``export.memory_mb`` and ``predict.memory_mb`` (the streaming stages' buffers, the export's batches): their
+  default or half the budget (at least :data:`STAGE_MEMORY_MIN`), whichever is smaller.
 
 What is not covered: the page cache of a run that is not confined (``strata bench --memory-budget``
 confines each run in a memory cgroup where it can), the GPU cache (device memory), and the working set:
@@ -45,7 +45,7 @@ def fill_from_budget(data: Mapping[str, Any], budget: int, defaults: Mapping[str
     """Raw configuration ``data`` (a ``PipelineConfig``'s input) with the settings of the module docstring that
     are absent or at their default sized from ``budget`` bytes; everything else as given. ``defaults`` holds a
     default object of each section it sizes (``plan``, ``sample``, ``ingest``, ``reorder``, ``pack``, ``train``,
-    ``export``)."""
+    ``export``, ``predict``)."""
     sections: dict[str, dict[str, Any]] = {}
     for name in defaults:  # each as a plain dict of what was given (a section object gives every field)
         given = data.get(name) or {}
@@ -63,7 +63,7 @@ def fill_from_budget(data: Mapping[str, Any], budget: int, defaults: Mapping[str
         sample["eval_batch_size"] = sample.get("batch_size", defaults["sample"].batch_size)
     stage_mb = max(STAGE_MEMORY_MIN, budget // 2) // _MB
     for name, key in (("ingest", "memory_mb"), ("reorder", "memory_mb"), ("pack", "memory_mb"),
-                      ("train", "layerwise_memory_mb"), ("export", "memory_mb")):
+                      ("train", "layerwise_memory_mb"), ("export", "memory_mb"), ("predict", "memory_mb")):
         if unset(name, key):
             sections[name][key] = min(getattr(defaults[name], key), stage_mb)
     return {**data, **sections}

@@ -1,7 +1,8 @@
 """One typed configuration for a whole run: a section per stage, named like the stage.
 
 :class:`PipelineConfig` holds the dataset, the cache/batching ``policy`` and one section per stage of the
-stage graph (``ingest``, ``reorder``, ``partition``, ``sample``, ``plan``, ``pack``, ``train``, ``export``).
+stage graph (``ingest``, ``reorder``, ``partition``, ``sample``, ``plan``, ``pack``, ``train``, ``export``,
+``predict``).
 The CLI parses it once (file, then ``--set section.key=value`` overrides, then keywords) and hands the typed
 object on; Dagster runs carry the same fields as typed run config (:mod:`pipelines.orchestration.resources`).
 
@@ -58,6 +59,7 @@ __all__ = [
     "PartitionConfig",
     "PipelineConfig",
     "PlanConfig",
+    "PredictConfig",
     "ReorderConfig",
     "SampleConfig",
     "TrainConfig",
@@ -205,6 +207,24 @@ class ExportConfig(Section):
         artifact=False, gt=0)
 
 
+class PredictConfig(Section):
+    embedding: Literal["logits", "hidden", "none"] = setting(
+        "logits",
+        "The embedding column of `strata predict`'s rows: logits (the final layer's output: the built-in models "
+        "have no separate classifier head, their last graph layer is it), hidden (the last layer's input, "
+        "train.hidden_dim wide: the representation the classifying layer reads) or none (no column: the smallest "
+        "file).")
+    memory_mb: int = setting(
+        256, "The memory layer-wise inference over every node works in (half for an interval's accumulators and "
+        "edges, trainer/layerwise.py); more memory, fewer passes over the input. Predictions do not depend on it.",
+        artifact=False, gt=0)
+    chunk_nodes: int = setting(
+        8192, "The fewest nodes an interval of layer-wise inference holds and a read window reads, whatever the "
+        "memory (trainer/layerwise.py, LayerwiseGraph.chunk_nodes).", artifact=False, gt=0)
+    row_group_rows: int = setting(
+        65536, "Rows per Parquet row group of predictions.parquet.", artifact=False, gt=0)
+
+
 class VerifyConfig(Section):
     on_reuse: Literal["full", "sampled", "off"] = setting(
         "full",
@@ -238,6 +258,7 @@ class PipelineConfig(Section):
     pack: PackConfig = Field(default_factory=PackConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+    predict: PredictConfig = Field(default_factory=PredictConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     @model_validator(mode="before")
@@ -246,8 +267,8 @@ class PipelineConfig(Section):
         """With a ``memory_budget``, the settings it sizes (:func:`pipelines.budget.fill_from_budget`)."""
         if isinstance(data, Mapping) and data.get("memory_budget") is not None:
             defaults = {"plan": PlanConfig(), "sample": SampleConfig(), "ingest": IngestConfig(),
-                        "reorder": ReorderConfig(),
-                        "pack": PackConfig(), "train": TrainConfig(), "export": ExportConfig()}
+                        "reorder": ReorderConfig(), "pack": PackConfig(), "train": TrainConfig(),
+                        "export": ExportConfig(), "predict": PredictConfig()}
             return fill_from_budget(data, _budget_bytes(data["memory_budget"]), defaults)
         return data
 

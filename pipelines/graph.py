@@ -6,6 +6,9 @@ the CLI verb ``strata reorder``. Everything that walks the pipeline derives from
 assets and asset checks (:mod:`pipelines.orchestration.assets`), the Dagster-free runner (:mod:`pipelines.runner`), the
 benchmarks and the CLI (``strata run --until STAGE``).
 
+``strata run`` materializes every stage but ``predict`` (:data:`RUN_STAGE_NAMES`); ``--until predict`` or
+``strata predict`` runs it.
+
 A stage function has one shape: ``run(store, cfg, *, <upstream artifacts by stage name>, progress=None) ->
 StageResult``; its ``summary(artifact)`` gives the metadata Dagster shows. No Dagster import here.
 
@@ -41,15 +44,17 @@ from pipelines.checks import (
 from pipelines.checks.aligned import ALIGNED_LAYOUT
 from pipelines.checks.model import ACCURACY_RECORDED, EXPORT_FILES, ONNX_MATCHES_TORCH
 from pipelines.ops.content import CONTENT_CHECKS, ContentCheck
-from pipelines.stages import export, ingest, pack, partition, plan, reorder, sample, train
+from pipelines.stages import export, ingest, pack, partition, plan, predict, reorder, sample, train
 from pipelines.stages.common import StageResult
 from storage_kernels.store import Artifact, ArtifactStore
 
-__all__ = ["GROUP_PREPROCESS", "GROUP_TRAINING", "STAGES", "STAGE_NAMES", "Stage", "get_stage", "until"]
+__all__ = ["GROUP_INFERENCE", "GROUP_PREPROCESS", "GROUP_TRAINING", "RUN_STAGE_NAMES", "STAGES", "STAGE_NAMES",
+           "Stage", "get_stage", "until"]
 
-#: Asset groups: preprocessing (ingest .. pack) and training (train, export).
+#: Asset groups: preprocessing (ingest .. pack), training (train, export) and inference (predict).
 GROUP_PREPROCESS = "preprocess"
 GROUP_TRAINING = "training"
+GROUP_INFERENCE = "inference"
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class Stage:
     kinds: frozenset[str]
     summary: Callable[[Artifact], dict[str, Any]]
     checks: tuple[StageCheck, ...] = ()
+    #: Whether a plain ``strata run`` (no ``--until``) runs it; ``predict`` runs only when asked for.
+    on_run: bool = True
 
     @property
     def function(self) -> str:
@@ -115,10 +122,17 @@ STAGES: tuple[Stage, ...] = (
           "(onnxruntime-web) with a sample subgraph, and the registered "
           "model version (the 'champion' alias moves only when validation improves).",
           frozenset({"onnx", "mlflow"}), export.summary, (EXPORT_FILES, ONNX_MATCHES_TORCH)),
+    Stage("predict", predict.run, ("reorder", "train"), GROUP_INFERENCE,
+          "Every node's predicted class, its probability and an embedding (the logits by default), scored by the "
+          "trained model layer-wise over the full graph in bounded memory, as predictions.parquet (query it by "
+          "node id: strata catalog predictions).",
+          frozenset({"pytorch", "parquet"}), predict.summary, on_run=False),
 )
 
 #: Stage names in topological order.
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+#: The stages a plain ``strata run`` materializes (ingest .. export: not ``predict``, an extra full pass).
+RUN_STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES if s.on_run)
 _BY_NAME = {s.name: s for s in STAGES}
 
 

@@ -23,7 +23,7 @@ from pipelines.checks import Finding, StageCheck, quarantine_failed
 from pipelines.checks.record import record_passed, recorded_passes
 from pipelines.config import PipelineConfig
 from pipelines.core.progress import Progress
-from pipelines.graph import STAGES, Stage, get_stage, until
+from pipelines.graph import RUN_STAGE_NAMES, STAGES, Stage, get_stage, until
 from pipelines.stages.common import StageResult
 from storage_kernels.store import Artifact, ArtifactStore
 
@@ -116,7 +116,7 @@ class StageRunner:
             record_passed(self.store.root, own, [check.name])
         return finding
 
-    def run_until(self, name: str = STAGES[-1].name, progress: Callable[[Stage], Progress | None] | None = None,
+    def run_until(self, name: str = RUN_STAGE_NAMES[-1], progress: Callable[[Stage], Progress | None] | None = None,
                   checks: bool = True) -> list[StageResult]:
         """Every stage up to and including ``name``, in order; with ``checks``, each stage's checks run after it
         and the first failing one raises :class:`CheckFailed` (nothing downstream is built; a content check's

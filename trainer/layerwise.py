@@ -24,10 +24,17 @@ and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`La
 for GAT, the attention scores of a layer's sources
 (``4 * heads`` bytes each). The result equals the model's forward on the full-neighbourhood blocks up to float
 rounding (tests compare to 1e-5).
+
+:func:`layerwise_logits` returns the asked nodes' logits (the last table in RAM); :func:`layerwise_stream` hands
+the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
+scoring every node (``strata predict``) writes its rows away as they come. Asked for every node, each layer's
+frontier is the whole graph: besides the budget, a pass then holds a few int64 arrays of ``N`` entries (node
+ids, positions, in-degrees: about 40 bytes a node).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import shutil
@@ -51,7 +58,8 @@ from trainer.gcn import GCNConv
 from trainer.layerwise_forms import LayerForm, layer_form
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
-__all__ = ["LayerwiseGraph", "layerwise_accuracies", "layerwise_accuracy", "layerwise_logits"]
+__all__ = ["LayerwiseGraph", "LayerwiseRows", "layerwise_accuracies", "layerwise_accuracy", "layerwise_logits",
+           "layerwise_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -301,10 +309,12 @@ def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_p
 
 
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
-               graph: LayerwiseGraph, budget: _Budget, out: _Table, device: torch.device) -> int:
-    """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``) into ``out``, reading the input
-    rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. Returns the number of
-    intervals."""
+               graph: LayerwiseGraph, budget: _Budget, device: torch.device
+               ) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``), one interval at a time:
+    ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
+    input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
+    flight while an interval's rows are handed out."""
     target_pos = np.searchsorted(sources, targets)  # (|T|,) sorted: targets are sources too
     in_degree = _in_degree(graph, targets)  # (|T|,)
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
@@ -362,23 +372,39 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
                     else:
                         own[k0:k1] = term
             y = form.finish(acc, own, degree)
-            out.append((y if last else F.relu(y)).float().cpu().numpy())
-    return len(intervals)
+            yield a, b, (y if last else F.relu(y)).float().cpu().numpy()
 
 
 # ---------------------------------------------------------------------------------------------- inference
-@torch.no_grad()
-def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.ndarray,
-                     device: torch.device | str = "cpu", report: list[dict[str, int]] | None = None) -> np.ndarray:
-    """Full-neighbourhood logits of ``nodes`` (``(len(nodes), out_dim)`` float32), computed layer by layer over
-    the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
-    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals`` and
-    ``bytes_read`` (from the feature file or the scratch table; 0 for a table in RAM)."""
-    device = torch.device(device)
-    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+@dataclass(frozen=True)
+class LayerwiseRows:
+    """One interval of the last layer (:func:`layerwise_stream`): the nodes ``nodes`` (sorted ids, ascending from
+    one interval to the next), their ``logits`` (``(len(nodes), out_dim)`` float32) and, when asked for, their
+    ``hidden`` rows: the last layer's input (``(len(nodes), in_dim of the last layer)`` float32, after the ReLU
+    of the layer before; the input features for a one-layer model)."""
+
+    nodes: np.ndarray
+    logits: np.ndarray
+    hidden: np.ndarray | None = None
+
+
+def _check_nodes(graph: LayerwiseGraph, nodes: np.ndarray) -> None:
     if len(nodes) and (int(nodes.min()) < 0 or int(nodes.max()) >= graph.num_nodes):
         bad = int(np.flatnonzero((nodes < 0) | (nodes >= graph.num_nodes))[0])
         raise IndexError(f"'nodes' expected ids < {graph.num_nodes} (got {int(nodes[bad])} at {bad})")
+
+
+@torch.no_grad()
+def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.ndarray | None = None,
+                     device: torch.device | str = "cpu", hidden: bool = False,
+                     report: list[dict[str, int]] | None = None) -> Iterator[LayerwiseRows]:
+    """Full-neighbourhood logits of ``nodes`` (default: every node of the graph), handed out one interval of the
+    last layer at a time (:class:`LayerwiseRows`, in ascending node id), so the caller writes them away and
+    never holds the ``N x out_dim`` result: the memory is that of :func:`layerwise_logits` less the last table.
+    ``hidden`` adds each node's input row of the last layer (read back from the previous layer's table).
+    ``model`` is in eval mode until the iterator is exhausted or closed; ``report`` as for
+    :func:`layerwise_logits`."""
+    device = torch.device(device)
     layers = getattr(model, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
         raise ValueError(f"'train.eval_mode' layerwise expected a model with per-layer modules in 'layers' "
@@ -387,12 +413,17 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     out_degree = graph.out_degree if any(isinstance(layer, GCNConv) for layer in layers) else None
     forms = [layer_form(layer, out_degree) for layer in layers]
     budget = _Budget.of(graph.memory_bytes)
-    max_edges = max(budget.interval // EDGE_BYTES, 1)
     # [S, T_0, ..., T_{L-1}]: layer i reads the rows of targets[i] and computes those of targets[i + 1]; the
     # last is the asked nodes, each earlier one the next with its in-neighbours, the first read from the file
-    targets = [np.unique(nodes)]
-    for _ in range(num_layers):
-        targets.insert(0, _with_neighbours(graph, targets[0], max_edges))
+    if nodes is None:  # every node: every layer's frontier is the whole graph
+        targets = [np.arange(graph.num_nodes, dtype=np.int64)] * (num_layers + 1)
+    else:
+        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        _check_nodes(graph, nodes)
+        max_edges = max(budget.interval // EDGE_BYTES, 1)
+        targets = [np.unique(nodes)]
+        for _ in range(num_layers):
+            targets.insert(0, _with_neighbours(graph, targets[0], max_edges))
     half = read_header(graph.features_path).dtype == np.float16  # rows of 4-byte words: decode them
     file = FileRows(graph.features_path, num_threads=graph.num_threads,
                     max_buffer_bytes=max(budget.window, 1 << 20))
@@ -406,29 +437,60 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     try:
         try:
             for i, form in enumerate(forms):
-                last = i == num_layers - 1
                 sources, mine = targets[i], targets[i + 1]
-                out = _Table(len(mine), form.out_dim, last or len(mine) * form.out_dim * 4 <= budget.table,
-                             Path(scratch), max(budget.window, 1 << 20))
-                try:
-                    intervals = _run_layer(form, last, inp, sources, mine, graph, budget, out, device)
-                except BaseException:
-                    out.abort()
-                    raise
+                intervals = 0
+                if i < num_layers - 1:
+                    out = _Table(len(mine), form.out_dim, len(mine) * form.out_dim * 4 <= budget.table,
+                                 Path(scratch), max(budget.window, 1 << 20))
+                    try:
+                        for _, _, y in _run_layer(form, False, inp, sources, mine, graph, budget, device):
+                            out.append(y)
+                            intervals += 1
+                    except BaseException:
+                        out.abort()
+                        raise
+                else:
+                    own = np.searchsorted(sources, mine) if hidden else None  # the targets' input rows
+                    for a, b, y in _run_layer(form, True, inp, sources, mine, graph, budget, device):
+                        h = inp.read(own[a:b]).numpy() if own is not None else None
+                        intervals += 1
+                        yield LayerwiseRows(mine[a:b], y, h)
                 step = {"targets": len(mine), "sources": len(sources), "intervals": intervals,
                         "bytes_read": inp.bytes_read}
                 log.info("layer-wise layer %d: %s", i, step)
                 if report is not None:
                     report.append(step)
-                inp.close()
-                inp = out.as_input(graph.num_threads)
+                if i < num_layers - 1:
+                    inp.close()
+                    inp = out.as_input(graph.num_threads)
         finally:
             inp.close()
             model.train(was_training)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    assert inp.table is not None  # the last table is kept in RAM
-    return inp.table[np.searchsorted(targets[-1], nodes)]
+
+
+def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.ndarray,
+                     device: torch.device | str = "cpu", report: list[dict[str, int]] | None = None) -> np.ndarray:
+    """Full-neighbourhood logits of ``nodes`` (``(len(nodes), out_dim)`` float32), computed layer by layer over
+    the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
+    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals`` and
+    ``bytes_read`` (from the feature file or the scratch table; 0 for a table in RAM)."""
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    _check_nodes(graph, nodes)
+    asked = np.unique(nodes)
+    table: np.ndarray | None = None
+    with contextlib.closing(layerwise_stream(model, graph, asked, device, report=report)) as rows:
+        for part in rows:
+            if not len(part.nodes):
+                continue
+            if table is None:
+                table = np.empty((len(asked), part.logits.shape[1]), dtype=np.float32)
+            at = np.searchsorted(asked, part.nodes[0])
+            table[at : at + len(part.nodes)] = part.logits
+    if table is None:  # no node asked: no interval
+        return np.empty((len(nodes), int(getattr(model, "out_dim", 0))), dtype=np.float32)
+    return table[np.searchsorted(asked, nodes)]
 
 
 def layerwise_accuracies(model: torch.nn.Module, graph: LayerwiseGraph, splits: Sequence[str],

@@ -10,8 +10,15 @@
 Both take the same input, the ONNX graph's (``trainer.export``): a dict of arrays ``x`` (num_nodes, in_dim)
 float32 and, per layer ``i`` (input layer first), ``edge_src_i`` / ``edge_dst_i`` (num_edges_i,) int64 and
 ``dst_pos_i`` (num_dst_i,) int64 -- one sampled subgraph, seeds first (``trainer.export.onnx_feed(x, blocks)``
-builds it from a loaded batch). The pyfunc returns ``{"logits": (num_seeds, out_dim) float32}``. The signature
-declares these tensors (every first axis dynamic) and the input example is a small subgraph.
+builds it from a loaded batch). The pyfunc returns ``{"logits": (num_seeds, out_dim) float32}``; the input
+example is a small subgraph.
+
+The pyfunc also predicts by node id, reading the data root (:mod:`trainer.node_predictions`): a pandas frame
+(or a dict) with a column ``node_id`` (the source's ids, or a named graph's names) returns a frame ``node_id``,
+``predicted_class``, ``probability``, ``embedding`` (the logits), full neighbourhood, one row per id. The root
+is ``params={"root": ...}``, else ``$STRATA_HOME``, else the root the model was registered from (its model config
+``strata_root``, beside ``strata_dataset`` and ``strata_train_version``). Since the two inputs differ, the
+signature declares the params only (``root``, ``memory_mb``); the pyfunc checks the subgraph input itself.
 
 The loader imports ``trainer``: load the model in Strata's environment (``pip install -e .``).
 """
@@ -19,6 +26,7 @@ The loader imports ``trainer``: load the model in Strata's environment (``pip in
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,13 +68,17 @@ class GraphPyfunc(PythonModel):
         info = json.loads(Path(context.artifacts[MODEL_JSON]).read_text())
         self.net = load_trained(info, context.artifacts[STATE_DICT])
         self.names = _input_names(self.net.num_layers)
+        self.config = dict(getattr(context, "model_config", None) or {})
 
     # model_input (a Mapping[str, np.ndarray]) is left unannotated: MLflow reads a predict's input hint as a
     # list[...] of records and warns at every save that a Mapping is not one.
-    def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
-        """Logits of the subgraph's seeds: ``model_input`` maps the ONNX input names to arrays."""
+    def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> Any:
+        """Logits of the subgraph's seeds (``model_input`` maps the ONNX input names to arrays), or, for an input
+        with a ``node_id`` column, the frame of :func:`trainer.node_predictions.predict_nodes`."""
         import torch
 
+        if _node_ids(model_input) is not None:
+            return self._predict_nodes(_node_ids(model_input), params or {})
         if not isinstance(model_input, Mapping) or any(n not in model_input for n in self.names):
             got = sorted(model_input) if isinstance(model_input, Mapping) else type(model_input).__name__
             raise ValueError(f"'model_input' expected a dict of arrays {self.names} (got {got})")
@@ -77,6 +89,29 @@ class GraphPyfunc(PythonModel):
             logits = self.net.forward_dst_pos(x, edges)  # (num_seeds, out_dim)
         return {"logits": logits.numpy()}
 
+    def _predict_nodes(self, node_ids: list[Any], params: Mapping[str, Any]) -> Any:
+        from trainer.node_predictions import predict_nodes
+
+        root = params.get("root") or os.environ.get("STRATA_HOME") or self.config.get("strata_root")
+        dataset, version = self.config.get("strata_dataset"), self.config.get("strata_train_version")
+        if not root or not dataset or not version:
+            raise ValueError("'node_id' input expected a model registered by Strata's export (model config "
+                             f"strata_dataset, strata_train_version) and a data root (got root={root!r}, "
+                             f"dataset={dataset!r}, train version={version!r}): pass params={{'root': DATA_ROOT}}")
+        memory = int(params.get("memory_mb") or 256) << 20
+        return predict_nodes(self.net, root, str(dataset), str(version), node_ids, memory_bytes=memory)
+
+
+def _node_ids(model_input: Any) -> list[Any] | None:
+    """The ``node_id`` column of a pandas frame or a dict holding only it (None for a subgraph input)."""
+    import pandas as pd
+
+    if isinstance(model_input, pd.DataFrame) and "node_id" in model_input.columns:
+        return model_input["node_id"].tolist()
+    if isinstance(model_input, Mapping) and set(model_input) == {"node_id"}:
+        return np.asarray(model_input["node_id"]).tolist()
+    return None
+
 
 def set_entry_model() -> None:
     """Hand MLflow the pyfunc instance (called by the models-from-code entry file on load)."""
@@ -85,14 +120,14 @@ def set_entry_model() -> None:
     set_model(GraphPyfunc())
 
 
-def model_signature(in_dim: int, num_layers: int, out_dim: int) -> Any:
-    """The ``ModelSignature``: the ONNX inputs as tensors (first axes dynamic), ``logits`` out."""
+def model_signature() -> Any:
+    """The ``ModelSignature``: the params of a prediction by node id (``root``: the data root, '' for the default;
+    ``memory_mb``: layer-wise inference's memory). No input schema: the pyfunc takes a subgraph (a dict of
+    tensors) or a ``node_id`` column, and checks either itself (MLflow would refuse one of them)."""
     from mlflow.models import ModelSignature
-    from mlflow.types import Schema, TensorSpec
+    from mlflow.types import ParamSchema, ParamSpec
 
-    inputs = [TensorSpec(np.dtype(np.float32), (-1, in_dim), "x")]
-    inputs += [TensorSpec(np.dtype(np.int64), (-1,), name) for name in _input_names(num_layers)[1:]]
-    return ModelSignature(Schema(inputs), Schema([TensorSpec(np.dtype(np.float32), (-1, out_dim), "logits")]))
+    return ModelSignature(params=ParamSchema([ParamSpec("root", "string", ""), ParamSpec("memory_mb", "long", 256)]))
 
 
 def input_example(in_dim: int, num_layers: int, num_seeds: int = 4, fanout: int = 3,
@@ -116,11 +151,13 @@ def _requirements() -> list[str]:
 
 def save_mlflow_model(path: str | Path, *, model_json: str | Path, state_dict: str | Path, onnx_path: str | Path,
                       example: Mapping[str, np.ndarray] | None = None, mlflow_model: Any = None,
-                      metadata: Mapping[str, Any] | None = None) -> Path:
+                      metadata: Mapping[str, Any] | None = None, model_config: Mapping[str, Any] | None = None
+                      ) -> Path:
     """Write the MLflow model directory at ``path`` (must not exist): pyfunc + ONNX flavor, signature, example.
 
     ``mlflow_model`` is the ``mlflow.models.Model`` to fill (one created by a logged model carries its id);
-    ``example`` defaults to :func:`input_example` for the network's dimensions.
+    ``example`` defaults to :func:`input_example` for the network's dimensions; ``model_config`` (``strata_root``,
+    ``strata_dataset``, ``strata_train_version``) lets the pyfunc predict by node id from the store.
     """
     import mlflow
     import onnx
@@ -129,18 +166,20 @@ def save_mlflow_model(path: str | Path, *, model_json: str | Path, state_dict: s
     for key in ("in_dim", "num_layers", "out_dim"):
         if not isinstance(info.get(key), int):
             raise ValueError(f"'{model_json}' expected an integer '{key}' (got {info.get(key)!r})")
-    in_dim, num_layers, out_dim = info["in_dim"], info["num_layers"], info["out_dim"]
+    in_dim, num_layers = info["in_dim"], info["num_layers"]  # out_dim checked above: the ONNX flavor has it
     example = dict(example) if example is not None else input_example(in_dim, num_layers)
     path = Path(path)
     mlflow.pyfunc.save_model(
         str(path),
         python_model=str(ENTRY_FILE),
         artifacts={STATE_DICT: str(state_dict), MODEL_JSON: str(model_json)},
-        signature=model_signature(in_dim, num_layers, out_dim),
+        signature=model_signature(),
         input_example=example,
         pip_requirements=_requirements(),  # explicit: inferring them would load the model in a subprocess
         mlflow_model=mlflow_model,
-        metadata=dict(metadata) if metadata else None,
+        # the subgraph input's names (the signature declares none: it also takes a node_id column)
+        metadata={**(dict(metadata) if metadata else {}), "strata_subgraph_inputs": _input_names(num_layers)},
+        model_config=dict(model_config) if model_config else None,
     )
     # the ONNX flavor beside the pyfunc: same directory, same signature and example
     shutil.copyfile(onnx_path, path / ONNX_FILE)

@@ -111,6 +111,63 @@ def catalog_show(
         out.print(metrics)
 
 
+@catalog_app.command("predictions")
+def catalog_predictions(
+    node_ids: list[str] = typer.Argument(..., help="Node ids as the source names them (integers; the original "
+                                         "string ids of a graph with named nodes)."),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="The dataset (a built-in name or source spec)."),
+    version: str | None = typer.Option(None, "--version", help="A predict artifact version (default: the newest)."),
+    root: str | None = RootOption,
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per line per node found."),
+) -> None:
+    """Look nodes up in the predictions of `strata predict`: the predict artifact the catalog records (the
+    newest), queried with DuckDB (read_parquet over its predictions.parquet). Ids not found are named on stderr;
+    none found exits 2."""
+    from pipelines.config import dataset_slug
+    from pipelines.stages.predict import catalogued_predictions, lookup
+
+    paths = strata_paths(root, create=False)
+    try:
+        path = catalogued_predictions(paths.catalog(), dataset_slug(dataset), version)
+        ids: list[int] | list[str] = [int(i) for i in node_ids] if all(_is_int(i) for i in node_ids) else node_ids
+        table = lookup(path, ids)
+    except (LookupError, ValueError) as e:
+        fail(str(e), code=2)
+    rows = table.to_pylist()
+    key = "node_id" if isinstance(ids[0], int) else "original_id"
+    missing = [i for i in ids if i not in {r[key] for r in rows}]
+    if missing:
+        err.print(f"not in {path}: {', '.join(map(str, missing[:20]))}", highlight=False)
+    if not rows:
+        fail(f"'node_ids' expected nodes of {dataset} (got none of {len(ids)} in {path})", code=2)
+    if json_out:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+        sys.stdout.flush()
+        return
+    shown = Table(title=str(path), title_justify="left")
+    for column in table.column_names:
+        shown.add_column(column, overflow="fold")
+    for row in rows:
+        shown.add_row(*(_cell(v) for v in row.values()))
+    out.print(shown)
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):  # an embedding: its first values
+        head = ", ".join(f"{v:.4g}" for v in value[:4])
+        return f"[{head}{', ...' if len(value) > 4 else ''}] ({len(value)})"
+    return fmt(value)
+
+
 @catalog_app.command("rebuild")
 def catalog_rebuild(root: str | None = RootOption) -> None:
     """Re-create the catalog's artifacts, files and lineage from the manifests; bad manifests are skipped and

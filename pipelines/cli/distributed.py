@@ -52,7 +52,7 @@ def _raise_if_failed(error: str | None, what: str) -> None:
 def run_distributed(cfg: PipelineConfig, paths: StrataPaths, until: str | None) -> dict[str, Any] | None:
     """Resolve the stages up to ``until`` (``train`` or later) with ``train`` data parallel over the torchrun
     ranks. Returns rank 0's summary (stage results and the train/export stats); None on the other ranks."""
-    from pipelines.graph import STAGE_NAMES, get_stage
+    from pipelines.graph import RUN_STAGE_NAMES, STAGE_NAMES, get_stage
     from pipelines.graph import until as stages_until
     from pipelines.runner import StageRunner
     from pipelines.stages import train as train_stage
@@ -60,7 +60,7 @@ def run_distributed(cfg: PipelineConfig, paths: StrataPaths, until: str | None) 
     from trainer.device import resolve_device
     from trainer.distributed import DistributedRun
 
-    last = until or STAGE_NAMES[-1]
+    last = until or RUN_STAGE_NAMES[-1]
     if STAGE_NAMES.index(last) < STAGE_NAMES.index(_TRAIN):
         raise ValueError(f"'--until' expected train or a later stage under torchrun (got {last!r}; run the "
                          "stages before train without torchrun)")

@@ -103,7 +103,8 @@ def models_show(name: str = typer.Argument(..., help="Registered model name (e.g
     with tempfile.TemporaryDirectory(prefix="strata-mlmodel-") as tmp:  # Model.load wants a local path
         model = mlflow.models.Model.load(download_artifacts(artifact_uri=f"{info.source}/MLmodel", dst_path=tmp))
     record = {**info.to_dict(), "metrics": metrics, "flavors": sorted(model.flavors),
-              "inputs": model.signature.inputs.input_names() if model.signature else [],
+              "inputs": (model.signature.inputs.input_names() if model.signature and model.signature.inputs
+                         else list((model.metadata or {}).get("strata_subgraph_inputs", []))),  # or node_id
               "input_example": bool(model.saved_input_example_info),
               "run_name": run.info.run_name if run else None}
     if json_out:

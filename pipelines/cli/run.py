@@ -1,4 +1,4 @@
-"""``strata run`` and the stage verbs (``strata ingest`` .. ``strata export``: ``run --until STAGE``).
+"""``strata run`` and the stage verbs (``strata ingest`` .. ``strata predict``: ``run --until STAGE``).
 
 A run materializes the selected stages through Dagster, in process, under the dataset's lock, with live
 progress on stderr (:mod:`pipelines.cli.progress`), and prints a summary: the artifacts, the headline metrics
@@ -73,7 +73,8 @@ def run(
     memory_budget: str | None = MemoryBudgetOption,
     policy: str | None = PolicyOption,
     until: str | None = typer.Option(None, "--until", "-u", help="Stop after this stage (it and its upstream "
-                                     "stages run); default: every stage, ingest to export."),
+                                     "stages run); default: every stage, ingest to export (predict runs only "
+                                     "when asked: --until predict, or strata predict)."),
 ) -> None:
     """Materialize the stages (ingest .. export) for one dataset through Dagster, in process.
 
@@ -96,12 +97,12 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
     flags = [f"{key}={value}" for key, value in (("memory_budget", memory_budget), ("policy", policy))
              if value is not None]
     cfg = load_config(dataset, config, [*(overrides or []), *flags])
-    from pipelines.graph import STAGE_NAMES
+    from pipelines.graph import RUN_STAGE_NAMES, STAGE_NAMES
     from pipelines.graph import until as stages_until
 
     if until is not None and until not in STAGE_NAMES:
         fail(f"'--until' expected one of {', '.join(STAGE_NAMES)} (got {until!r})", code=2)
-    selected = [s.name for s in stages_until(until)] if until else list(STAGE_NAMES)
+    selected = [s.name for s in stages_until(until)] if until else list(RUN_STAGE_NAMES)  # predict when asked
     paths = strata_paths(root)
     from pipelines.cli.distributed import launched_by_torchrun
 
@@ -146,7 +147,7 @@ def _run_pipeline(dataset: str | None, root: str | None, config: Path | None, ov
                 instance=instance,
                 run_config=run_config,
                 raise_on_error=False,
-                asset_selection=[dg.AssetKey(name) for name in selected] if until else None,
+                asset_selection=[dg.AssetKey(name) for name in selected],
                 tags={"strata/dataset": cfg.dataset_name, "strata/launched_by": "cli",
                       **Owner.me().tags(DAGSTER_OWNER_PREFIX)},  # the next run fails this one if it is killed
             )
@@ -336,13 +337,17 @@ def _stage_command(app: typer.Typer, name: str, description: str) -> None:
     ``--until``."""
 
     from pipelines.cli.explain import PLAN_OPTIONS
+    from pipelines.cli.predict import PREDICT_OPTIONS
     from pipelines.cli.web import EXPORT_OPTIONS
 
-    # options only this stage command has (plan: --explain; export: --web ...)
-    extra = {"plan": PLAN_OPTIONS, "export": EXPORT_OPTIONS}.get(name)
+    # options only this stage command has (plan: --explain; export: --web ...; predict: --out)
+    extra = {"plan": PLAN_OPTIONS, "export": EXPORT_OPTIONS, "predict": PREDICT_OPTIONS}.get(name)
 
     def command(**options: Any) -> None:
-        after = extra.hook(**{k: options.pop(k) for k in extra.params}) if extra else None
+        own = {k: options.pop(k) for k in extra.params} if extra else {}
+        after = None
+        if extra:  # a hook that checks before the run sees the run's options too (predict: the trained model)
+            after = extra.hook(**own, run=dict(options)) if extra.sees_run else extra.hook(**own)
         _run_pipeline(until=name, after=after, **options)
 
     params = [p for p in inspect.signature(run).parameters.values() if p.name != "until"]
@@ -351,7 +356,8 @@ def _stage_command(app: typer.Typer, name: str, description: str) -> None:
     command.__annotations__ = {p.name: p.annotation if extra and p.name in extra.params
                                else run.__annotations__[p.name] for p in params}
     summary = description.split(". ")[0].rstrip(".")
-    command.__doc__ = f"Bring stage '{name}' (and its upstream stages) up to date: {summary}."
+    command.__doc__ = (extra.doc if extra and extra.doc
+                       else f"Bring stage '{name}' (and its upstream stages) up to date: {summary}.")
     app.command(name, rich_help_panel="Stages (each is `run --until STAGE`)")(command)
 
 

@@ -21,6 +21,11 @@ class StageOptions:
 
     params: dict[str, inspect.Parameter]
     hook: Callable[..., Callable[[dict[str, Any]], None] | None]
+    #: The hook also takes ``run=``: the run's own options (dataset, root, config, overrides, ...), to check
+    #: something before the stages run.
+    sees_run: bool = False
+    #: The command's help, when the generic "bring stage X up to date" does not say what it does.
+    doc: str | None = None
 
 
 def option_param(name: str, option: Any, annotation: Any) -> inspect.Parameter:

@@ -1,11 +1,12 @@
 """The Dagster jobs: ``strata_job``, one job per dataset materialized under the root, ``retrain_job`` (with its run
 configuration) and ``artifact_gc_job`` (with its op).
 
-- ``strata_job``: every stage of one dataset, ingest to export, with the blocking checks (the stage assets of
-  :mod:`pipelines.orchestration.assets`, not the opt-in partitioned variants of
-  :mod:`pipelines.orchestration.partitions`); ``strata_job_<name>`` (:func:`dataset_job`): the same for one
+- ``strata_job``: every stage of one dataset, ingest to export and predict, with the blocking checks (the stage
+  assets of :mod:`pipelines.orchestration.assets`, not the opt-in partitioned variants of
+  :mod:`pipelines.orchestration.partitions`); ``strata run`` selects ingest .. export of it, ``--until predict``
+  adds predict; ``strata_job_<name>`` (:func:`dataset_job`): the same for one
   dataset found under the data root, whose launchpad config selects it.
-- ``retrain_job`` (:func:`retrain_job`) resolves every stage on the newest source snapshot: ingest's version
+- ``retrain_job`` (:func:`retrain_job`) resolves every stage but predict on the newest source snapshot: ingest's version
   carries the source files' sizes and mtimes, so a changed source is re-ingested and everything downstream
   rebuilt, while unchanged stages are lookups. Its runs set ``train.warm_start=champion``
   (:mod:`pipelines.tracking.warmstart`): training starts from the registered champion when the architecture
@@ -30,6 +31,7 @@ import dagster as dg
 from pydantic import Field
 
 from pipelines.config import PipelineConfig
+from pipelines.graph import RUN_STAGE_NAMES
 from pipelines.orchestration.assets import ALL_ASSETS
 from pipelines.orchestration.resources import RESOURCE_KEY, StrataResource
 from pipelines.orchestration.ui_datasets import MaterializedDataset, dataset_run_config, job_name_for
@@ -46,10 +48,13 @@ GC_JOB = "artifact_gc_job"
 _IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
 # not the opt-in partitioned variant (pipelines.orchestration.partitions)
 _STAGE_ASSETS = dg.AssetSelection.assets(*ALL_ASSETS)
+# what a retrain rebuilds: not predict (a full extra pass over the graph, run when asked)
+_RUN_ASSETS = dg.AssetSelection.assets(*(a for a in ALL_ASSETS if a.key.to_user_string() in RUN_STAGE_NAMES))
 strata_job = dg.define_asset_job(
     STRATA_JOB,
     selection=_STAGE_ASSETS,
-    description="Every stage of one dataset, ingest to export, with the blocking checks.",
+    description="Every stage of one dataset, ingest to export, then predict (every node scored), with the blocking "
+                "checks; select assets to run fewer (`strata run` stops at export).",
     config=_IN_PROCESS,
 )
 
@@ -81,7 +86,7 @@ def retrain_job(root: str | None) -> "dg.UnresolvedAssetJobDefinition":
     config replacing the resource's config would drop it."""
     return dg.define_asset_job(
         RETRAIN_JOB,
-        selection=_STAGE_ASSETS,
+        selection=_RUN_ASSETS,
         description="Retrain on the newest source snapshot (changed stages rebuilt, the rest reused), warm-started "
                     "from the registered champion (train.warm_start=champion), then export and register.",
         config=retrain_run_config(root=root),

@@ -1,11 +1,14 @@
-"""What every stage shares: content-addressed reuse, timing, peak memory, and the result type."""
+"""What every stage shares: content-addressed reuse, timing, peak memory, the result type, and
+:func:`reuse_only` (resolve artifacts that exist, build nothing)."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +16,32 @@ from pipelines.config import PipelineConfig, artifact_params
 from storage_kernels.integrity import find_verified
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
-__all__ = ["StageResult", "materialize", "peak_rss_mb", "reset_peak_rss", "stage_peak_rss_mb", "stage_version"]
+__all__ = ["ArtifactMissing", "StageResult", "materialize", "peak_rss_mb", "reset_peak_rss", "reuse_only",
+           "stage_peak_rss_mb", "stage_version"]
+
+
+class ArtifactMissing(LookupError):
+    """Under :func:`reuse_only`, a stage whose artifact for this configuration does not exist (nothing built)."""
+
+    def __init__(self, dataset: str, stage: str, version: str) -> None:
+        super().__init__(f"'{stage}' artifact of {dataset} expected for this configuration (got none: version "
+                         f"{version} was never built)")
+        self.dataset, self.stage, self.version = dataset, stage, version
+
+
+_REUSE_ONLY: ContextVar[bool] = ContextVar("strata_reuse_only", default=False)
+
+
+@contextlib.contextmanager
+def reuse_only() -> Iterator[None]:
+    """Within the block, :func:`materialize` returns existing artifacts and raises :class:`ArtifactMissing`
+    instead of building one: "the versions a run would reuse", resolved through the stage functions themselves
+    (``strata predict`` asks for the trained model this way, and builds nothing upstream)."""
+    token = _REUSE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _REUSE_ONLY.reset(token)
 
 
 @dataclass
@@ -114,6 +142,8 @@ def materialize(
         if store.catalog is not None:  # a run killed right after publishing it left the catalog without it
             store.catalog.ensure_artifact(existing.manifest, existing.path)
         return StageResult(existing, reused=True, metadata=_metadata(existing))
+    if _REUSE_ONLY.get():
+        raise ArtifactMissing(dataset, stage, version)
     start = time.perf_counter()
     reset_peak_rss()
     with store.builder(dataset, stage, version, params, upstream_versions, format_version=format_version) as builder:

@@ -20,7 +20,8 @@ from pipelines.tracking.registry_digests import digests_tag, tree_digests
 from storage_kernels.arrays import file_checksum
 from storage_kernels.store import Artifact
 
-__all__ = ["EXPORT_DIR", "MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_name_for", "model_uri"]
+__all__ = ["EXPORT_DIR", "MODEL_ARTIFACT", "champion_artifacts", "log_and_register", "model_name_for", "model_uri",
+           "node_id_config"]
 
 
 def model_name_for(cfg: Any) -> str:
@@ -56,6 +57,13 @@ def model_uri(name: str, version: int | str) -> str:
     return f"models:/{name}{version}" if version.startswith("@") else f"models:/{name}/{version}"
 
 
+def node_id_config(train: Artifact) -> dict[str, str]:
+    """The pyfunc's model config for predictions by node id: the data root (``<root>/<dataset>/train/<version>``
+    is the train artifact's path), the dataset and the train version (:mod:`trainer.node_predictions`)."""
+    return {"strata_root": str(Path(train.path).parents[2]), "strata_dataset": train.dataset,
+            "strata_train_version": train.version}
+
+
 def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact, onnx_path: Path,
                      extra_files: Iterable[Path] = ()) -> dict[str, Any]:
     """Log the MLflow model of ``train`` (+ ``onnx_path``) into ``run_id``, register it; returns export stats
@@ -75,7 +83,8 @@ def log_and_register(tracker: Any, run_id: str, model_name: str, train: Artifact
 
     def save(path: Path, model: Any) -> None:
         save_mlflow_model(path, model_json=train.file("model.json"), state_dict=train.file("state_dict.pt"),
-                          onnx_path=onnx_path, mlflow_model=model, metadata=metadata)
+                          onnx_path=onnx_path, mlflow_model=model, metadata=metadata,
+                          model_config=node_id_config(train))
         source_digests.update(tree_digests(path))  # the files uploaded, as written
 
     # The store's lock (re-entrant) spans check, log and register: a second registration of the same train

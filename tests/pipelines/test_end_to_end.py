@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
-from pipelines.graph import STAGE_NAMES
+from pipelines.graph import RUN_STAGE_NAMES
 
 
 def _missing() -> str | None:
@@ -41,7 +41,7 @@ def _run(root: Path) -> dict:
 def test_run_tiny_json_then_reuse(tmp_path: Path) -> None:
     first = _run(tmp_path)
     assert first["dataset"] == "tiny" and first["root"] == str(tmp_path.resolve())
-    assert [a["stage"] for a in first["artifacts"]] == list(STAGE_NAMES)
+    assert [a["stage"] for a in first["artifacts"]] == list(RUN_STAGE_NAMES)  # not predict: only when asked
     assert not any(a["reused"] for a in first["artifacts"])
     metrics = first["metrics"]
     for key in ("test_acc", "val_acc", "epoch_s", "bytes_read", "cache_hit_rate"):
@@ -59,7 +59,7 @@ def test_run_tiny_json_then_reuse(tmp_path: Path) -> None:
 
     listed = CliRunner().invoke(app, ["catalog", "ls", "--root", str(tmp_path), "--json"])
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
-    assert {r["stage"] for r in rows} == set(STAGE_NAMES)
+    assert {r["stage"] for r in rows} == set(RUN_STAGE_NAMES)
     model_version = next(a["version"] for a in first["artifacts"] if a["stage"] == "train")
     shown = CliRunner().invoke(app, ["catalog", "show", model_version, "--root", str(tmp_path), "--json"])
     record = json.loads(shown.stdout)

@@ -236,3 +236,44 @@ def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypa
     assert np.array_equal(pos32, pos)  # in source order, the same pairs (ties ordered differently)
     pairs = sorted(zip(pos.tolist(), dst.tolist(), strict=True))
     assert sorted(zip(pos32.tolist(), dst32.tolist(), strict=True)) == pairs
+
+
+@pytest.mark.parametrize("model_name", ["graphsage", "gcn"])  # GAT's hidden layer concatenates heads
+@pytest.mark.parametrize("memory", [0, 1 << 30])
+def test_layerwise_stream_hands_out_every_node_in_intervals(graph_files, model_name, memory):
+    """Every node, interval by interval in ascending id: the logits equal the full forward and the hidden rows
+    the first layers' forward (ReLU'd), in many intervals (memory 0) or one."""
+    from trainer.layerwise import layerwise_stream
+
+    indptr, indices, features, labels, paths, root = graph_files
+    torch.manual_seed(1)
+    model = build_model(model_name, in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.5)
+    lower = build_model(model_name, in_dim=11, hidden_dim=8, out_dim=8, num_layers=1, dropout=0.5)
+    lower.layers[0].load_state_dict(model.layers[0].state_dict())  # the first layer alone: the last one's input
+    want = full_graph_logits(model, indptr, indices, features)
+    want_hidden = np.maximum(full_graph_logits(lower, indptr, indices, features), 0)
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root, chunk_nodes=37,
+                           memory_bytes=memory)
+    report: list[dict[str, int]] = []
+    parts = list(layerwise_stream(model, graph, hidden=True, report=report))
+    nodes = np.concatenate([p.nodes for p in parts])
+    np.testing.assert_array_equal(nodes, np.arange(300))
+    np.testing.assert_allclose(np.concatenate([p.logits for p in parts]), want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate([p.hidden for p in parts]), want_hidden, rtol=0, atol=1e-5)
+    assert (len(parts) > 1) == (memory == 0) and report[-1]["intervals"] == len(parts)
+    assert [p.hidden for p in layerwise_stream(model, graph, np.array([5, 2]))] == [None]  # not asked: none
+    assert not list(root.glob("*layerwise*"))
+
+
+def test_layerwise_stream_closed_early_cleans_up(graph_files):
+    from trainer.layerwise import layerwise_stream
+
+    indptr, indices, features, labels, paths, root = graph_files
+    model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.5).train()
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root, chunk_nodes=37,
+                           memory_bytes=0)
+    rows = layerwise_stream(model, graph)
+    first = next(rows)
+    assert len(first.nodes) < 300 and not model.training
+    rows.close()
+    assert model.training and not list(root.glob("*layerwise*"))

@@ -54,13 +54,11 @@ def test_saved_model_loads_with_both_flavors(tmp_path: Path, architecture: str) 
 
     pyfunc = mlflow.pyfunc.load_model(str(path))
     assert set(pyfunc.metadata.flavors) == {"python_function", "onnx"}
-    inputs = pyfunc.metadata.get_input_schema()
-    assert inputs.input_names() == ["x", "edge_src_0", "edge_dst_0", "dst_pos_0", "edge_src_1", "edge_dst_1",
-                                    "dst_pos_1"]
-    assert [s.shape for s in inputs.inputs][:2] == [(-1, 6), (-1,)]
-    assert pyfunc.metadata.get_output_schema().input_names() == ["logits"]
+    # no input schema (a subgraph or a node_id column): the params of a prediction by node id
+    assert pyfunc.metadata.get_input_schema() is None
+    assert [p.name for p in pyfunc.metadata.get_params_schema().params] == ["root", "memory_mb"]
     example = pyfunc.input_example
-    assert set(example) == set(inputs.input_names())
+    assert set(example) == {"x", "edge_src_0", "edge_dst_0", "dst_pos_0", "edge_src_1", "edge_dst_1", "dst_pos_1"}
     np.testing.assert_array_equal(example["x"], input_example(6, 2)["x"])
 
     # a subgraph of another size than the example's: every first axis is dynamic
@@ -73,7 +71,7 @@ def test_saved_model_loads_with_both_flavors(tmp_path: Path, architecture: str) 
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(["logits"], feed)[0], logits, rtol=0, atol=1e-4)
 
-    with pytest.raises(Exception, match="edge_src_1"):  # the signature names the missing input
+    with pytest.raises(Exception, match="edge_src_1"):  # the pyfunc names the missing input
         pyfunc.predict({k: v for k, v in feed.items() if k != "edge_src_1"})
 
 

@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from pipelines.config import PipelineConfig
-from pipelines.graph import GROUP_PREPROCESS, GROUP_TRAINING, STAGE_NAMES, STAGES, get_stage
+from pipelines.graph import (
+    GROUP_INFERENCE,
+    GROUP_PREPROCESS,
+    GROUP_TRAINING,
+    RUN_STAGE_NAMES,
+    STAGE_NAMES,
+    STAGES,
+    get_stage,
+)
 from pipelines.orchestration.assets import ALL_ASSETS, ALL_CHECKS
 from pipelines.orchestration.definitions import RETRAIN_JOB, STRATA_JOB, defs, make_definitions
 from pipelines.orchestration.resources import RunReporter, StrataResource, build_resources
@@ -29,9 +37,10 @@ def test_every_job_resolves() -> None:
 def test_jobs_select_the_right_assets() -> None:
     full = defs.resolve_job_def(STRATA_JOB)
     assert {k.to_user_string() for k in full.asset_layer.executable_asset_keys} == set(STAGE_NAMES)
-    # retrain re-resolves every stage (a changed source is re-ingested; unchanged stages are lookups)
+    # retrain re-resolves every stage but predict (a changed source is re-ingested; unchanged stages are lookups)
     retrain = defs.resolve_job_def(RETRAIN_JOB)
-    assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == set(STAGE_NAMES)
+    assert {k.to_user_string() for k in retrain.asset_layer.executable_asset_keys} == set(RUN_STAGE_NAMES)
+    assert set(STAGE_NAMES) - set(RUN_STAGE_NAMES) == {"predict"}
     shards = defs.resolve_job_def("sample_shards_job")
     assert {k.to_user_string() for k in shards.asset_layer.executable_asset_keys} == {"sample_shards"}
     packs = defs.resolve_job_def("pack_shards_job")
@@ -49,7 +58,8 @@ def test_assets_follow_the_stage_table() -> None:
         assert {k.to_user_string() for k in node.parent_keys} == set(spec.upstream), spec.name
         assert node.code_version, f"{spec.name} needs a code_version"
         assert node.description, f"{spec.name} needs a description"
-        expected_group = GROUP_TRAINING if spec.name in ("train", "export") else GROUP_PREPROCESS
+        expected_group = (GROUP_TRAINING if spec.name in ("train", "export")
+                          else GROUP_INFERENCE if spec.name == "predict" else GROUP_PREPROCESS)
         assert node.group_name == expected_group
 
 
@@ -57,7 +67,7 @@ def test_blocking_checks_gate_every_asset() -> None:
     specs = [spec for checks_def in ALL_CHECKS for spec in checks_def.check_specs]
     assert specs and all(spec.blocking for spec in specs)
     checked = {spec.asset_key.to_user_string() for spec in specs}
-    assert checked == set(STAGE_NAMES)  # the preprocessing assets, the model (train) and its export
+    assert checked == set(RUN_STAGE_NAMES)  # the preprocessing assets, the model (train) and its export
     assert len({(s.asset_key, s.name) for s in specs}) == len(specs)
 
 

@@ -76,7 +76,7 @@ def _torch_logits(train_dir: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
     edges = [tuple(torch.from_numpy(feed[f"{k}_{i}"]) for k in ("edge_src", "edge_dst", "dst_pos"))
              for i in range(net.num_layers)]
     with torch.no_grad():
-        return net.forward_dst_pos(torch.from_numpy(feed["x"]), edges).numpy()
+        return net.forward_dst_pos(torch.from_numpy(np.asarray(feed["x"], dtype=np.float32)), edges).numpy()
 
 
 def test_champion_loads_with_pyfunc_and_onnx(tiny: dict[str, Any], registry_env: str) -> None:
@@ -84,8 +84,9 @@ def test_champion_loads_with_pyfunc_and_onnx(tiny: dict[str, Any], registry_env:
     import onnxruntime as ort
 
     pyfunc = mlflow.pyfunc.load_model(CHAMPION)
-    example = pyfunc.input_example
-    logits = pyfunc.predict(example)["logits"]
+    # no input schema (the pyfunc also takes node ids): the example's x loads as JSON numbers, float64
+    example = {k: v.astype(np.float32) if k == "x" else v for k, v in pyfunc.input_example.items()}
+    logits = pyfunc.predict(pyfunc.input_example)["logits"]
     num_seeds = example["dst_pos_1"].shape[0]
     assert logits.shape == (num_seeds, 6)  # tiny: 6 classes
     np.testing.assert_allclose(logits, _torch_logits(tiny["train_dir"], example), rtol=0, atol=1e-6)
