@@ -33,6 +33,7 @@ __all__ = [
     "ArrayHeader",
     "ArrayWriter",
     "FileInfo",
+    "advise_random",
     "align_up",
     "blocks_of_rows",
     "file_checksum",
@@ -350,6 +351,33 @@ def open_array(path: str | os.PathLike[str], mmap: bool = True) -> np.ndarray:
     return flat.reshape(hdr.shape, order=order)
 
 
+def _mapping_of(array: Any) -> Any:
+    """The ``mmap.mmap`` behind ``array`` (through its ``base`` chain), or None."""
+    import mmap as _mmap
+
+    base = array
+    while base is not None and not isinstance(base, _mmap.mmap):
+        base = getattr(base, "base", None)
+    return None if base is None or getattr(base, "closed", False) else base
+
+
+def advise_random(*arrays: Any) -> int:
+    """Tell the kernel the file mappings behind ``arrays`` are read at random (``madvise(MADV_RANDOM)``): a page
+    fault then reads its page, not the 128 KiB or more of read-around a sequential reader wants. Sampling
+    neighbours from a memory-mapped CSR larger than memory touches a few entries per row, far apart: with
+    read-around every miss reads tens of times the bytes it needs and evicts pages that were still in use.
+    Returns how many mappings were advised (arrays not backed by one are skipped)."""
+    import mmap as _mmap
+
+    advised = 0
+    for array in arrays:
+        base = _mapping_of(array)
+        if base is not None and hasattr(_mmap, "MADV_RANDOM"):
+            base.madvise(_mmap.MADV_RANDOM)
+            advised += 1
+    return advised
+
+
 def release_pages(array: Any) -> bool:
     """Drop this process's resident pages of the file mapping behind ``array`` (``madvise(MADV_DONTNEED)``).
 
@@ -360,10 +388,8 @@ def release_pages(array: Any) -> bool:
     """
     import mmap as _mmap
 
-    base = array
-    while base is not None and not isinstance(base, _mmap.mmap):
-        base = getattr(base, "base", None)
-    if base is None or getattr(base, "closed", False) or not hasattr(_mmap, "MADV_DONTNEED"):
+    base = _mapping_of(array)
+    if base is None or not hasattr(_mmap, "MADV_DONTNEED"):
         return False
     base.madvise(_mmap.MADV_DONTNEED)
     return True
