@@ -8,7 +8,9 @@ file is then padded with zero bytes to a multiple of :data:`DATA_ALIGN`, so that
 * ``O_DIRECT`` can read any 4096-aligned range of the data, including the last, partial block.
 
 Arrays larger than RAM are written with :class:`ArrayWriter` (streaming append of row chunks) or filled
-in place through the writable memmap returned by :meth:`ArrayWriter.allocate`.
+in place through the writable memmap returned by :meth:`ArrayWriter.allocate`, whose blocks are reserved up
+front (:func:`reserve_space`): a full disk is then an ``OSError`` (ENOSPC) naming the file, not a ``SIGBUS`` when a
+page of the map is first written.
 
 Raw files (anything that is not `.npy`, e.g. ``packed.bin``) are described by a :class:`FileInfo` with
 ``dtype=None``, ``shape=None`` and ``data_offset=0``.
@@ -17,6 +19,7 @@ Raw files (anything that is not `.npy`, e.g. ``packed.bin``) are described by a 
 from __future__ import annotations
 
 import ast
+import errno
 import hashlib
 import os
 import sys
@@ -40,6 +43,7 @@ __all__ = [
     "file_info",
     "open_array",
     "read_header",
+    "reserve_space",
     "row_ranges",
     "save_array",
     "segment_ranges",
@@ -395,6 +399,39 @@ def release_pages(array: Any) -> bool:
     return True
 
 
+#: posix_fallocate's answers for a filesystem (or a platform) that cannot reserve blocks
+_NO_RESERVE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS, errno.ENODEV})
+
+
+def reserve_space(fd: int, nbytes: int, path: str | os.PathLike[str]) -> bool:
+    """Allocate the blocks of the first ``nbytes`` of the open file ``fd`` (extending it to at least ``nbytes``)
+    before a memory map of it is written.
+
+    A page of a shared map is given its disk block only when first written; with the disk full, that write faults
+    and the kernel kills the process with ``SIGBUS`` (exit 135, no message). Reserved blocks make a full disk an
+    ``OSError`` (ENOSPC, naming ``path``) here instead. ``posix_fallocate`` allocates extents without writing
+    zeros on ext4, xfs and btrfs; on tmpfs it takes the memory pages the map would take anyway; where the
+    filesystem has no ``fallocate`` (NFS before 4.2, ZFS before 2.2) glibc emulates it with one 1-byte write per
+    4 KiB block. Returns False, leaving the file sparse as before, where nothing can reserve (no
+    ``posix_fallocate`` on this platform, or the filesystem refuses it: EOPNOTSUPP, EINVAL): the map then works
+    as before, and a full disk still faults there.
+
+    Reserve only what will be written: the reserved blocks are used space, whether written or not.
+    """
+    if nbytes <= 0:
+        return True
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None:  # macOS, Windows
+        return False
+    try:
+        fallocate(fd, 0, int(nbytes))
+    except OSError as e:
+        if e.errno in _NO_RESERVE:
+            return False  # this filesystem cannot reserve: keep the sparse file (see the docstring)
+        raise OSError(e.errno, e.strerror or os.strerror(e.errno), os.fspath(path)) from e
+    return True
+
+
 class ArrayWriter:
     """Streaming writer of an aligned `.npy` file, one chunk of rows at a time.
 
@@ -514,15 +551,29 @@ class ArrayWriter:
 
     @staticmethod
     def allocate(path: str | os.PathLike[str], dtype: Any, shape: Sequence[int] | int) -> np.memmap:
-        """Create an aligned `.npy` file of ``shape`` (zero-filled, sparse) and return a writable memmap.
+        """Create an aligned `.npy` file of ``shape`` (zero-filled, its blocks reserved) and return a writable
+        memmap.
 
-        Fill it, then ``flush()`` (or let the artifact builder do it at publish).
+        The whole file is reserved (:func:`reserve_space`), so a disk without room for it raises ``OSError``
+        (ENOSPC) naming ``path`` here rather than killing the process with ``SIGBUS`` while the map is filled:
+        allocate only arrays that will be filled. Fill it, then ``flush()`` (or let the artifact builder do it at
+        publish).
         """
         path = Path(path)
         dt = _check_dtype(dtype, f"{path}: dtype")
         shp = _check_shape(shape, f"{path}: shape")
         nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
-        with open(path, "wb") as f:
-            f.write(_header_bytes(dt, shp, path))
-            f.truncate(align_up(DATA_ALIGN + nbytes))
+        total = align_up(DATA_ALIGN + nbytes)
+        f = open(path, "wb")  # closed below; the file is removed if anything fails
+        try:
+            with f:
+                f.write(_header_bytes(dt, shp, path))
+                f.flush()
+                reserve_space(f.fileno(), total, path)
+                f.truncate(total)  # where nothing was reserved: the sparse file of the right size
+        except BaseException as e:
+            path.unlink(missing_ok=True)  # no partial file left holding the blocks it got
+            if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # a buffered write's
+                raise OSError(e.errno, e.strerror or os.strerror(e.errno), os.fspath(path)) from e
+            raise
         return np.memmap(path, dtype=dt, mode="r+", offset=DATA_ALIGN, shape=shp)

@@ -20,6 +20,9 @@ with a run in progress is skipped whole. Under the lock it checks again that no 
 and that no run used it since the plan; then it renames the version's directory into ``<root>/.tmp/`` (one
 atomic step: a reader finds the whole version or none), drops it from the catalog and deletes the files. A
 crash in between leaves a temp entry that :meth:`ArtifactStore.cleanup_tmp` removes once this process is gone.
+
+``strata gc`` also removes quarantined copies under ``<root>/.quarantine/`` that nothing needs any more
+(:func:`plan_quarantine`; the rules are in the comment above it).
 """
 
 from __future__ import annotations
@@ -32,16 +35,18 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .artifact import Artifact
+from .integrity import QUARANTINE_NAME
 from .locks import LockHeld, dataset_lock
 from .storefs import CATALOG_NAME, MANIFEST_NAME, TMP_NAME, _rmtree, owned_tmp_name, published_dirs
 
-__all__ = ["Collected", "Decision", "GcPlan", "Version", "collect", "format_age", "gc_apply", "gc_plan",
-           "open_versions", "parse_duration", "plan", "scan", "stale_catalog_rows"]
+__all__ = ["Collected", "Decision", "GcPlan", "QuarantineDecision", "Quarantined", "Version", "collect", "format_age",
+           "gc_apply", "gc_plan", "open_versions", "parse_duration", "plan", "plan_quarantine", "remove_quarantined",
+           "scan", "scan_quarantine", "stale_catalog_rows"]
 
 Key = tuple[str, str, str]  # (dataset, stage, version)
 
@@ -104,6 +109,7 @@ class Collected:
 
     removed: list[Version] = field(default_factory=list)
     skipped: list[tuple[Version, str]] = field(default_factory=list)
+    quarantine_removed: list[Quarantined] = field(default_factory=list)
 
     @property
     def bytes_freed(self) -> int:
@@ -302,6 +308,8 @@ class GcPlan:
     root: Path
     decisions: list[Decision]
     stale: list[Key]
+    #: the quarantined copies under ``<root>/.quarantine/`` (:func:`plan_quarantine`)
+    quarantine: list[QuarantineDecision] = field(default_factory=list)
 
     @property
     def removable(self) -> list[Version]:
@@ -325,15 +333,120 @@ def gc_plan(root: str | Path, dataset: str | None = None, keep_last: int = 1, ke
     """Scan ``root`` (one dataset's versions, or all), find the open ones, decide (:func:`plan`, keeping
     ``pinned``), and list the catalog rows of directories that are gone. Reads only."""
     root = Path(root)
+    now = time.time() if now is None else now
     decisions = plan(scan(root, dataset), keep_last, keep_within or None, open_versions(root), now, pinned)
     catalog = _catalog(root)
-    return GcPlan(root, decisions, stale_catalog_rows(root, catalog, dataset) if catalog is not None else [])
+    quarantine = plan_quarantine(scan_quarantine(root, dataset), decisions, keep_within or None, now)
+    return GcPlan(root, decisions, stale_catalog_rows(root, catalog, dataset) if catalog is not None else [],
+                  quarantine)
 
 
 def gc_apply(gc: GcPlan, on_removed: Callable[[Version], None] | None = None) -> Collected:
-    """Carry ``gc`` out: drop its stale catalog rows, remove its removable versions (:func:`collect`)."""
+    """Carry ``gc`` out: drop its stale catalog rows, remove its removable versions (:func:`collect`) and
+    quarantined copies (:func:`remove_quarantined`)."""
     catalog = _catalog(gc.root)
     if catalog is not None:
         for key in gc.stale:  # index rows of directories that are gone: nothing to lock, nothing to delete
             catalog.forget_artifact(*key)
-    return collect(gc.root, gc.decisions, catalog, on_removed)
+    result = collect(gc.root, gc.decisions, catalog, on_removed)
+    result.quarantine_removed = remove_quarantined(gc.quarantine)
+    return result
+
+
+# ---------------------------------------------------------------------------------- quarantined copies
+#
+# A version that failed a check is moved to ``.quarantine/<dataset>/<stage>/<version>-<UTC time>-<id>/`` (with a
+# ``QUARANTINE.json``) for inspection, and nothing removed it: a check that fails on every build leaves one more
+# copy per run. ``strata gc`` removes a copy when
+#
+# - the versions it keeps of that (dataset, stage) were all used after the copy was quarantined (the stage was
+#   rebuilt and is in use again: the copy is older than anything gc keeps there), or
+# - a newer copy of the same version is quarantined (it tells the same story);
+#
+# unless it was quarantined within ``keep_within``. The latest copy of a version whose stage has nothing kept
+# since stays: it may be all that is left of the failure. Entries of another shape (``.quarantine/.tmp/resume/``
+# checkpoints, hand-made names) are left alone. Nothing reads a quarantined copy, so removal needs no lock.
+
+_ENTRY = re.compile(r"^(?P<version>.+)-(?P<stamp>\d{8}T\d{6}Z)-(?P<id>[0-9a-f]{6})$")
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """One quarantined copy of a version."""
+
+    dataset: str
+    stage: str
+    version: str
+    path: Path
+    quarantined_at: float  #: epoch seconds, from the entry's name
+    bytes: int
+
+
+@dataclass(frozen=True)
+class QuarantineDecision:
+    """Keep or remove one quarantined copy, and why."""
+
+    entry: Quarantined
+    keep: bool
+    reason: str
+
+
+def _dirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def scan_quarantine(root: str | Path, dataset: str | None = None) -> list[Quarantined]:
+    """Every quarantined copy of a version under ``root`` (optionally one dataset's)."""
+    found = []
+    for ds in _dirs(Path(root) / QUARANTINE_NAME):
+        if ds.name.startswith(".") or (dataset is not None and ds.name != dataset):
+            continue  # .tmp: quarantined resume checkpoints
+        for stage in _dirs(ds):
+            for entry in _dirs(stage):
+                m = _ENTRY.match(entry.name)
+                if m is None:
+                    continue
+                at = datetime.strptime(m["stamp"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+                found.append(Quarantined(ds.name, stage.name, m["version"], entry, at, _tree_bytes(entry)))
+    return found
+
+
+def plan_quarantine(entries: Iterable[Quarantined], decisions: Iterable[Decision], keep_within: float | None,
+                    now: float) -> list[QuarantineDecision]:
+    """Keep or remove each copy by the rules of this module, given gc's ``decisions`` on the published versions."""
+    kept_since: dict[tuple[str, str], float] = {}
+    for d in decisions:
+        if d.keep:
+            key = (d.version.dataset, d.version.stage)
+            kept_since[key] = min(kept_since.get(key, d.version.last_used), d.version.last_used)
+    entries = sorted(entries, key=lambda e: (e.dataset, e.stage, e.version, -e.quarantined_at, e.path.name))
+    seen: dict[tuple[str, str, str], int] = defaultdict(int)
+    out = []
+    for e in entries:
+        copy = seen[(e.dataset, e.stage, e.version)]
+        seen[(e.dataset, e.stage, e.version)] += 1
+        age = now - e.quarantined_at
+        since = kept_since.get((e.dataset, e.stage))
+        if keep_within is not None and age <= keep_within:
+            out.append(QuarantineDecision(e, True, f"quarantined {format_age(age)} ago (within "
+                                                   f"{format_age(keep_within)})"))
+        elif since is not None and e.quarantined_at < since:
+            out.append(QuarantineDecision(e, False, "older than every version kept of its stage"))
+        elif copy:
+            out.append(QuarantineDecision(e, False, "a newer copy of the same version is quarantined"))
+        else:
+            out.append(QuarantineDecision(e, True, "the latest copy, and nothing of its stage kept since"))
+    return out
+
+
+def remove_quarantined(decisions: Iterable[QuarantineDecision]) -> list[Quarantined]:
+    """Remove every copy ``decisions`` does not keep; returns those removed (not those already gone)."""
+    removed = []
+    for d in decisions:
+        if not d.keep and d.entry.path.is_dir():
+            _rmtree(d.entry.path)
+            removed.append(d.entry)
+    return removed

@@ -64,7 +64,8 @@ class ArtifactStore:
     def __init__(self, root: str | Path, catalog: Catalog | bool = True) -> None:
         self.root = Path(root)
         if catalog is True:
-            self.catalog: Catalog | None = Catalog(self.root / CATALOG_NAME)
+            # a write that finds the catalog damaged rebuilds it from this root's manifests, and the run goes on
+            self.catalog: Catalog | None = Catalog(self.root / CATALOG_NAME, heal_from=self.root)
         elif catalog is False or catalog is None:
             self.catalog = None
         else:

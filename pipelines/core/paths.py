@@ -68,4 +68,5 @@ class StrataPaths:
         return ArtifactStore(self.root)
 
     def catalog(self) -> Catalog:
-        return Catalog(self.catalog_path)
+        """The root's catalog; a write that finds it damaged rebuilds it from the manifests and goes on."""
+        return Catalog(self.catalog_path, heal_from=self.root)

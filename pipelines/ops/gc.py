@@ -1,8 +1,9 @@
 """``strata gc``: remove the artifact versions no configuration in use needs any more.
 
 A dry run by default: a table of every version with keep/remove and the reason, and the bytes a ``--yes`` run
-would free. The rules and the safeguards (run locks, open files, upstream lineage) are
-:mod:`storage_kernels.retention`'s.
+would free; then how many quarantined copies under ``<root>/.quarantine/`` it removes
+(:func:`storage_kernels.retention.plan_quarantine`; ``--json`` lists each with the reason). The rules and the safeguards
+(run locks, open files, upstream lineage) are :mod:`storage_kernels.retention`'s.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def command(
     gc = gc_plan(base, dataset, keep_last, within, now, pinned=champion_artifacts(base))
     decisions, stale, reclaimable = gc.decisions, gc.stale, gc.reclaimable_bytes
     doomed = gc.removable
-    removed, skipped, freed = [], [], 0
+    removed, skipped, freed, q_removed = [], [], 0, []
     if yes:
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                       console=_err, transient=True, disable=json_out or not _err.is_terminal) as progress:
@@ -64,17 +65,32 @@ def command(
         removed = ["/".join(v.key) for v in result.removed]
         skipped = [{"artifact": "/".join(v.key), "why": why} for v, why in result.skipped]
         freed = result.bytes_freed
+        q_removed = result.quarantine_removed
     rows = [_row(d) for d in decisions]
+    q_doomed = [d.entry for d in gc.quarantine if not d.keep]
+    q_bytes = sum(e.bytes for e in (q_removed if yes else q_doomed))
+    q_note = (f"{'removed' if yes else 'would remove'} {len(q_removed if yes else q_doomed)} of "
+              f"{len(gc.quarantine)} quarantined copies ({format_bytes(q_bytes)}) under {base / '.quarantine'}"
+              if gc.quarantine else "")
     if json_out:
         doc = {"root": str(base), "dry_run": not yes, "keep_last": keep_last, "keep_within_s": within,
                "versions": rows, "removable": len(doomed), "reclaimable_bytes": reclaimable,
                "removed": removed, "skipped": skipped, "bytes_freed": freed,
-               "stale_catalog_rows": ["/".join(k) for k in stale]}
+               "stale_catalog_rows": ["/".join(k) for k in stale],
+               "quarantine": [{"path": str(d.entry.path), "dataset": d.entry.dataset, "stage": d.entry.stage,
+                               "version": d.entry.version, "bytes": d.entry.bytes,
+                               "quarantined_at": time.strftime("%Y-%m-%d %H:%M", time.localtime(
+                                   d.entry.quarantined_at)),
+                               "action": "keep" if d.keep else "remove", "reason": d.reason}
+                              for d in gc.quarantine],
+               "quarantine_removed": [str(e.path) for e in q_removed]}
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     if not rows:
         _err.print(f"no artifacts under {base}" + (f"; {'dropped' if yes else 'found'} {len(stale)} catalog rows "
                                                    "of missing directories" if stale else ""), highlight=False)
+        if q_note:
+            _out.print(q_note, highlight=False)
         return
     for name in dict.fromkeys(r["dataset"] for r in rows):  # one table per dataset, in order
         table = Table(title=f"{name}" + ("" if yes else " (dry run)"), title_justify="left")
@@ -89,8 +105,12 @@ def command(
         stale_note = f"; {len(stale)} catalog rows point at missing directories" if stale else ""
         _out.print(f"{len(doomed)} of {len(rows)} versions removable, {format_bytes(reclaimable)}{stale_note}; "
                    "run again with --yes to remove them", highlight=False)
+        if q_note:
+            _out.print(q_note, highlight=False)
         return
     stale_note = f"; dropped {len(stale)} catalog rows of missing directories" if stale else ""
     _out.print(f"removed {len(removed)} versions, freed {format_bytes(freed)}{stale_note}", highlight=False)
     for s in skipped:
         _out.print(f"left {s['artifact']}: {s['why']}", highlight=False)
+    if q_note:
+        _out.print(q_note, highlight=False)

@@ -91,7 +91,7 @@ def fail_orphan_dagster_runs(instance: Any) -> int:
 def repair_catalog(paths: StrataPaths) -> str:
     """Move a damaged catalog aside and rebuild it from the manifests; one line saying so, or "" when it was fine."""
     catalog = paths.catalog()
-    aside = catalog.set_aside(thorough=False)  # header, open, tables: a rebuild or a read finds the rest
+    aside = catalog.set_aside()  # header, open, every table read: an index block a write reads is healed there
     if aside is None:
         return ""
     report = catalog.rebuild_report(paths.root)

@@ -139,8 +139,8 @@ def train(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, upstr
                 files = ["state_dict.pt", "model.json", "history.json"]
                 store_ = getattr(run.encoder, "store", None)
                 if ooc is not None:  # streamed partition by partition from the node file
-                    table = np.lib.format.open_memmap(builder.add_file("embeddings.npy"), mode="w+",
-                                                      dtype=np.float32, shape=(store_.num_nodes, store_.dim))
+                    # blocks reserved up front: a full disk is an OSError here, not a SIGBUS while it fills
+                    table = builder.allocate_array("embeddings.npy", np.float32, (store_.num_nodes, store_.dim))
                     store_.write_table(table)
                     table.flush()
                     del table

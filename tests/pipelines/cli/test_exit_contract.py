@@ -22,6 +22,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,20 @@ def tmp_on_tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def _fill(path: Path, leave: int = 0) -> None:
+    """Take every free block of ``path``'s filesystem, as another process filling the disk would, then give back
+    ``leave`` bytes."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+        if leave:
+            f.truncate(f.tell() - leave)
+
+
 def _at_start(action: Callable[[], None], undo: Callable[[], None]) -> Callable[[Callable[..., Any]], Any]:
     """``action`` when the stage starts, ``undo`` when it ends (however it ends)."""
     def around(original: Callable[..., Any]) -> Any:
@@ -213,21 +228,32 @@ def test_a_really_full_disk_inside_a_stage_exits_2(tmp_on_tmpfs: Path, monkeypat
     root = tmp_on_tmpfs
     filler = root / ".tmp" / "filler"
 
-    def fill() -> None:  # every free block, as another process filling the disk would
-        with open(filler, "wb", buffering=0) as f:
-            for size in (1 << 20, 4096, 1):
-                try:
-                    while True:
-                        f.write(b"\0" * size)
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC
-
-    _replace_stage(monkeypatch, "ingest", _at_start(fill, lambda: filler.unlink(missing_ok=True)))
+    _replace_stage(monkeypatch, "ingest", _at_start(lambda: _fill(filler), lambda: filler.unlink(missing_ok=True)))
     result = _strata("run", "--dataset", "tiny", "--root", str(root), "--until", "ingest", "--json")
     line = _error_line(result)
     assert result.exit_code == EXIT_KNOWN
     assert line.startswith(f"error: '{root / '.tmp'}/"), line
     assert line.endswith("' expected free space on its filesystem (got ENOSPC: No space left on device)"), line
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_a_memory_mapped_array_exits_2_not_sigbus(tmp_on_tmpfs: Path) -> None:
+    """Room for the header of ingest's memory-mapped edge array but not for its pages. The map's blocks were
+    allocated lazily, so the first write into a missing one killed the process with SIGBUS (exit 135, no line);
+    they are reserved up front now, and the allocation fails with ENOSPC naming the file. A real process: a
+    SIGBUS must not take pytest down with it."""
+    root = tmp_on_tmpfs
+    _fill(root / ".tmp" / "filler", leave=64 << 10)  # tiny's edges need ~170 KiB
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "--dataset", "tiny", "--root", str(root),
+                           "--until", "ingest", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == EXIT_KNOWN, (done.returncode, done.stderr[-2000:])
+    errors = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("[strata] ")]
+    assert len(errors) == 1, done.stderr
+    line = errors[0]
+    assert line.startswith(f"error: '{root / '.tmp'}/") and ".npy' expected free space" in line, line
+    assert line.endswith("' expected free space on its filesystem (got ENOSPC: No space left on device)"), line
+    assert [p.name for p in (root / ".tmp").iterdir() if not p.name.startswith(("filler", "resume"))] == [], \
+        "the failed build left files behind"
 
 
 @pytest.mark.slow
