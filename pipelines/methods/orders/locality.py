@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipelines.core.graphio import GraphArrays
-from storage_kernels.arrays import DATA_ALIGN, blocks_of_rows
+from storage_kernels.arrays import DATA_ALIGN, advise_random, blocks_of_rows
 from storage_kernels.kernels import sample_blocks
 
 __all__ = ["PAGE_BYTES", "average_edge_gap", "pages_of_rows", "pages_per_batch"]
@@ -46,6 +46,7 @@ def pages_per_batch(graph: GraphArrays, num_batches: int = 20, batch_size: int =
         return 0.0
     rng = np.random.default_rng(seed)
     indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    advise_random(graph.indptr, graph.indices)  # scattered rows: no read-around per fault (pipelines.stages.sample)
     counts = []
     for b in range(num_batches):
         seeds = rng.choice(pool, size=min(batch_size, pool.size), replace=False)
