@@ -87,13 +87,13 @@ def run_stage_bench(cfg: PipelineConfig, paths: StrataPaths, out_path: str | Pat
         row["disk_high_water_bytes"] = disk.peak
         row["oom_kills"] = 1 if row.get("oom_killed") else 0
         report["stages"][name] = row
+        report["graph"], report["disk"] = _graph_and_disk(report["stages"])
+        if out_path is not None:  # after every stage: a long run's finished stages survive an interruption
+            write_report(out_path, report)
         if progress:
             progress("bench: stages", i + 1, len(stages))
         if row.get("error"):
             break
-    report["graph"], report["disk"] = _graph_and_disk(report["stages"])
-    if out_path is not None:
-        write_report(out_path, report)
     return report
 
 
