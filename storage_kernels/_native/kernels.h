@@ -53,6 +53,7 @@ PyObject *sk_count_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_csr_count(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_csr_place(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_csr_dedupe(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *sk_feistel_walk(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* graph/sample.c: multi-hop neighbour sampling into layered blocks */
 PyObject *sk_sample_blocks(PyObject *self, PyObject *args, PyObject *kwargs);

@@ -55,6 +55,9 @@ static PyMethodDef methods[] = {
     SK_METHOD(csr_count, "src, counts", "Pass 1 of CSR construction: counts[src[i]] += 1 for every edge."),
     SK_METHOD(csr_place, "src, dst, cursor, indices",
               "Pass 2 of CSR construction: indices[cursor[s]] = d; cursor[s] += 1 for every edge (s, d) in order."),
+    SK_METHOD(feistel_walk, "x, keys, half, n, inverse, out, num_threads=0",
+              "The synthetic generator's keyed bijection of [0, n): out[i] = Feistel(x[i]) (or its inverse) with\n"
+              "SplitMix64 rounds on 2*half bits and cycle walking."),
     SK_METHOD(csr_dedupe, "indptr, indices, counts, num_threads=0",
               "Sort every row's neighbours and drop repeats, in place: counts[r] = row r's kept entries; the kept\n"
               "entries, row after row, are moved to the front of indices. Returns their total."),

@@ -53,6 +53,19 @@ def csr_dedupe(indptr: np.ndarray, indices: np.ndarray, num_threads: int = 0) ->
     return new_indptr, indices[:kept]
 
 
+def feistel_walk(x, keys: np.ndarray, half: int, n: int, inverse: bool = False, num_threads: int = 0
+                 ) -> np.ndarray:
+    """The synthetic generator's keyed bijection of ``[0, n)`` (``pipelines.methods.sources.synthetic``): each
+    ``x[i]`` through a Feistel network of ``len(keys)`` SplitMix64 rounds on ``2 * half`` bits (or back, with
+    ``inverse``), cycle-walked into ``[0, n)``. int64 out; IndexError for an ``x[i]`` outside ``[0, n)``."""
+    x = _index_array("x", x)
+    out = np.empty_like(x)
+    keys = np.ascontiguousarray(np.asarray(keys, dtype=np.uint64)).view(np.int64)
+    _native.feistel_walk(x=x, keys=keys, half=int(half), n=int(n), inverse=bool(inverse), out=out,
+                         num_threads=num_threads)
+    return out
+
+
 def build_csr(
     edge_chunks_factory: Callable[[], EdgeChunks],
     num_nodes: int,
