@@ -62,7 +62,7 @@ from pipelines.methods.policies.outre.trace import (
     prune_batch,
     top_ranked,
 )
-from pipelines.methods.policies.tiers import access_frequency
+from pipelines.methods.policies.tiers import access_frequency, accessed_mask
 from storage_kernels import kernels
 from storage_kernels.packstore import Tier
 from storage_kernels.sampleset import SampleSetWriter
@@ -124,7 +124,7 @@ class Outre(Policy):
         eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
         read = freq > 0
         if eval_ranges:
-            read |= access_frequency(samples.nodes, eval_ranges, n) > 0
+            read |= accessed_mask(samples.nodes, eval_ranges, n)
         tier = np.full(n, Tier.NONE, dtype=np.int8)
         tier[read] = Tier.FILE
         tier[cpu_nodes] = Tier.CPU
