@@ -194,7 +194,7 @@ class MariusGNN(Policy):
         if not static and cfg.plan.train_first:  # the training partitions do not fit: lay out by locality
             del layout  # before the next one is built
             layout = physical_layout(graph.num_nodes, tune.p, labels, None)
-        cut, buckets, _ = cut_statistics(graph, layout.part, layout.p)
+        cut, buckets = cut_statistics(graph, layout.part, layout.p)[:2]  # not the (N,) cross counts
         plan = frequency_plan(inputs, {"gpu": 0, "cpu": 0})  # no static cache: training rows from the buffer
         plan.arrays.update({"phys_part.npy": layout.part, "phys_ptr.npy": layout.ptr, "phys_nodes.npy": layout.nodes,
                             "bucket_counts.npy": np.asarray(buckets).reshape(-1)})
@@ -280,7 +280,7 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, b
     train_idx = np.asarray(graph.train_idx, dtype=np.int64)
     buckets_pp = np.asarray(bucket_counts, dtype=np.int64).reshape(p, p)  # [neighbour's part, row's part]
     scratch = builder.scratch_sibling("subgraph")
-    max_entries = max(1, cfg.pack.memory_mb * 2**20 // 16)  # a row range's entries and their kept copy
+    max_entries = max(1, cfg.pack.memory_mb * 2**20 // 32)  # ~26 bytes an entry of a row range while filtered
     writer = SampleSetWriter(builder)
     set_parts: list[np.ndarray] = []
     set_epoch: list[int] = []
