@@ -77,6 +77,21 @@ BETA = 1.0
 _STAMP_BYTES = 8  # the historical cache's per-row iteration stamp (its "table")
 
 
+def _write_cpu_cache(builder: Any, features: np.ndarray, cpu_nodes: np.ndarray, memory_bytes: int) -> None:
+    """``cpu_cache.npy``: the cached rows (as ``graph.features`` holds them: float32, or a float16 file's 4-byte
+    words), gathered and written in blocks of ``memory_bytes``, not held whole (that is the CPU budget again,
+    on top of the stage's (N,) arrays)."""
+    dim = int(features.shape[1])
+    out = builder.array_writer("cpu_cache.npy", np.float32, (dim,), capacity=len(cpu_nodes))
+    step = max(1, int(memory_bytes) // max(dim * 4, 1))
+    for lo in range(0, len(cpu_nodes), step):
+        ids = np.ascontiguousarray(cpu_nodes[lo : lo + step], dtype=np.int64)
+        block = np.empty((len(ids), dim), dtype=np.float32)
+        kernels.gather_rows(features, ids, block)
+        out.append(block)
+    out.close()
+
+
 def _staleness(cfg: Any, samples: Any) -> int:
     """The staleness bound the FSM runs (``plan.staleness``; 0: by the first sampled epoch's batch count)."""
     return effective_staleness(cfg.plan.staleness, len(samples.batch_ids("train", 0)))
@@ -113,13 +128,20 @@ class Outre(Policy):
             hist_edges[top] += edges
             if inputs.progress:
                 inputs.progress("plan: profiling subtrees", i + 1, len(train_ids))
+        # saved_hist = hist_edges * ID_BYTES * BETA + hist_rows * row_bytes, in place: one (N,) array at a time
+        hist_edges *= ID_BYTES
+        saved_hist = hist_edges * BETA
+        del hist_edges
+        hist_rows *= row_bytes
+        saved_hist += hist_rows
+        del hist_rows
         saved_feat = freq * row_bytes
-        saved_hist = hist_edges * ID_BYTES * BETA + hist_rows * row_bytes
         history_row_bytes = cfg.train.hidden_dim * 4 + _STAMP_BYTES
         budget = cfg.plan.budgets(n * row_bytes)["cpu"]
         split = alpha_sweep(saved_feat, saved_hist, budget, row_bytes, history_row_bytes)
-        cpu_nodes = top_ranked(saved_feat.astype(np.float64), split.feature_rows)
+        cpu_nodes = top_ranked(saved_feat, split.feature_rows)  # int64 ranks as its float64 copy did (< 2**53)
         candidates = top_ranked(saved_hist, split.history_rows)
+        del saved_feat, saved_hist
 
         eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
         read = freq > 0
@@ -150,14 +172,11 @@ class Outre(Policy):
         tier, slot = np.asarray(plan.array("tier.npy")), np.asarray(plan.array("slot.npy"))
         cpu_nodes = np.asarray(plan.array("cpu_nodes.npy"))
         candidates = np.asarray(plan.array("candidates.npy"))
-        block = np.empty((len(cpu_nodes), graph.feature_dim), dtype=np.float32)
-        if len(cpu_nodes):
-            kernels.gather_rows(graph.features, cpu_nodes, block)
-        builder.save_array("cpu_cache.npy", block)
+        _write_cpu_cache(builder, graph.features, cpu_nodes, inputs.cfg.pack.memory_mb << 20)
         builder.save_array("node_tier.npy", tier)
         builder.save_array("node_slot.npy", slot)
         builder.save_array("candidates.npy", candidates)
-        cand_slot = np.full(graph.num_nodes, -1, dtype=np.int64)
+        cand_slot = np.full(graph.num_nodes, -1, dtype=np.int32 if len(candidates) < 2**31 else np.int64)
         cand_slot[candidates] = np.arange(len(candidates))
 
         fsm = StalenessFSM(len(candidates), _staleness(inputs.cfg, samples))

@@ -62,10 +62,31 @@ def exclusive_subtrees(hop_counts: np.ndarray, indptrs: list[np.ndarray], cols: 
 
 
 def top_ranked(score: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` highest positive ``score`` entries' ids, sorted by id (ties by lower id)."""
-    positive = np.flatnonzero(score > 0)
-    ranked = positive[np.argsort(-score[positive], kind="stable")]
-    return np.sort(ranked[: max(int(k), 0)]).astype(np.int64)
+    """The ``k`` highest positive ``score`` entries' ids, sorted by id (ties by lower id).
+
+    Found from the k-th largest score (``np.partition`` of the positive scores), not a sort of them all: the
+    ids above it, then the lowest ids at it."""
+    k = max(int(k), 0)
+    positive = score[score > 0]
+    if k == 0 or not len(positive):
+        return np.empty(0, dtype=np.int64)
+    if k >= len(positive):
+        return np.flatnonzero(score > 0).astype(np.int64)
+    positive.partition(len(positive) - k)
+    thr = positive[len(positive) - k]  # the k-th largest
+    del positive
+    above = np.flatnonzero(score > thr)
+    ties = np.flatnonzero(score == thr)[: k - len(above)]
+    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+
+
+def _descending_prefix(saved: np.ndarray) -> np.ndarray:
+    """float64 (k+1,): 0, then the prefix sums of the positive entries of ``saved``, largest first."""
+    positive = saved[saved > 0]
+    positive.sort()
+    out = np.zeros(len(positive) + 1, dtype=np.float64)
+    np.cumsum(positive[::-1], dtype=np.float64, out=out[1:])
+    return out
 
 
 @dataclass(frozen=True)
@@ -89,8 +110,7 @@ def alpha_sweep(saved_feat: np.ndarray, saved_hist: np.ndarray, budget: int, fea
     if feature_row_bytes <= 0 or history_row_bytes <= 0:
         raise ValueError(f"'alpha_sweep' expected positive row sizes (got {feature_row_bytes}, "
                          f"{history_row_bytes})")
-    pf = np.concatenate([[0.0], np.cumsum(np.sort(saved_feat[saved_feat > 0])[::-1], dtype=np.float64)])
-    ph = np.concatenate([[0.0], np.cumsum(np.sort(saved_hist[saved_hist > 0])[::-1], dtype=np.float64)])
+    pf, ph = _descending_prefix(saved_feat), _descending_prefix(saved_hist)
     alphas = np.arange(101, dtype=np.int64)  # percent: exact steps of 0.01
     kf = np.clip((int(budget) * (100 - alphas) // 100 - table_feat) // feature_row_bytes, 0, len(pf) - 1)
     kh = np.clip((int(budget) * alphas // 100 - table_hist) // history_row_bytes, 0, len(ph) - 1)
