@@ -155,7 +155,10 @@ class Hyperbatch(Policy):
         freq = access_frequency(samples.nodes, train_ranges, graph.num_nodes, inputs.progress)
         eval_nodes = accessed_mask(samples.nodes, eval_ranges, graph.num_nodes) if eval_ranges else None
         tier, slot, _, _ = assign_tiers(freq, 0, 0, eval_nodes)  # no cache yet: train nodes PACKED, eval FILE
-        hot = select_hotset(hotset_scores(graph.degrees(), freq), budgets["cpu"] // row_bytes)
+        score = np.asarray(graph.degrees(), dtype=np.int64)  # a fresh (N,) array: hotset_scores, in place
+        score *= freq
+        hot = select_hotset(score, budgets["cpu"] // row_bytes)
+        del score
         tier[hot] = Tier.CPU
         slot[hot] = np.arange(len(hot))
         total, hits = int(freq.sum()), int(freq[hot].sum())

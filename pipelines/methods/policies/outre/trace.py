@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_kernels import kernels
+from storage_kernels.alignedstore import select_hotset
 
 __all__ = ["ID_BYTES", "PAPER_STALENESS", "AlphaSplit", "PrunedBlocks", "StalenessFSM", "alpha_sweep",
            "effective_staleness", "exclusive_subtrees", "prune_batch", "prune_batch_numpy", "top_ranked"]
@@ -62,22 +63,9 @@ def exclusive_subtrees(hop_counts: np.ndarray, indptrs: list[np.ndarray], cols: 
 
 
 def top_ranked(score: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` highest positive ``score`` entries' ids, sorted by id (ties by lower id).
-
-    Found from the k-th largest score (``np.partition`` of the positive scores), not a sort of them all: the
-    ids above it, then the lowest ids at it."""
-    k = max(int(k), 0)
-    positive = score[score > 0]
-    if k == 0 or not len(positive):
-        return np.empty(0, dtype=np.int64)
-    if k >= len(positive):
-        return np.flatnonzero(score > 0).astype(np.int64)
-    positive.partition(len(positive) - k)
-    thr = positive[len(positive) - k]  # the k-th largest
-    del positive
-    above = np.flatnonzero(score > thr)
-    ties = np.flatnonzero(score == thr)[: k - len(above)]
-    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+    """The ``k`` highest positive ``score`` entries' ids, sorted by id (ties by lower id): the hotset rule
+    (:func:`storage_kernels.alignedstore.select_hotset`, a partition at the k-th score, not a full sort)."""
+    return select_hotset(score, k)
 
 
 def _descending_prefix(saved: np.ndarray) -> np.ndarray:
