@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.cacheblocks import write_cache_rows
 from pipelines.methods.policies.outre.settings import OutrePlanSettings
 from pipelines.methods.policies.outre.trace import (
     ID_BYTES,
@@ -63,7 +64,6 @@ from pipelines.methods.policies.outre.trace import (
     top_ranked,
 )
 from pipelines.methods.policies.tiers import access_frequency, accessed_mask
-from storage_kernels import kernels
 from storage_kernels.packstore import Tier
 from storage_kernels.sampleset import SampleSetWriter
 
@@ -75,21 +75,6 @@ __all__ = ["BETA", "Outre", "training_order"]
 #: beta of ``saved_IO_hist = saved_IO_hist_sample * beta + saved_IO_hist_gather`` (assumed, not measured).
 BETA = 1.0
 _STAMP_BYTES = 8  # the historical cache's per-row iteration stamp (its "table")
-
-
-def _write_cpu_cache(builder: Any, features: np.ndarray, cpu_nodes: np.ndarray, memory_bytes: int) -> None:
-    """``cpu_cache.npy``: the cached rows (as ``graph.features`` holds them: float32, or a float16 file's 4-byte
-    words), gathered and written in blocks of ``memory_bytes``, not held whole (that is the CPU budget again,
-    on top of the stage's (N,) arrays)."""
-    dim = int(features.shape[1])
-    out = builder.array_writer("cpu_cache.npy", np.float32, (dim,), capacity=len(cpu_nodes))
-    step = max(1, int(memory_bytes) // max(dim * 4, 1))
-    for lo in range(0, len(cpu_nodes), step):
-        ids = np.ascontiguousarray(cpu_nodes[lo : lo + step], dtype=np.int64)
-        block = np.empty((len(ids), dim), dtype=np.float32)
-        kernels.gather_rows(features, ids, block)
-        out.append(block)
-    out.close()
 
 
 def _staleness(cfg: Any, samples: Any) -> int:
@@ -172,7 +157,7 @@ class Outre(Policy):
         tier, slot = np.asarray(plan.array("tier.npy")), np.asarray(plan.array("slot.npy"))
         cpu_nodes = np.asarray(plan.array("cpu_nodes.npy"))
         candidates = np.asarray(plan.array("candidates.npy"))
-        _write_cpu_cache(builder, graph.features, cpu_nodes, inputs.cfg.pack.memory_mb << 20)
+        write_cache_rows(builder, "cpu_cache.npy", graph.features, cpu_nodes, inputs.cfg.pack.memory_mb << 20)
         builder.save_array("node_tier.npy", tier)
         builder.save_array("node_slot.npy", slot)
         builder.save_array("candidates.npy", candidates)

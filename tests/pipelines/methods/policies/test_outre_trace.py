@@ -183,7 +183,7 @@ def test_exclusive_subtrees_counts_rows_only_one_source_reaches() -> None:
 
 
 def test_the_cpu_cache_written_in_blocks_is_the_whole_gather(tmp_path) -> None:
-    from pipelines.methods.policies.outre.policy import _write_cpu_cache
+    from pipelines.methods.policies.cacheblocks import write_cache_rows
     from storage_kernels.store import ArtifactStore
 
     rng = np.random.default_rng(3)
@@ -193,7 +193,7 @@ def test_the_cpu_cache_written_in_blocks_is_the_whole_gather(tmp_path) -> None:
     files = []
     for memory_bytes in (24 * 5, 1 << 30):  # 5 rows a block; one block
         with store.builder("unit", "pack", f"m{memory_bytes}", {}, {}) as builder:
-            _write_cpu_cache(builder, features, cpu_nodes, memory_bytes)
+            assert write_cache_rows(builder, "cpu_cache.npy", features, cpu_nodes, memory_bytes) == 123 * 24
             artifact = builder.publish()
         files.append(artifact.file("cpu_cache.npy").read_bytes())
         np.testing.assert_array_equal(np.load(artifact.file("cpu_cache.npy")), features[cpu_nodes].astype(np.float32))
