@@ -28,7 +28,8 @@ Pack
     goes to one set holding its partition (``beta``: the first; ``comet``/``random``/``alg7``: a random
     one; ``static``: the one), each set's nodes are shuffled and cut into ``sample.batch_size`` batches,
     and every batch is sampled by ``sample.sampler`` (``sample.fanouts``, the seed the sample stage would
-    give it) from the CSR restricted to the set's nodes (entries whose neighbour is resident). These
+    give it) from the CSR restricted to the set's nodes (entries whose neighbour is resident; built out of
+    core into scratch files per set, :mod:`pipelines.methods.policies.mariusgnn.subgraph`). These
     batches form a sample set in the pack artifact (``batch_set.npy``: each one's set).
     **Design choice**: the offline ``samples`` artifact is kept for evaluation (full-graph neighbourhoods,
     as every other policy) and for the access trace; training batches are MariusGNN's per-set ones,
