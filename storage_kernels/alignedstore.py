@@ -67,11 +67,23 @@ def select_hotset(score: np.ndarray, budget_rows: int) -> np.ndarray:
     """The hotset rule: the nodes of the ``budget_rows`` highest positive scores, sorted (int64).
 
     The design note's greedy selection under a byte budget; every row costs the same, so greedy is the top
-    scores. Ties go to the smaller id (a stable sort), so the choice is deterministic.
+    scores. Ties go to the smaller id, so the choice is deterministic.
+
+    Found from the k-th largest score (``np.partition`` of a copy of the positive scores) rather than a sort of
+    them all: the ids scoring above it, then the smallest ids scoring it.
     """
-    candidates = np.flatnonzero(score > 0)
-    ranked = candidates[np.argsort(-score[candidates], kind="stable")]  # stable: equal scores keep id order
-    return np.sort(ranked[: max(int(budget_rows), 0)]).astype(np.int64)
+    k = max(int(budget_rows), 0)
+    positive = score[score > 0]
+    if k == 0 or not len(positive):
+        return np.empty(0, dtype=np.int64)
+    if k >= len(positive):
+        return np.flatnonzero(score > 0).astype(np.int64)
+    positive.partition(len(positive) - k)
+    kth = positive[len(positive) - k]
+    del positive
+    above = np.flatnonzero(score > kth)
+    ties = np.flatnonzero(score == kth)[: k - len(above)]
+    return np.sort(np.concatenate([above, ties])).astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ __all__ = [
     "ChangesetWriter",
     "SuperbatchChanges",
     "iter_changesets",
+    "simulation_bytes",
     "trace_superbatches",
     "write_changesets",
 ]
@@ -112,11 +114,22 @@ def _simulate(samples: SampleSet, batches: np.ndarray, num_nodes: int, cache_row
 
 
 def iter_changesets(samples: SampleSet, trace: np.ndarray, superbatch_ptr: np.ndarray, num_nodes: int,
-                    cache_rows: int, num_threads: int = 0) -> Iterator[SuperbatchChanges]:
+                    cache_rows: int, num_threads: int = 0, memory_bytes: int | None = None
+                    ) -> Iterator[SuperbatchChanges]:
     """Simulate every superbatch, yielded in order. Superbatches are independent: up to ``num_threads`` (0: all
-    cores) run at once (the kernel releases the GIL), each with ~9 bytes per node of working memory."""
+    cores) run at once (the kernel releases the GIL), each with about :func:`simulation_bytes` of working
+    memory; with ``memory_bytes``, only as many as fit it together (always at least one)."""
     workers = max(1, num_threads or len(os.sched_getaffinity(0)))
     count = len(superbatch_ptr) - 1
+    window = 2 * workers  # bounded look-ahead: results are consumed in order
+    if memory_bytes is None:
+        need = np.zeros(count, dtype=np.int64)
+        limit = 0
+    else:
+        rows = np.asarray([np.diff(samples.node_range(int(b)))[0] for b in trace], dtype=np.int64)
+        cum = np.concatenate([[0], np.cumsum(rows)])
+        need = simulation_bytes(num_nodes, cum[superbatch_ptr[1:]] - cum[superbatch_ptr[:-1]])
+        limit = int(memory_bytes)
 
     def job(b: int) -> SuperbatchChanges:
         start, stop = int(superbatch_ptr[b]), int(superbatch_ptr[b + 1])
@@ -124,14 +137,24 @@ def iter_changesets(samples: SampleSet, trace: np.ndarray, superbatch_ptr: np.nd
         return SuperbatchChanges(b, start, stop, changes, rows)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        window = 2 * workers  # bounded look-ahead: results are consumed in order
-        pending = [pool.submit(job, b) for b in range(min(window, count))]
-        for b in range(count):
-            result = pending[0].result()
-            pending = pending[1:]
-            if b + window < count:
-                pending.append(pool.submit(job, b + window))
+        pending: deque[tuple[int, Future[SuperbatchChanges]]] = deque()
+        held = nxt = 0
+        for _ in range(count):
+            while nxt < count and len(pending) < window and (
+                    not pending or memory_bytes is None or held + int(need[nxt]) <= limit):
+                pending.append((nxt, pool.submit(job, nxt)))
+                held += int(need[nxt])
+                nxt += 1
+            b, future = pending.popleft()
+            result = future.result()
+            held -= int(need[b])
             yield result
+
+
+def simulation_bytes(num_nodes: int, rows: Any) -> Any:
+    """The working memory of one superbatch's simulation reading ``rows`` trace rows: its node ids and the
+    kernel's occurrence CSR (8 bytes each per row), the kernel's per-node state and cursors (9 bytes a node)."""
+    return 9 * int(num_nodes) + 16 * np.asarray(rows, dtype=np.int64)
 
 
 class ChangesetWriter:
@@ -203,12 +226,14 @@ class ChangesetWriter:
 
 def write_changesets(builder: ArtifactBuilder, samples: SampleSet, num_nodes: int, cache_rows: int,
                      superbatch_size: int, num_threads: int = 0,
-                     progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                     progress: Callable[[str, int, int], None] | None = None,
+                     memory_bytes: int | None = None) -> dict[str, Any]:
     """Write the changeset store of ``samples``' training trace into ``builder``; returns its statistics
-    (``predicted_hit_rate`` = predicted hits / training rows of the trace, changes, prefetch rows)."""
+    (``predicted_hit_rate`` = predicted hits / training rows of the trace, changes, prefetch rows).
+    ``memory_bytes`` bounds the superbatches simulated at once (:func:`iter_changesets`)."""
     trace, sb_ptr = trace_superbatches(samples, superbatch_size)
     writer = ChangesetWriter(builder, trace, sb_ptr, num_nodes, cache_rows, superbatch_size)
-    for sb in iter_changesets(samples, trace, sb_ptr, num_nodes, cache_rows, num_threads):
+    for sb in iter_changesets(samples, trace, sb_ptr, num_nodes, cache_rows, num_threads, memory_bytes):
         writer.add(sb)
         if progress:
             progress("pack: changesets", sb.index + 1, writer.count)

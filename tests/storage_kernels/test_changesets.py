@@ -11,6 +11,7 @@ import pytest
 
 from storage_kernels import kernels
 from storage_kernels.changesets import (
+    CHANGESET_FILES,
     HITS,
     META,
     SUPERBATCH_PTR,
@@ -28,10 +29,12 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> SampleSet:
     return make_dataset(tmp_path_factory.mktemp("changesets-data"), num_nodes=200, batch_size=16, epochs=2).samples
 
 
-def _write(root: Path, samples: SampleSet, rows: int, superbatch_size: int, threads: int = 0):
+def _write(root: Path, samples: SampleSet, rows: int, superbatch_size: int, threads: int = 0,
+           memory_bytes: int | None = None):
     store = ArtifactStore(root, catalog=False)
-    with store.builder("unit", "pack", f"r{rows}s{superbatch_size}t{threads}", {}, {}) as builder:
-        stats = write_changesets(builder, samples, 200, rows, superbatch_size, num_threads=threads)
+    with store.builder("unit", "pack", f"r{rows}s{superbatch_size}t{threads}m{memory_bytes}", {}, {}) as builder:
+        stats = write_changesets(builder, samples, 200, rows, superbatch_size, num_threads=threads,
+                                 memory_bytes=memory_bytes)
         artifact = builder.publish()
     return artifact.path, stats
 
@@ -75,6 +78,36 @@ def test_files_hold_each_superbatch_simulation(tmp_path: Path, samples: SampleSe
     assert stats["predicted_hit_rate"] == pytest.approx(hits / total)
     assert stats["trace_rows"] == total and stats["cache_rows"] == rows
     assert (hits > 0) == (rows > 0)
+
+
+def test_a_memory_bound_runs_fewer_superbatches_at_once_with_the_same_files(tmp_path: Path, samples: SampleSet,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from storage_kernels import changesets
+
+    live, most, lock = [0], [0], threading.Lock()
+    simulate = changesets._simulate
+
+    def counted(*args, **kwargs):  # the real simulation, counting how many run at once
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        try:
+            return simulate(*args, **kwargs)
+        finally:
+            with lock:
+                live[0] -= 1
+
+    monkeypatch.setattr(changesets, "_simulate", counted)
+    free_path, free_stats = _write(tmp_path / "a", samples, 30, 2, threads=4)
+    bound_path, bound_stats = _write(tmp_path / "b", samples, 30, 2, threads=4, memory_bytes=1)
+    assert most[0] >= 1 and free_stats == bound_stats
+    for name in CHANGESET_FILES:
+        assert (free_path / name).read_bytes() == (bound_path / name).read_bytes(), name
+    most[0] = 0
+    _write(tmp_path / "c", samples, 30, 2, threads=4, memory_bytes=1)
+    assert most[0] == 1  # one superbatch at a time when even one exceeds the bound
 
 
 def test_reader_refuses_missing_stale_or_inconsistent_files(tmp_path: Path, samples: SampleSet) -> None:

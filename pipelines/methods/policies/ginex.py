@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from storage_kernels.store import Artifact
     from trainer.features import FeatureSource
 
-__all__ = ["Ginex", "GinexPlanSettings", "GinexShards", "cache_rows", "pack_stats"]
+__all__ = ["Ginex", "GinexPlanSettings", "GinexShards", "cache_rows", "pack_stats", "simulation_memory"]
 
 
 class GinexPlanSettings(Section):
@@ -65,6 +65,12 @@ def cache_rows(cfg: RunConfig, num_nodes: int, row_bytes: int) -> int:
     """Rows of Ginex's feature cache: the CPU budget over the row size, at most every node."""
     feature_bytes = num_nodes * row_bytes
     return min(cfg.plan.budgets(feature_bytes)["cpu"] // max(row_bytes, 1), num_nodes)
+
+
+def simulation_memory(cfg: RunConfig) -> int:
+    """The memory the superbatches simulated at once may hold together: ``pack.memory_mb`` (sized from
+    ``memory_budget``); one superbatch always runs, however large."""
+    return int(cfg.pack.memory_mb) << 20
 
 
 def pack_stats(stats: dict[str, Any], num_nodes: int, row_bytes: int) -> dict[str, Any]:
@@ -92,16 +98,18 @@ class Ginex(Policy):
     def plan(self, inputs: PlanInputs) -> TierPlan:
         graph, samples, cfg = inputs.graph, inputs.samples, inputs.cfg
         rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
-        plan = frequency_plan(inputs, {"gpu": 0, "cpu": 0})  # no static cache: tiers 2 (train) and 3 (eval)
-        # the simulated hit rate of the dynamic cache (pack repeats the simulation and stores its changesets)
+        # the simulated hit rate of the dynamic cache (pack repeats the simulation and stores its changesets);
+        # simulated before the tiers are counted, so the two working sets are never held together
         trace, superbatch_ptr = cs.trace_superbatches(samples, cfg.plan.superbatch_size)
         hits = accesses = 0
-        for sb in cs.iter_changesets(samples, trace, superbatch_ptr, graph.num_nodes, rows, cfg.pack.num_threads):
+        for sb in cs.iter_changesets(samples, trace, superbatch_ptr, graph.num_nodes, rows, cfg.pack.num_threads,
+                                     simulation_memory(cfg)):
             hits += int(sb.changes.hits.sum())
             accesses += int(sb.rows.sum())
             if inputs.progress:
                 inputs.progress("plan: simulating the cache", sb.index + 1, len(superbatch_ptr) - 1)
         rate = hits / accesses if accesses else 0.0
+        plan = frequency_plan(inputs, {"gpu": 0, "cpu": 0})  # no static cache: tiers 2 (train) and 3 (eval)
         budget = cfg.plan.budgets(graph.num_nodes * graph.row_bytes)
         plan.stats.update({
             "cache": "dynamic (Belady changesets per superbatch, in the pack artifact)",
@@ -126,7 +134,7 @@ class Ginex(Policy):
         graph, cfg = inputs.graph, inputs.cfg
         rows = cache_rows(cfg, graph.num_nodes, graph.row_bytes)
         stats = cs.write_changesets(inputs.builder, inputs.samples, graph.num_nodes, rows, cfg.plan.superbatch_size,
-                                 cfg.pack.num_threads, inputs.progress)
+                                    cfg.pack.num_threads, inputs.progress, simulation_memory(cfg))
         return pack_stats(stats, graph.num_nodes, graph.row_bytes)
 
     def sharded_pack(self) -> ShardedPack:
@@ -157,7 +165,8 @@ class GinexShards(ShardedPack):
         ptr = sb_ptr[lo : hi + 1]
         writer = cs.ChangesetWriter(inputs.builder, trace[ptr[0] : ptr[-1]], ptr - ptr[0], graph.num_nodes, rows,
                                     cfg.plan.superbatch_size)
-        for sb in cs.iter_changesets(inputs.samples, trace, ptr, graph.num_nodes, rows, cfg.pack.num_threads):
+        for sb in cs.iter_changesets(inputs.samples, trace, ptr, graph.num_nodes, rows, cfg.pack.num_threads,
+                                     simulation_memory(cfg)):
             writer.add(sb)
             if inputs.progress:
                 inputs.progress("pack shard: changesets", sb.index + 1, hi - lo)

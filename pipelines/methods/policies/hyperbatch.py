@@ -42,7 +42,7 @@ import numpy as np
 from pipelines.core.sections import Bytes, Section
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.sharded import ShardedPack, copy_file
-from pipelines.methods.policies.tiers import access_frequency, assign_tiers
+from pipelines.methods.policies.tiers import access_frequency, accessed_mask, assign_tiers
 from storage_kernels.alignedstore import (
     ALIGNED_BIN,
     LAYOUT_JSON,
@@ -153,10 +153,12 @@ class Hyperbatch(Policy):
         train_ranges = [samples.node_range(b) for b in samples.batch_ids("train")]
         eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
         freq = access_frequency(samples.nodes, train_ranges, graph.num_nodes, inputs.progress)
-        eval_nodes = np.flatnonzero(access_frequency(samples.nodes, eval_ranges, graph.num_nodes)) if eval_ranges \
-            else None
+        eval_nodes = accessed_mask(samples.nodes, eval_ranges, graph.num_nodes) if eval_ranges else None
         tier, slot, _, _ = assign_tiers(freq, 0, 0, eval_nodes)  # no cache yet: train nodes PACKED, eval FILE
-        hot = select_hotset(hotset_scores(graph.degrees(), freq), budgets["cpu"] // row_bytes)
+        score = np.asarray(graph.degrees(), dtype=np.int64)  # a fresh (N,) array: hotset_scores, in place
+        score *= freq
+        hot = select_hotset(score, budgets["cpu"] // row_bytes)
+        del score
         tier[hot] = Tier.CPU
         slot[hot] = np.arange(len(hot))
         total, hits = int(freq.sum()), int(freq[hot].sum())

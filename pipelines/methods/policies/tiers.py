@@ -10,52 +10,99 @@ sampled trace, because training replays it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipelines.methods.policies.inputs import PlanInputs, TierPlan
+from storage_kernels import kernels
 from storage_kernels.packstore import Tier
 
 if TYPE_CHECKING:
     from pipelines.core.progress import Progress
 
-__all__ = ["access_frequency", "assign_tiers", "frequency_plan", "uncached_training_rows"]
+__all__ = ["access_frequency", "accessed_mask", "assign_tiers", "frequency_plan", "ranked_nodes",
+           "uncached_training_rows"]
 
 _TRACE_CHUNK = 16_000_000  # node ids counted per bincount
 
 
 def access_frequency(nodes: np.ndarray, ranges: list[tuple[int, int]], num_nodes: int,
                      progress: Progress | None = None) -> np.ndarray:
-    """How many of the batches whose node lists are ``nodes[start:stop]`` read each node (streamed)."""
+    """How many of the batches whose node lists are ``nodes[start:stop]`` read each node (streamed: counted in
+    place by ``kernels.csr_count``, chunk by chunk, so nothing but the (N,) counts is O(N))."""
     freq = np.zeros(num_nodes, dtype=np.int64)
+    for i, chunk in _trace_chunks(nodes, ranges):
+        kernels.csr_count(chunk, freq)
+        if progress:
+            progress("plan: counting accesses", i + 1, len(ranges))
+    return freq
+
+
+def accessed_mask(nodes: np.ndarray, ranges: list[tuple[int, int]], num_nodes: int) -> np.ndarray:
+    """bool (N,): whether any of the batches whose node lists are ``nodes[start:stop]`` reads each node."""
+    mask = np.zeros(num_nodes, dtype=bool)
+    for _, chunk in _trace_chunks(nodes, ranges):
+        mask[chunk] = True
+    return mask
+
+
+def _trace_chunks(nodes: np.ndarray, ranges: list[tuple[int, int]]) -> Iterator[tuple[int, np.ndarray]]:
+    """``(i, ids)``: the node lists of ``ranges`` concatenated into int64 chunks of about ``_TRACE_CHUNK`` ids,
+    each with the index of the last range it holds."""
     pending: list[np.ndarray] = []
     size = 0
     for i, (start, stop) in enumerate(ranges):
         pending.append(np.asarray(nodes[start:stop]))
         size += stop - start
         if size >= _TRACE_CHUNK or i == len(ranges) - 1:
-            freq += np.bincount(np.concatenate(pending), minlength=num_nodes)
+            yield i, np.ascontiguousarray(np.concatenate(pending), dtype=np.int64)
             pending, size = [], 0
-            if progress:
-                progress("plan: counting accesses", i + 1, len(ranges))
-    return freq
+
+
+def ranked_nodes(freq: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` most read nodes (``freq > 0``), most read first, ties by id: the first ``k`` of every accessed
+    node ranked so, found from a histogram of the counts (no sort of all accessed nodes)."""
+    if k <= 0 or not len(freq):
+        return np.empty(0, dtype=np.int64)
+    hist = np.bincount(freq)
+    hist[0] = 0  # never read: never ranked
+    at_least = np.cumsum(hist[::-1])[::-1]  # at_least[v]: nodes read at least v times
+    if at_least[0] <= k:
+        top = np.flatnonzero(freq > 0)
+    else:
+        thr = int(np.flatnonzero(at_least >= k)[-1])  # the k-th largest count
+        above = np.flatnonzero(freq > thr)
+        need = k - len(above)
+        ties: list[np.ndarray] = []
+        for lo in range(0, len(freq), _TRACE_CHUNK):  # the smallest ids among those read exactly thr times
+            if need <= 0:
+                break
+            tie = np.flatnonzero(freq[lo : lo + _TRACE_CHUNK] == thr)[:need] + lo
+            ties.append(tie)
+            need -= len(tie)
+        top = np.sort(np.concatenate([above, *ties]))
+    return top[np.argsort(-freq[top], kind="stable")].astype(np.int64, copy=False)
 
 
 def assign_tiers(freq: np.ndarray, gpu_rows: int, cpu_rows: int, eval_nodes: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(tier, slot, gpu_nodes, cpu_nodes): most frequent first; ties broken by id for determinism.
 
-    ``eval_nodes`` (read only by evaluation batches when not cached) get ``Tier.FILE``.
+    ``eval_nodes`` (ids, or a bool mask over the nodes: read only by evaluation batches when not cached) get
+    ``Tier.FILE``.
     """
-    accessed = np.flatnonzero(freq > 0)
-    ranked = accessed[np.argsort(-freq[accessed], kind="stable")]
+    ranked = ranked_nodes(freq, gpu_rows + cpu_rows)
     gpu_nodes = np.sort(ranked[:gpu_rows])
     cpu_nodes = np.sort(ranked[gpu_rows : gpu_rows + cpu_rows])
+    del ranked
     tier = np.full(len(freq), Tier.NONE, dtype=np.int8)
     if eval_nodes is not None:
         tier[eval_nodes] = Tier.FILE
-    tier[accessed] = Tier.PACKED
+    for lo in range(0, len(freq), _TRACE_CHUNK):
+        part = tier[lo : lo + _TRACE_CHUNK]
+        part[freq[lo : lo + _TRACE_CHUNK] > 0] = Tier.PACKED
     tier[cpu_nodes] = Tier.CPU
     tier[gpu_nodes] = Tier.GPU
     slot = np.full(len(freq), -1, dtype=np.int64)
@@ -72,9 +119,10 @@ def frequency_plan(inputs: PlanInputs, budgets: dict[str, int]) -> TierPlan:
     train_ranges = [samples.node_range(b) for b in samples.batch_ids("train")]
     eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
     freq = access_frequency(nodes, train_ranges, graph.num_nodes, inputs.progress)
-    eval_nodes = np.flatnonzero(access_frequency(nodes, eval_ranges, graph.num_nodes)) if eval_ranges else None
+    eval_nodes = accessed_mask(nodes, eval_ranges, graph.num_nodes) if eval_ranges else None
     tier, slot, gpu_nodes, cpu_nodes = assign_tiers(freq, budgets["gpu"] // row_bytes, budgets["cpu"] // row_bytes,
                                                     eval_nodes)
+    del eval_nodes
     total = int(freq.sum())
     gpu_hits, cpu_hits = int(freq[gpu_nodes].sum()), int(freq[cpu_nodes].sum())
     stats = {

@@ -34,6 +34,7 @@ from pipelines.core.formatting import format_bytes
 from pipelines.methods.policies.auto.cost import TIE, Candidate, choose, epoch_seconds, pipelined, threads_for
 from pipelines.methods.policies.auto.probe import ComputeProbe, probe_compute, usable_cores
 from pipelines.methods.policies.auto.settings import AutoPlanSettings
+from pipelines.methods.policies.auto.spill import PlanSpill
 from pipelines.methods.policies.auto.threads import THREADS_STAT
 from pipelines.methods.policies.base import POLICIES, FeatureInputs, Policy, register_policy
 from pipelines.methods.policies.inputs import PlanInputs, TierPlan
@@ -183,7 +184,19 @@ class Auto(Policy):
             probe = ComputeProbe({usable_cores(): 0.0}, 0, 0, "not probed (train.task link)")
         measure_s = time.perf_counter() - start
         candidates: list[Candidate] = []
-        plans: dict[int, TierPlan] = {}
+        plans = PlanSpill(inputs.data_root)  # the plans that can still be chosen, on disk
+        try:
+            best, plan = self._compare(inputs, names, usable, feature_bytes, disk, probe, candidates, plans)
+        finally:
+            plans.close()  # the chosen plan's mappings stay valid
+        return self._chosen(cfg, plan, best, candidates, usable, memory_note, feature_bytes, disk, probe, measure_s,
+                            left_out)
+
+    def _compare(self, inputs: PlanInputs, names: list[str], usable: int, feature_bytes: int, disk: Any, probe: Any,
+                 candidates: list[Candidate], plans: PlanSpill) -> tuple[Candidate, TierPlan]:
+        """Plan and predict every candidate; the best one and its plan."""
+        cfg = inputs.cfg
+        kept: set[int] = set()
         for i, name in enumerate(names):
             policy = POLICIES.get(name)()
             variants: list[dict[str, Any]] = [{}]
@@ -208,20 +221,29 @@ class Auto(Policy):
                     continue
                 finally:
                     c.plan_s = time.perf_counter() - start
-                plans[len(candidates) - 1] = tier_plan
+                plans.put(len(candidates) - 1, tier_plan)
+                kept.add(len(candidates) - 1)
+                del tier_plan
                 c.threads = threads_for(c.reads.bytes > 0, probe)
                 c.io_s, c.compute_s = epoch_seconds(c.reads, disk, probe, c.threads)
                 c.epoch_s = pipelined(c.io_s, c.compute_s, probe.batches_per_epoch)
                 # hold only plans that can still be chosen (N-sized arrays each): choose() takes from within TIE
                 # of the fastest, and the fastest only gets faster
                 fastest = min(x.epoch_s for x in candidates if not x.refused)
-                plans = {k: v for k, v in plans.items() if candidates[k].epoch_s <= fastest * (1 + TIE) + 1e-9}
+                for k in [k for k in kept if candidates[k].epoch_s > fastest * (1 + TIE) + 1e-9]:
+                    plans.drop(k)
+                    kept.discard(k)
                 if not settings:
                     variants = policy.auto_variants(cfg, feature_bytes, c.reads)
             if inputs.progress:
                 inputs.progress("plan (auto): predicting each policy's epoch", i + 1, len(names))
         best = choose(candidates)
-        plan = plans[candidates.index(best)]
+        return best, plans.take(candidates.index(best))
+
+    def _chosen(self, cfg: RunConfig, plan: TierPlan, best: Candidate, candidates: list[Candidate], usable: int,
+                memory_note: str, feature_bytes: int, disk: Any, probe: Any, measure_s: float,
+                left_out: Any) -> TierPlan:
+        """The chosen plan with ``auto``'s record of the choice in its statistics."""
         settings = dict(best.settings)
         if cfg.train.num_threads == 0:  # a thread count the user set is kept
             settings["train.num_threads"] = best.threads

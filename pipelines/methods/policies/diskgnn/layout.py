@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.methods.policies.base import PackInputs
+from pipelines.methods.policies.cacheblocks import write_cache_rows
 from pipelines.methods.policies.diskgnn.search import (
     SEARCH_STAT,
     cache_layout,
@@ -95,12 +96,8 @@ def write_layout(inputs: PackInputs) -> DiskLayout:
     # Cache blocks: rows in plan order (node lists are sorted, so the feature file is read forwards).
     cache_bytes = 0
     for name in ("gpu", "cpu"):
-        cache_nodes = np.asarray(plan.array(f"{name}_nodes.npy"))
-        block = np.empty((len(cache_nodes), graph.feature_dim), dtype=np.float32)
-        if len(cache_nodes):
-            kernels.gather_rows(graph.features, cache_nodes, block)
-        builder.save_array(f"{name}_cache.npy", block)
-        cache_bytes += block.nbytes
+        cache_bytes += write_cache_rows(builder, f"{name}_cache.npy", graph.features,
+                                        np.asarray(plan.array(f"{name}_nodes.npy")), cfg.pack.memory_mb << 20)
 
     # The (m, s) search under the disk budget, then the segment disk caches.
     trace = training_trace(samples, tier)

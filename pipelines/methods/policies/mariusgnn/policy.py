@@ -28,7 +28,8 @@ Pack
     goes to one set holding its partition (``beta``: the first; ``comet``/``random``/``alg7``: a random
     one; ``static``: the one), each set's nodes are shuffled and cut into ``sample.batch_size`` batches,
     and every batch is sampled by ``sample.sampler`` (``sample.fanouts``, the seed the sample stage would
-    give it) from the CSR restricted to the set's nodes (entries whose neighbour is resident). These
+    give it) from the CSR restricted to the set's nodes (entries whose neighbour is resident; built out of
+    core into scratch files per set, :mod:`pipelines.methods.policies.mariusgnn.subgraph`). These
     batches form a sample set in the pack artifact (``batch_set.npy``: each one's set).
     **Design choice**: the offline ``samples`` artifact is kept for evaluation (full-graph neighbourhoods,
     as every other policy) and for the access trace; training batches are MariusGNN's per-set ones,
@@ -49,12 +50,14 @@ Features (:class:`trainer.features.partition_buffer.PartitionBufferSource`)
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.mariusgnn.settings import MariusGNNPlanSettings
+from pipelines.methods.policies.mariusgnn.subgraph import resident_mask, resident_subgraph
 from pipelines.methods.policies.mariusgnn.tuning import resolve
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels import kernels
@@ -75,10 +78,11 @@ if TYPE_CHECKING:
     from storage_kernels.sampleset import SampleSet
     from trainer.features import FeatureSource
 
-__all__ = ["MariusGNN", "PhysicalLayout", "assign_training_nodes", "physical_layout", "restricted_csr"]
+__all__ = ["MariusGNN", "PhysicalLayout", "assign_training_nodes", "physical_layout"]
 
 PARTITIONS_BIN = "partitions.bin"
 _ORDER_SALT = 0x4D47  # separates the order's random stream from the sample stage's
+_NODE_CHUNK = 1 << 24  # nodes per step of the streamed passes over (N,) arrays
 
 
 class PhysicalLayout:
@@ -99,29 +103,33 @@ class PhysicalLayout:
 def physical_layout(num_nodes: int, p: int, labels: np.ndarray | None, train_idx: np.ndarray | None
                     ) -> PhysicalLayout:
     """Order the nodes (training nodes first when ``train_idx`` is given; then by locality ``labels``, then
-    id) and cut the order into ``p`` ranges of ``ceil(N / p)`` nodes."""
-    ids = np.arange(num_nodes, dtype=np.int64)
-    first = np.zeros(num_nodes, dtype=np.int8)
-    if train_idx is not None:
-        first[np.asarray(train_idx, dtype=np.int64)] = -1
-    keys = (ids, np.asarray(labels) if labels is not None else np.zeros(num_nodes, np.int32), first)
-    order = np.lexsort(keys)  # first, then label, then id
+    id) and cut the order into ``p`` ranges of ``ceil(N / p)`` nodes.
+
+    The order is one stable argsort of a small key (``(not first) * L + label``: 16 bits where the labels
+    allow, NumPy's radix sort) rather than a lexsort of three (N,) keys, and each range is sorted in place to
+    give the partition's ids ascending: about 22 bytes per node at the peak."""
     size = -(-num_nodes // p)
+    groups = int(np.max(labels)) + 1 if labels is not None and num_nodes else 1
+    span = 2 * groups if train_idx is not None else groups
+    key = np.empty(num_nodes, dtype=np.uint16 if span <= 1 << 16 else np.int64)
+    for lo in range(0, num_nodes, _NODE_CHUNK):
+        hi = min(lo + _NODE_CHUNK, num_nodes)
+        key[lo:hi] = 0 if labels is None else np.asarray(labels[lo:hi])
+        if train_idx is not None:
+            key[lo:hi] += groups
+    if train_idx is not None:
+        key[np.asarray(train_idx, dtype=np.int64)] -= groups  # first, then label, then id
+    order = np.argsort(key, kind="stable")
+    del key
     part = np.empty(num_nodes, dtype=np.int32)
-    part[order] = (np.arange(num_nodes) // size).astype(np.int32)
     ptr = np.zeros(p + 1, dtype=np.int64)
-    np.cumsum(np.bincount(part, minlength=p), out=ptr[1:])
-    nodes = ids[np.argsort(part, kind="stable")]  # ascending within a partition
+    for q in range(p):  # ranges of the order; ids ascending within each
+        lo, hi = min(q * size, num_nodes), min((q + 1) * size, num_nodes)
+        part[order[lo:hi]] = q
+        order[lo:hi].sort()
+        ptr[q + 1] = hi
     k = -(-len(train_idx) // size) if train_idx is not None else 0
-    return PhysicalLayout(part, ptr, nodes, k)
-
-
-def restricted_csr(indptr: np.ndarray, indices: np.ndarray, resident: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The CSR keeping only entries whose neighbour is ``resident`` (bool (N,)); rows keep their global ids."""
-    keep = resident[np.asarray(indices)]  # (E,)
-    cs = np.zeros(len(keep) + 1, dtype=np.int64)
-    np.cumsum(keep, out=cs[1:])
-    return cs[np.asarray(indptr)], np.asarray(indices)[keep]
+    return PhysicalLayout(part, ptr, order.astype(np.int64, copy=False), k)
 
 
 def assign_training_nodes(order: EpochOrder, part: np.ndarray, train_idx: np.ndarray, greedy: bool,
@@ -185,8 +193,9 @@ class MariusGNN(Policy):
         layout = physical_layout(graph.num_nodes, tune.p, labels, train if cfg.plan.train_first else None)
         static = cfg.plan.train_first and 0 < layout.k < tune.c
         if not static and cfg.plan.train_first:  # the training partitions do not fit: lay out by locality
+            del layout  # before the next one is built
             layout = physical_layout(graph.num_nodes, tune.p, labels, None)
-        cut, buckets, _ = cut_statistics(graph, layout.part, layout.p)
+        cut, buckets = cut_statistics(graph, layout.part, layout.p)[:2]  # not the (N,) cross counts
         plan = frequency_plan(inputs, {"gpu": 0, "cpu": 0})  # no static cache: training rows from the buffer
         plan.arrays.update({"phys_part.npy": layout.part, "phys_ptr.npy": layout.ptr, "phys_nodes.npy": layout.nodes,
                             "bucket_counts.npy": np.asarray(buckets).reshape(-1)})
@@ -212,8 +221,8 @@ class MariusGNN(Policy):
     def pack(self, inputs: PackInputs) -> dict[str, Any]:
         graph, samples, cfg, builder, plan = inputs.graph, inputs.samples, inputs.cfg, inputs.builder, inputs.plan
         ptr = np.asarray(plan.array("phys_ptr.npy"), dtype=np.int64)
-        nodes = np.asarray(plan.array("phys_nodes.npy"), dtype=np.int64)
-        part = np.asarray(plan.array("phys_part.npy"), dtype=np.int32)
+        nodes = plan.array("phys_nodes.npy")  # memory-mapped: read once, in partition order
+        part = plan.array("phys_part.npy")
         p, c = len(ptr) - 1, int(plan.stats["buffer_partitions"])
         mode, k = str(plan.stats["mode"]), int(plan.stats["train_partitions"])
         row_bytes = graph.row_bytes
@@ -227,10 +236,12 @@ class MariusGNN(Policy):
         builder.save_array("part_offset.npy", np.asarray(offsets, dtype=np.int64))
         builder.save_array("part_rows.npy", np.asarray(rows, dtype=np.int64))
         node_row = np.empty(graph.num_nodes, dtype=np.int64)
-        node_row[nodes] = np.arange(len(nodes)) - np.repeat(ptr[:-1], np.diff(ptr))
-        builder.save_array("node_part.npy", part)
+        for q in range(p):  # a partition's rows in node order: no (N,) temporaries beyond node_row
+            node_row[nodes[ptr[q] : ptr[q + 1]]] = np.arange(ptr[q + 1] - ptr[q])
+        builder.save_array("node_part.npy", np.asarray(part, dtype=np.int32))
         builder.save_array("node_row.npy", node_row)
 
+        del node_row
         part_bytes = align_up(np.asarray(rows, dtype=np.int64) * row_bytes, DATA_ALIGN)  # (p,) one read each
         stats = _write_set_batches(graph, samples, cfg, builder, part, p, c, k, mode, part_bytes,
                                    np.asarray(plan.array("bucket_counts.npy")), inputs.progress)
@@ -268,7 +279,9 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, b
         weights = buckets[:k].sum(axis=0) + buckets[:, :k].sum(axis=1)
     fanouts = np.asarray(sc.fanouts, dtype=np.int64)
     train_idx = np.asarray(graph.train_idx, dtype=np.int64)
-    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    buckets_pp = np.asarray(bucket_counts, dtype=np.int64).reshape(p, p)  # [neighbour's part, row's part]
+    scratch = builder.scratch_sibling("subgraph")
+    max_entries = max(1, cfg.pack.memory_mb * 2**20 // 32)  # ~26 bytes an entry of a row range while filtered
     writer = SampleSetWriter(builder)
     set_parts: list[np.ndarray] = []
     set_epoch: list[int] = []
@@ -290,14 +303,13 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, b
         base = len(set_parts)
         step = 0
         for i, members in enumerate(order.sets):
-            resident = np.zeros(graph.num_nodes, dtype=bool)
-            resident[np.isin(part, members)] = True
             seeds = rng.permutation(train_idx[which == i])
             if len(seeds):
-                sub_indptr, sub_indices = restricted_csr(indptr, indices, resident)
-                sub = _SubGraph(sub_indptr, sub_indices)
-                kept_edges += int(sub_indptr[-1])
-                total_edges += len(indices)
+                resident = resident_mask(part, members, p)
+                sub = resident_subgraph(graph.indptr, graph.indices, resident, scratch / str(len(set_parts)),
+                                        max_entries)
+                kept_edges += int(buckets_pp[np.unique(np.asarray(members, dtype=np.int64))].sum())
+                total_edges += len(graph.indices)
             for lo in range(0, len(seeds), sc.batch_size):
                 batch = np.ascontiguousarray(seeds[lo : lo + sc.batch_size])
                 out = sampler.sample(sub, batch, fanouts, batch_seed(sc.seed, "train", epoch, step), sc.num_threads)
@@ -309,6 +321,9 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, b
                 batch_set.append(base + i)
                 inputs_sampled += len(blocks_nodes)
                 step += 1
+            if len(seeds):
+                del sub
+                shutil.rmtree(scratch / str(len(set_parts)), ignore_errors=True)
             set_parts.append(np.asarray(members, dtype=np.int64))
             set_epoch.append(epoch)
         swaps.append(order.swaps)
@@ -322,6 +337,7 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, b
         if progress:
             progress("pack: per-set training batches", epoch + 1, samples.epochs)
     writer.close()
+    shutil.rmtree(scratch, ignore_errors=True)
     sizes = np.asarray([len(s) for s in set_parts], dtype=np.int64)
     builder.save_array("set_ptr.npy", np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
     builder.save_array("set_parts.npy", np.concatenate(set_parts).astype(np.int64) if set_parts
@@ -343,18 +359,3 @@ def _write_set_batches(graph: GraphArrays, samples: SampleSet, cfg: RunConfig, b
         "input_nodes_vs_full_graph": inputs_sampled / original if original else 0.0,
         "order_seed_salt": _ORDER_SALT,
     }
-
-
-class _SubGraph:
-    """The CSR a sampler reads (``indptr``, ``indices``): the graph restricted to a partition set."""
-
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray) -> None:
-        self.indptr, self.indices = indptr, indices
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.indptr) - 1
-
-    def degrees(self) -> np.ndarray:
-        return np.diff(self.indptr)
-

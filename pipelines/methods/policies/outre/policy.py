@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
+from pipelines.methods.policies.cacheblocks import write_cache_rows
 from pipelines.methods.policies.outre.settings import OutrePlanSettings
 from pipelines.methods.policies.outre.trace import (
     ID_BYTES,
@@ -62,8 +63,7 @@ from pipelines.methods.policies.outre.trace import (
     prune_batch,
     top_ranked,
 )
-from pipelines.methods.policies.tiers import access_frequency
-from storage_kernels import kernels
+from pipelines.methods.policies.tiers import access_frequency, accessed_mask
 from storage_kernels.packstore import Tier
 from storage_kernels.sampleset import SampleSetWriter
 
@@ -113,18 +113,25 @@ class Outre(Policy):
             hist_edges[top] += edges
             if inputs.progress:
                 inputs.progress("plan: profiling subtrees", i + 1, len(train_ids))
+        # saved_hist = hist_edges * ID_BYTES * BETA + hist_rows * row_bytes, in place: one (N,) array at a time
+        hist_edges *= ID_BYTES
+        saved_hist = hist_edges * BETA
+        del hist_edges
+        hist_rows *= row_bytes
+        saved_hist += hist_rows
+        del hist_rows
         saved_feat = freq * row_bytes
-        saved_hist = hist_edges * ID_BYTES * BETA + hist_rows * row_bytes
         history_row_bytes = cfg.train.hidden_dim * 4 + _STAMP_BYTES
         budget = cfg.plan.budgets(n * row_bytes)["cpu"]
         split = alpha_sweep(saved_feat, saved_hist, budget, row_bytes, history_row_bytes)
-        cpu_nodes = top_ranked(saved_feat.astype(np.float64), split.feature_rows)
+        cpu_nodes = top_ranked(saved_feat, split.feature_rows)  # int64 ranks as its float64 copy did (< 2**53)
         candidates = top_ranked(saved_hist, split.history_rows)
+        del saved_feat, saved_hist
 
         eval_ranges = [samples.node_range(b) for s in ("val", "test") for b in samples.batch_ids(s)]
         read = freq > 0
         if eval_ranges:
-            read |= access_frequency(samples.nodes, eval_ranges, n) > 0
+            read |= accessed_mask(samples.nodes, eval_ranges, n)
         tier = np.full(n, Tier.NONE, dtype=np.int8)
         tier[read] = Tier.FILE
         tier[cpu_nodes] = Tier.CPU
@@ -150,14 +157,11 @@ class Outre(Policy):
         tier, slot = np.asarray(plan.array("tier.npy")), np.asarray(plan.array("slot.npy"))
         cpu_nodes = np.asarray(plan.array("cpu_nodes.npy"))
         candidates = np.asarray(plan.array("candidates.npy"))
-        block = np.empty((len(cpu_nodes), graph.feature_dim), dtype=np.float32)
-        if len(cpu_nodes):
-            kernels.gather_rows(graph.features, cpu_nodes, block)
-        builder.save_array("cpu_cache.npy", block)
+        write_cache_rows(builder, "cpu_cache.npy", graph.features, cpu_nodes, inputs.cfg.pack.memory_mb << 20)
         builder.save_array("node_tier.npy", tier)
         builder.save_array("node_slot.npy", slot)
         builder.save_array("candidates.npy", candidates)
-        cand_slot = np.full(graph.num_nodes, -1, dtype=np.int64)
+        cand_slot = np.full(graph.num_nodes, -1, dtype=np.int32 if len(candidates) < 2**31 else np.int64)
         cand_slot[candidates] = np.arange(len(candidates))
 
         fsm = StalenessFSM(len(candidates), _staleness(inputs.cfg, samples))

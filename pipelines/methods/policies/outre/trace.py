@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage_kernels import kernels
+from storage_kernels.alignedstore import select_hotset
 
 __all__ = ["ID_BYTES", "PAPER_STALENESS", "AlphaSplit", "PrunedBlocks", "StalenessFSM", "alpha_sweep",
            "effective_staleness", "exclusive_subtrees", "prune_batch", "prune_batch_numpy", "top_ranked"]
@@ -62,10 +63,18 @@ def exclusive_subtrees(hop_counts: np.ndarray, indptrs: list[np.ndarray], cols: 
 
 
 def top_ranked(score: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` highest positive ``score`` entries' ids, sorted by id (ties by lower id)."""
-    positive = np.flatnonzero(score > 0)
-    ranked = positive[np.argsort(-score[positive], kind="stable")]
-    return np.sort(ranked[: max(int(k), 0)]).astype(np.int64)
+    """The ``k`` highest positive ``score`` entries' ids, sorted by id (ties by lower id): the hotset rule
+    (:func:`storage_kernels.alignedstore.select_hotset`, a partition at the k-th score, not a full sort)."""
+    return select_hotset(score, k)
+
+
+def _descending_prefix(saved: np.ndarray) -> np.ndarray:
+    """float64 (k+1,): 0, then the prefix sums of the positive entries of ``saved``, largest first."""
+    positive = saved[saved > 0]
+    positive.sort()
+    out = np.zeros(len(positive) + 1, dtype=np.float64)
+    np.cumsum(positive[::-1], dtype=np.float64, out=out[1:])
+    return out
 
 
 @dataclass(frozen=True)
@@ -89,8 +98,7 @@ def alpha_sweep(saved_feat: np.ndarray, saved_hist: np.ndarray, budget: int, fea
     if feature_row_bytes <= 0 or history_row_bytes <= 0:
         raise ValueError(f"'alpha_sweep' expected positive row sizes (got {feature_row_bytes}, "
                          f"{history_row_bytes})")
-    pf = np.concatenate([[0.0], np.cumsum(np.sort(saved_feat[saved_feat > 0])[::-1], dtype=np.float64)])
-    ph = np.concatenate([[0.0], np.cumsum(np.sort(saved_hist[saved_hist > 0])[::-1], dtype=np.float64)])
+    pf, ph = _descending_prefix(saved_feat), _descending_prefix(saved_hist)
     alphas = np.arange(101, dtype=np.int64)  # percent: exact steps of 0.01
     kf = np.clip((int(budget) * (100 - alphas) // 100 - table_feat) // feature_row_bytes, 0, len(pf) - 1)
     kh = np.clip((int(budget) * alphas // 100 - table_hist) // history_row_bytes, 0, len(ph) - 1)

@@ -10,7 +10,8 @@ import pytest
 from pipelines.config import PipelineConfig
 from pipelines.core.paths import StrataPaths
 from pipelines.methods.policies import POLICIES
-from pipelines.methods.policies.mariusgnn.policy import physical_layout, restricted_csr
+from pipelines.methods.policies.mariusgnn.policy import physical_layout
+from pipelines.methods.policies.mariusgnn.subgraph import resident_mask, resident_subgraph
 from pipelines.runner import StageRunner
 from storage_kernels.sampleset import SampleSet
 from trainer.features.partition_buffer import PartitionBufferSource
@@ -106,10 +107,63 @@ def test_the_source_serves_exact_rows_from_at_most_c_partitions(runners: dict[st
     assert r.artifact("train").stats["bytes_read"] > 0
 
 
-def test_layout_and_restriction_helpers() -> None:
+def _reference_layout(num_nodes, p, labels, train_idx):
+    """The lexsort of (first, label, id) cut into ranges, ids ascending per range (the original definition)."""
+    ids = np.arange(num_nodes, dtype=np.int64)
+    first = np.zeros(num_nodes, dtype=np.int8)
+    if train_idx is not None:
+        first[train_idx] = -1
+    order = np.lexsort((ids, labels if labels is not None else np.zeros(num_nodes, np.int32), first))
+    size = -(-num_nodes // p)
+    part = np.empty(num_nodes, dtype=np.int32)
+    part[order] = (np.arange(num_nodes) // size).astype(np.int32)
+    return part, ids[np.argsort(part, kind="stable")]
+
+
+def _reference_restricted(indptr, indices, resident):
+    """The whole CSR restricted to resident neighbours (O(E) in memory)."""
+    keep = resident[indices]
+    cs = np.concatenate([[0], np.cumsum(keep)])
+    return cs[indptr], indices[keep]
+
+
+def test_layout_and_restriction_helpers(tmp_path) -> None:
     layout = physical_layout(10, 3, np.array([2, 2, 1, 1, 0, 0, 2, 1, 0, 2]), np.array([3, 9]))
     assert layout.k == 1 and layout.part[[3, 9]].tolist() == [0, 0]  # training first, then label, then id
-    assert layout.part.tolist() == [2, 3, 1, 0, 1, 1, 3, 2, 2, 0] if layout.p == 4 else layout.p == 3
     indptr, indices = np.array([0, 2, 3, 4]), np.array([1, 2, 0, 0])
-    sub_ptr, sub_idx = restricted_csr(indptr, indices, np.array([True, True, False]))
-    assert sub_ptr.tolist() == [0, 1, 2, 3] and sub_idx.tolist() == [1, 0, 0]
+    sub = resident_subgraph(indptr, indices, np.array([True, True, False]), tmp_path / "s", 2)
+    assert sub.indptr.tolist() == [0, 1, 2, 2] and sub.indices.tolist() == [1, 0]  # row 2 is not resident
+
+
+@pytest.mark.parametrize("labels_max", [0, 7, 40_000])  # no labels; 16-bit keys; wider keys
+@pytest.mark.parametrize("train", [False, True])
+def test_physical_layout_matches_the_lexsort_reference(labels_max, train) -> None:
+    rng = np.random.default_rng(labels_max + train)
+    n, p = 5003, 7
+    labels = rng.integers(0, labels_max + 1, n).astype(np.int32) if labels_max else None
+    train_idx = np.sort(rng.choice(n, 300, replace=False)) if train else None
+    layout = physical_layout(n, p, labels, train_idx)
+    part, nodes = _reference_layout(n, p, labels, train_idx)
+    np.testing.assert_array_equal(layout.part, part)
+    np.testing.assert_array_equal(layout.nodes, nodes)
+    assert layout.nodes.dtype == np.int64 and layout.part.dtype == np.int32
+    np.testing.assert_array_equal(layout.ptr, np.concatenate([[0], np.cumsum(np.bincount(part, minlength=p))]))
+
+
+@pytest.mark.parametrize("max_entries", [1, 7, 1000, 10**9])
+def test_resident_subgraph_matches_the_reference_on_resident_rows(tmp_path, max_entries) -> None:
+    rng = np.random.default_rng(max_entries)
+    n = 700
+    deg = rng.integers(0, 12, n)
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    indices = rng.integers(0, n, int(indptr[-1])).astype(np.int64)
+    part = (np.arange(n) * 5 // n).astype(np.int32)
+    rng.shuffle(part)
+    resident = resident_mask(part, np.array([1, 3]), 5)
+    np.testing.assert_array_equal(resident, np.isin(part, [1, 3]))
+    sub = resident_subgraph(indptr, indices, resident, tmp_path / "s", max_entries)
+    ref_ptr, ref_idx = _reference_restricted(indptr, indices, resident)
+    for v in range(n):
+        got = sub.indices[sub.indptr[v] : sub.indptr[v + 1]]
+        want = ref_idx[ref_ptr[v] : ref_ptr[v + 1]] if resident[v] else np.empty(0, np.int64)
+        np.testing.assert_array_equal(got, want)

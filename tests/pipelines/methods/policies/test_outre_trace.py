@@ -160,6 +160,18 @@ def test_top_ranked_takes_positive_scores_by_rank() -> None:
     assert top_ranked(np.asarray([0.0, 2, 0]), 5).tolist() == [1]
 
 
+@pytest.mark.parametrize("k", [0, 1, 7, 60, 199, 1000])
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_top_ranked_matches_a_full_stable_sort(k, dtype) -> None:
+    rng = np.random.default_rng(k)
+    score = (rng.integers(-2, 6, 400) * rng.integers(0, 2, 400)).astype(dtype)  # many ties, zeros, negatives
+    positive = np.flatnonzero(score > 0)
+    want = np.sort(positive[np.argsort(-score[positive], kind="stable")][:k])
+    got = top_ranked(score, k)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.int64
+
+
 def test_exclusive_subtrees_counts_rows_only_one_source_reaches() -> None:
     # seeds {0}; hop 0: 0 <- 1, 2 (last-layer sources 0, 1, 2); hop 1: 1 <- 3, 4; 2 <- 4, 5; 0 <- 6
     hc = np.asarray([1, 3, 7])
@@ -168,3 +180,21 @@ def test_exclusive_subtrees_counts_rows_only_one_source_reaches() -> None:
     rows, edges = exclusive_subtrees(hc, indptrs, cols)
     assert rows.tolist() == [1, 1, 1]  # node 4 is shared by 1 and 2
     assert edges.tolist() == [1, 2, 2]
+
+
+def test_the_cpu_cache_written_in_blocks_is_the_whole_gather(tmp_path) -> None:
+    from pipelines.methods.policies.cacheblocks import write_cache_rows
+    from storage_kernels.store import ArtifactStore
+
+    rng = np.random.default_rng(3)
+    features = rng.standard_normal((500, 6)).astype(np.float32)
+    cpu_nodes = np.sort(rng.choice(500, 123, replace=False)).astype(np.int64)
+    store = ArtifactStore(tmp_path, catalog=False)
+    files = []
+    for memory_bytes in (24 * 5, 1 << 30):  # 5 rows a block; one block
+        with store.builder("unit", "pack", f"m{memory_bytes}", {}, {}) as builder:
+            assert write_cache_rows(builder, "cpu_cache.npy", features, cpu_nodes, memory_bytes) == 123 * 24
+            artifact = builder.publish()
+        files.append(artifact.file("cpu_cache.npy").read_bytes())
+        np.testing.assert_array_equal(np.load(artifact.file("cpu_cache.npy")), features[cpu_nodes].astype(np.float32))
+    assert files[0] == files[1]
