@@ -52,7 +52,7 @@ __all__ = ["FORMAT_VERSION", "run", "summary"]
 
 FORMAT_VERSION = 2
 _SHOWN_PARTS = 16
-_NODE_CHUNK = 1 << 22  # nodes per chunk of the grouping pass
+_NODE_CHUNK = 1 << 20  # nodes per chunk of the grouping pass (its temporaries: ~6 x 8 MiB)
 
 
 def _write_part_nodes(builder: ArtifactBuilder, parts: np.ndarray, p: int) -> None:
