@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter, read_header, row_ranges, segment_ranges
+from storage_kernels.arrays import ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
@@ -106,8 +106,9 @@ class LayerwiseGraph:
         per graph in slices of ``indices``."""
         step = 1 << 24
         count = np.ones(self.num_nodes, dtype=np.int64)
-        for lo in range(0, len(self.indices), step):
-            count += np.bincount(np.asarray(self.indices[lo : lo + step]), minlength=self.num_nodes)
+        for lo in range(0, len(self.indices), step):  # counted in place in C: no N-entry bincount per slice
+            kernels.csr_count(np.asarray(self.indices[lo : lo + step]), count)
+            release_pages(self.indices)  # streamed once
         return torch.from_numpy(count)
 
 
