@@ -29,7 +29,8 @@ rounding (tests compare to 1e-5).
 the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
 scoring every node (``strata predict``) writes its rows away as they come. Asked for every node, each layer's
 frontier is the whole graph: besides the budget, a pass then holds a few int64 arrays of ``N`` entries (node
-ids, positions, in-degrees: about 40 bytes a node).
+ids; their positions only where the sources are not every node) and, while a layer's intervals are cut, the
+running sum of their costs: 16 bytes a node at the peak, 8 at rest.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter, read_header, row_ranges, segment_ranges
+from storage_kernels.arrays import ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
@@ -105,8 +106,9 @@ class LayerwiseGraph:
         per graph in slices of ``indices``."""
         step = 1 << 24
         count = np.ones(self.num_nodes, dtype=np.int64)
-        for lo in range(0, len(self.indices), step):
-            count += np.bincount(np.asarray(self.indices[lo : lo + step]), minlength=self.num_nodes)
+        for lo in range(0, len(self.indices), step):  # counted in place in C: no N-entry bincount per slice
+            kernels.csr_count(np.asarray(self.indices[lo : lo + step]), count)
+            release_pages(self.indices)  # streamed once
         return torch.from_numpy(count)
 
 
@@ -164,6 +166,28 @@ def _by_source(graph: LayerwiseGraph, rows: np.ndarray, self_loops: bool, source
 
 def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
     return np.asarray(graph.indptr[rows + 1], dtype=np.int64) - np.asarray(graph.indptr[rows], dtype=np.int64)
+
+
+def _positions(sources: np.ndarray, targets: np.ndarray, graph: LayerwiseGraph) -> np.ndarray:
+    """Positions of ``targets`` in ``sources`` (sorted node ids holding them). When ``sources`` is every node (a
+    pass over the whole graph) a node's position is its id: ``targets`` itself, not another N-entry array."""
+    return targets if len(sources) == graph.num_nodes else np.searchsorted(sources, targets)
+
+
+def _interval_cuts(graph: LayerwiseGraph, targets: np.ndarray, row_bytes: int, edge_cost: int, self_loops: bool,
+                   budget: int, min_rows: int) -> list[tuple[int, int]]:
+    """:func:`_cuts` of the targets' costs ``row_bytes + edge_cost * (in-degree + self loop)``, with the running
+    sum built a piece of targets at a time: the in-degrees and costs of every target are never held (at 100M
+    targets they were 24 bytes a node beside the running sum)."""
+    n = len(targets)
+    cum = np.zeros(n + 1, dtype=np.int64)
+    for lo in range(0, n, _EDGE_PIECE):
+        hi = min(n, lo + _EDGE_PIECE)
+        cost = row_bytes + edge_cost * (_in_degree(graph, targets[lo:hi]) + int(self_loops))
+        np.cumsum(cost, out=cum[lo + 1 : hi + 1])
+        cum[lo + 1 : hi + 1] += cum[lo]
+    bounds = row_ranges(cum, budget, min_rows)
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
 
 def _cuts(costs: np.ndarray, budget: int, min_rows: int) -> list[tuple[int, int]]:
@@ -315,8 +339,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
     input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
     flight while an interval's rows are handed out."""
-    target_pos = np.searchsorted(sources, targets)  # (|T|,) sorted: targets are sources too
-    in_degree = _in_degree(graph, targets)  # (|T|,)
+    target_pos = _positions(sources, targets, graph)  # (|T|,) sorted: targets are sources too
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
@@ -324,8 +347,8 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     if form.heads:
         edge_cost += SOFTMAX_INDEX_BYTES
     kept_own = 0 if form.own_in_acc else form.own_dim
-    costs = 4 * (form.acc_dim + kept_own) + edge_cost * (in_degree + int(form.self_loops))
-    intervals = _cuts(costs, budget.interval, graph.chunk_nodes)
+    intervals = _interval_cuts(graph, targets, 4 * (form.acc_dim + kept_own), edge_cost, form.self_loops,
+                               budget.interval, graph.chunk_nodes)
 
     def plans(pos: np.ndarray, mine: np.ndarray) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
         """Each read window's edges ``[e0, e1)`` (``pos``: their sources' positions), own rows ``[k0, k1)``
@@ -354,7 +377,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             if scores is not None:
                 weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
                                        dst_t.long())  # (E, H); the softmax's scatter takes int64 indexes
-            degree = torch.from_numpy(in_degree[a:b]).to(device)  # (D,)
+            degree = torch.from_numpy(_in_degree(graph, targets[a:b])).to(device)  # (D,)
             acc = torch.zeros(b - a, form.acc_dim, device=device)
             own = torch.empty(b - a, kept_own, device=device)
             mine = target_pos[a:b]  # the interval's own rows, sorted
@@ -450,7 +473,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                         out.abort()
                         raise
                 else:
-                    own = np.searchsorted(sources, mine) if hidden else None  # the targets' input rows
+                    own = _positions(sources, mine, graph) if hidden else None  # the targets' input rows
                     for a, b, y in _run_layer(form, True, inp, sources, mine, graph, budget, device):
                         h = inp.read(own[a:b]).numpy() if own is not None else None
                         intervals += 1

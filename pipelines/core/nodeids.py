@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from storage_kernels.store import Artifact, ArtifactBuilder
 
-__all__ = ["NODE_IDS_FILE", "has_node_ids", "original_ids", "write_node_ids"]
+__all__ = ["NODE_IDS_FILE", "NodeNames", "has_node_ids", "original_ids", "write_node_ids"]
 
 NODE_IDS_FILE = "node_ids.parquet"
 
@@ -44,20 +44,51 @@ def original_ids(artifact: Artifact, ids: np.ndarray) -> np.ndarray | None:
     ``ids``, so a lookup of a batch's nodes does not load every name."""
     if not has_node_ids(artifact):
         return None
-    import pyarrow.parquet as pq
+    return NodeNames(artifact).take(ids).to_numpy(zero_copy_only=False)
 
-    ids = np.asarray(ids, dtype=np.int64)
-    handle = pq.ParquetFile(artifact.file(NODE_IDS_FILE), memory_map=True)
-    meta = handle.metadata
-    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-    if ids.size and (ids.min() < 0 or ids.max() >= starts[-1]):
-        bad = int(np.flatnonzero((ids < 0) | (ids >= starts[-1]))[0])
-        raise ValueError(f"'{artifact.file(NODE_IDS_FILE)}: ids[{bad}]' expected a node id in [0, {starts[-1]}) "
-                         f"(got {ids[bad]})")
-    groups = np.unique(np.searchsorted(starts, ids, side="right") - 1)
-    out = np.empty(len(ids), dtype=object)
-    for g in groups.tolist():
-        names = handle.read_row_group(g, columns=["original_id"]).column(0).to_numpy(zero_copy_only=False)
-        inside = (ids >= starts[g]) & (ids < starts[g + 1])
-        out[inside] = names[ids[inside] - starts[g]]
-    return out
+
+class NodeNames:
+    """Repeated lookups of original ids in one ``node_ids.parquet`` (``strata predict``: one per interval): the
+    file is opened once, and decoded row groups (Arrow string arrays) are kept up to ``cache_bytes``, least
+    recently used dropped first, so a graph whose names fit the cache is decoded once, not once per lookup."""
+
+    def __init__(self, artifact: Artifact, cache_bytes: int = 0) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = artifact.file(NODE_IDS_FILE)
+        self.handle = pq.ParquetFile(self.path, memory_map=True)
+        meta = self.handle.metadata
+        self.starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        self.cache_bytes = cache_bytes
+        self._cache: dict[int, pa.Array] = {}  # insertion order = recency
+
+    def _group(self, g: int) -> pa.Array:
+        names = self._cache.pop(g, None)
+        if names is None:
+            names = self.handle.read_row_group(g, columns=["original_id"]).column(0).combine_chunks()
+        if names.nbytes <= self.cache_bytes:
+            self._cache[g] = names
+            while sum(a.nbytes for a in self._cache.values()) > self.cache_bytes:
+                self._cache.pop(next(iter(self._cache)))
+        return names
+
+    def take(self, ids: np.ndarray) -> pa.Array:
+        """The original ids (an Arrow string array) of the source ids ``ids``, in their order; ValueError naming
+        the first id outside ``[0, N)``."""
+        import pyarrow as pa
+
+        ids = np.asarray(ids, dtype=np.int64)
+        end = int(self.starts[-1])
+        if ids.size and (ids.min() < 0 or ids.max() >= end):
+            bad = int(np.flatnonzero((ids < 0) | (ids >= end))[0])
+            raise ValueError(f"'{self.path}: ids[{bad}]' expected a node id in [0, {end}) (got {ids[bad]})")
+        of = np.searchsorted(self.starts, ids, side="right") - 1
+        positions, parts = [], []
+        for g in np.unique(of).tolist():
+            inside = np.flatnonzero(of == g)
+            positions.append(inside)
+            parts.append(self._group(g).take(pa.array(ids[inside] - self.starts[g])))
+        if not parts:
+            return pa.array([], type=pa.string())
+        order = np.argsort(np.concatenate(positions), kind="stable")
+        return pa.concat_arrays(parts).take(pa.array(order))

@@ -31,7 +31,7 @@ import numpy as np
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import format_bytes, markdown_table
 from pipelines.core.graphio import feature_dim
-from pipelines.core.nodeids import has_node_ids, original_ids
+from pipelines.core.nodeids import NodeNames, has_node_ids
 from pipelines.core.progress import Progress
 from pipelines.stages.common import StageResult, materialize
 from pipelines.stages.train import load_model
@@ -104,14 +104,18 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
     pc = cfg.predict
     model = load_model(train)
     scratch.mkdir(parents=True, exist_ok=True)
-    labels = np.asarray(reorder.array("labels.npy"))
+    labels = reorder.array("labels.npy")  # memory-mapped, as the CSR: predict reads neither whole
+    named = has_node_ids(reorder)
+    # the names of an interval's nodes are scattered over node_ids.parquet: decoded row groups are kept in an
+    # eighth of the budget (all of them for a graph whose names fit), the file opened once
+    names_bytes = (pc.memory_mb << 20) // 8 if named else 0
+    names = NodeNames(reorder, names_bytes) if named else None
     graph = LayerwiseGraph(np.asarray(reorder.array("indptr.npy")), reorder.array("indices.npy"),
                            reorder.file("features.npy"), feature_dim(reorder), labels, {}, scratch,
-                           chunk_nodes=pc.chunk_nodes, memory_bytes=pc.memory_mb << 20,
+                           chunk_nodes=pc.chunk_nodes, memory_bytes=(pc.memory_mb << 20) - names_bytes,
                            num_threads=cfg.train.num_threads)
     n = graph.num_nodes
     perm = reorder.array("perm.npy")  # Strata's id -> the source's id
-    named = has_node_ids(reorder)
     args = model.model_args  # every hidden layer is hidden_dim wide: the last layer reads that (or the input)
     dim = int(args["out_dim"]) if pc.embedding != "hidden" else int(
         args["hidden_dim"] if args["num_layers"] > 1 else args["in_dim"])
@@ -141,8 +145,8 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
                 counts += np.bincount(top, minlength=len(counts))
                 ids = np.asarray(perm[part.nodes], dtype=np.int64)
                 columns: list[pa.Array] = [pa.array(ids)]
-                if named:  # reads the row groups of node_ids.parquet holding these ids (scattered: most of them)
-                    columns.append(pa.array(original_ids(reorder, ids), type=pa.string()))
+                if names is not None:  # the row groups of node_ids.parquet holding these ids (most of them)
+                    columns.append(names.take(ids))
                 columns += [pa.array(top), pa.array(prob)]
                 if pc.embedding != "none":
                     values = np.ascontiguousarray(part.hidden if pc.embedding == "hidden" else part.logits)

@@ -8,8 +8,10 @@ The order is ``reorder.strategy``, an entry of :data:`pipelines.methods.orders.R
 Applying the order is an external permutation with bounded memory and sequential I/O
 (:func:`external_permute_rows`, :func:`external_permute_csr`): a distribution pass streams the old file
 forwards and appends every row (or relabelled neighbour) to the scratch bucket of its new id; then each bucket
-is loaded, its rows placed by new id, and written to the output sequentially. Only O(N) id arrays
-(``perm``, ``inverse``, degrees, the new ``indptr``) are held in memory besides one chunk / bucket.
+is loaded, its rows placed by new id, and written to the output sequentially. Of the O(N) arrays only
+``inverse`` (int64) is held throughout, plus one other at a time (the order while it is computed, the int32
+degrees, the narrowed labels); ``perm`` and the new ``indptr`` are written first and streamed back from their
+files (:func:`permuted_indptr`, :func:`permuted_labels`): ~12 bytes per node besides one chunk / bucket.
 Scratch files live beside the builder directory (never inside it) and are removed even on error.
 """
 
@@ -43,6 +45,8 @@ __all__ = [
     "external_permute_csr",
     "external_permute_rows",
     "inverse_of",
+    "permuted_indptr",
+    "permuted_labels",
     "run",
     "summary",
 ]
@@ -52,6 +56,8 @@ FORMAT_VERSION = 2
 # Bytes of working memory per feature row / per edge in the external permutation (see _bucket_sizes).
 _ROW_OVERHEAD_BYTES = 16
 _EDGE_BYTES = 40
+# Ids per chunk where an O(N) array is streamed (perm, labels, offsets): 32 MiB of int64.
+_ID_CHUNK = 1 << 22
 
 Write = Callable[[np.ndarray], None]
 
@@ -59,19 +65,67 @@ Write = Callable[[np.ndarray], None]
 # ---- applying an order -------------------------------------------------------------------------------
 
 
-def inverse_of(perm: np.ndarray) -> np.ndarray:
-    """``inverse[perm[i]] = i`` (old id -> new id); ValueError when ``perm`` is not a permutation."""
+def inverse_of(perm: np.ndarray, chunk: int = _ID_CHUNK) -> np.ndarray:
+    """``inverse[perm[i]] = i`` (old id -> new id, int64); ValueError when ``perm`` is not a permutation.
+
+    ``perm`` may be a memory map (``perm.npy``): it is streamed ``chunk`` ids at a time, so nothing O(N) is
+    held besides the result (a scatter of the ids a chunk; an id left unset means a repeated one)."""
     n = len(perm)
-    seen = np.zeros(n, dtype=bool)
-    perm = np.asarray(perm, dtype=np.int64)
-    if n and (perm.min() < 0 or perm.max() >= n):
-        raise ValueError(f"'perm' expected ids in [0, {n}) (got min {perm.min()}, max {perm.max()})")
-    seen[perm] = True
-    if not seen.all():
-        raise ValueError(f"'perm' expected a permutation of [0, {n}) (got {n - int(seen.sum())} ids missing)")
-    inverse = np.empty(n, dtype=np.int64)
-    inverse[perm] = np.arange(n, dtype=np.int64)
+    inverse = np.full(n, -1, dtype=np.int64)
+    for start in range(0, n, chunk):
+        ids = np.asarray(perm[start : start + chunk], dtype=np.int64)
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= n:
+            raise ValueError(f"'perm' expected ids in [0, {n}) (got min {lo}, max {hi} in [{start}, "
+                             f"{start + len(ids)}))")
+        inverse[ids] = np.arange(start, start + len(ids), dtype=np.int64)
+    release_pages(perm)
+    missing = sum(int(np.count_nonzero(inverse[s : s + chunk] < 0)) for s in range(0, n, chunk))
+    if missing:
+        raise ValueError(f"'perm' expected a permutation of [0, {n}) (got {missing} ids missing)")
     return inverse
+
+
+def permuted_indptr(indptr: np.ndarray, perm: np.ndarray, write: Write, chunk: int = _ID_CHUNK) -> None:
+    """Write the CSR offsets in ``perm``'s order (``cumsum(degrees[perm])`` with a leading 0) through ``write``,
+    ``chunk`` rows at a time. ``indptr`` and ``perm`` may be memory maps: both are streamed; the degrees are
+    held once, int32 where they fit."""
+    n = len(indptr) - 1
+    top = max((int(np.diff(np.asarray(indptr[s : s + chunk + 1])).max(initial=0)) for s in range(0, n, chunk)),
+              default=0)
+    degrees = np.empty(n, dtype=np.int32 if top < 2**31 else np.int64)
+    for start in range(0, n, chunk):
+        ptr = np.asarray(indptr[start : start + chunk + 1], dtype=np.int64)
+        np.subtract(ptr[1:], ptr[:-1], out=degrees[start : start + chunk], casting="unsafe")
+    release_pages(indptr)
+    offset = 0
+    write(np.zeros(1, dtype=np.int64))
+    for start in range(0, n, chunk):
+        part = np.cumsum(degrees[np.asarray(perm[start : start + chunk])], dtype=np.int64)
+        part += offset
+        offset = int(part[-1])
+        write(part)
+    release_pages(perm)
+
+
+def permuted_labels(labels: np.ndarray, perm: np.ndarray, write: Write, chunk: int = _ID_CHUNK) -> None:
+    """Write ``labels[perm]`` (the file's dtype) through ``write``, ``chunk`` rows at a time: the labels are held
+    once, in the narrowest integer type that holds them (int16 for class labels), ``perm`` is streamed."""
+    n = len(labels)
+    held: np.ndarray = labels
+    if n and labels.dtype.kind in "iu":
+        lo = min(int(np.asarray(labels[s : s + chunk]).min()) for s in range(0, n, chunk))
+        hi = max(int(np.asarray(labels[s : s + chunk]).max()) for s in range(0, n, chunk))
+        narrow = np.result_type(np.min_scalar_type(lo), np.min_scalar_type(hi))
+        held = np.empty(n, dtype=narrow if narrow.itemsize < labels.dtype.itemsize else labels.dtype)
+        for start in range(0, n, chunk):
+            held[start : start + chunk] = labels[start : start + chunk]
+        release_pages(labels)
+    else:
+        held = np.asarray(labels)
+    for start in range(0, n, chunk):
+        write(held[np.asarray(perm[start : start + chunk])].astype(labels.dtype, copy=False))
+    release_pages(perm)
 
 
 def external_permute_rows(src: np.ndarray, inverse: np.ndarray, write: Write, bucket_rows: int, chunk_rows: int,
@@ -117,22 +171,28 @@ def external_permute_rows(src: np.ndarray, inverse: np.ndarray, write: Write, bu
     return num_buckets
 
 
-def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray, inverse: np.ndarray,
+def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray | None, inverse: np.ndarray,
                          write: Write, bucket_edges: int, chunk_edges: int, scratch: Path,
-                         progress: Progress | None = None) -> tuple[np.ndarray, int]:
+                         progress: Progress | None = None, new_indptr: np.ndarray | None = None
+                         ) -> tuple[np.ndarray, int]:
     """Write the relabelled ``indices`` (new row order, neighbours mapped through ``inverse``, neighbour order
     kept) through ``write`` bucket by bucket; returns ``(new_indptr, #buckets)``.
 
-    Buckets are ranges of new rows holding <= ``bucket_edges`` edges (a single heavier row gets its own), so
-    skewed degrees do not blow a bucket up. Distribution pass: stream old rows (``chunk_edges`` edges at a
-    time), relabel neighbours in C, group (new_row, neighbour) records by bucket in C and append them; then per
-    bucket place each record at its row's cursor (``csr_place``) and write the bucket's slice of ``indices``.
+    ``new_indptr`` (the offsets in the new order, e.g. the memory-mapped file :func:`permuted_indptr` wrote)
+    is computed from ``perm`` when not given; given, ``perm`` is not read. Buckets are ranges of new rows
+    holding <= ``bucket_edges`` edges (a single heavier row gets its own), so skewed degrees do not blow a
+    bucket up. Distribution pass: stream old rows (``chunk_edges`` edges at a time), relabel neighbours in C,
+    group (new_row, neighbour) records by bucket in C and append them; then per bucket place each record at
+    its row's cursor (``csr_place``) and write the bucket's slice of ``indices``.
     """
     n = len(indptr) - 1
     old_indptr = np.asarray(indptr, dtype=np.int64)
-    degrees = np.diff(old_indptr)
-    new_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(degrees[perm], out=new_indptr[1:])
+    if new_indptr is None:
+        if perm is None:
+            raise ValueError("'perm' expected when 'new_indptr' is not given (got None)")
+        parts: list[np.ndarray] = []
+        permuted_indptr(old_indptr, perm, parts.append)
+        new_indptr = np.concatenate(parts)
     if bucket_edges < 1 or chunk_edges < 1:
         raise ValueError(f"'bucket_edges'/'chunk_edges' expected >= 1 (got {bucket_edges}, {chunk_edges})")
     if n == 0:
@@ -148,7 +208,8 @@ def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
             continue
         nbrs = kernels.relabel_ids(np.asarray(indices[e0:e1]), inverse)
         release_pages(indices)
-        rows_new = np.repeat(inverse[start:stop], degrees[start:stop])
+        release_pages(indptr)
+        rows_new = np.repeat(inverse[start:stop], np.diff(old_indptr[start : stop + 1]))
         out_nbrs, out_rows, ptr = kernels.bucket_rows(nbrs.reshape(-1, 1), rows_new, bounds)
         spill_buckets(scratch, ptr, nbrs=out_nbrs, rows=out_rows)
         if progress:
@@ -168,6 +229,7 @@ def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         out = np.empty(size, dtype=np.int64)
         kernels.csr_place(rows, nbrs, cursor, out)
         write(out)
+        release_pages(new_indptr)
         (scratch / f"rows_{b}.bin").unlink()
         (scratch / f"nbrs_{b}.bin").unlink()
         if progress:
@@ -184,22 +246,33 @@ def _bucket_sizes(memory_mb: int, row_bytes: int) -> tuple[int, int]:
     return max(1, budget // (2 * row_bytes + _ROW_OVERHEAD_BYTES)), max(1, budget // _EDGE_BYTES)
 
 
-def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.ndarray, rc: ReorderConfig,
-                      scratch: Path, progress: Progress | None, file_dtype: np.dtype | str = np.float32
-                      ) -> dict[str, int]:
-    inverse = inverse_of(perm)
-    builder.save_array("perm.npy", perm)
+def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, rc: ReorderConfig, scratch: Path,
+                      progress: Progress | None, file_dtype: np.dtype | str = np.float32) -> dict[str, int]:
+    """Write the graph in the order of the builder's ``perm.npy`` (already written).
+
+    Memory: one O(N) array at a time besides ``inverse`` (int64, held from the CSR on, as neighbours are
+    relabelled at random): the degrees (int32) while the new offsets are streamed to ``indptr.npy``, the
+    labels (narrowed) while ``labels.npy`` is streamed; ``perm`` and the new offsets are read back from their
+    files in chunks. At 100M nodes that is ~12 bytes per node (BENCHMARKS.md, "Stage memory")."""
+    perm = np.load(builder.dir / "perm.npy", mmap_mode="r")
+    inverse = inverse_of(perm)  # validates perm before anything else is written
     builder.save_array("inverse.npy", inverse)
+    with builder.array_writer("indptr.npy", np.int64) as indptr_out:
+        permuted_indptr(graph.indptr, perm, indptr_out.append)
+    with builder.array_writer("labels.npy", graph.labels.dtype) as labels_out:
+        permuted_labels(graph.labels, perm, labels_out.append)
+    del perm
+    new_indptr = np.load(builder.dir / "indptr.npy", mmap_mode="r")
     bucket_rows, bucket_edges = _bucket_sizes(rc.memory_mb, graph.row_bytes)
 
     indices_out = builder.array_writer("indices.npy", np.int64)
     try:
-        new_indptr, csr_buckets = external_permute_csr(
-            graph.indptr, graph.indices, perm, inverse, indices_out.append, bucket_edges,
-            min(bucket_edges, max(rc.chunk_rows * 16, 1)), scratch / "csr", progress)
+        _, csr_buckets = external_permute_csr(
+            graph.indptr, graph.indices, None, inverse, indices_out.append, bucket_edges,
+            min(bucket_edges, max(rc.chunk_rows * 16, 1)), scratch / "csr", progress, new_indptr=new_indptr)
     finally:
         indices_out.close()
-    builder.save_array("indptr.npy", new_indptr)
+    del new_indptr
 
     file_dtype = np.dtype(file_dtype)  # float16 files are permuted as 4-byte words and written back as float16
     columns = graph.row_bytes // file_dtype.itemsize
@@ -211,7 +284,6 @@ def _write_relabelled(builder: ArtifactBuilder, graph: GraphArrays, perm: np.nda
     finally:
         features_out.close()
 
-    builder.save_array("labels.npy", np.asarray(graph.labels)[perm])
     for name in ("train", "val", "test"):
         builder.save_array(f"{name}_idx.npy", np.sort(inverse[np.asarray(graph.split(name))]))
     return {"feature_buckets": feature_buckets, "csr_buckets": csr_buckets, "bucket_rows": bucket_rows,
@@ -227,13 +299,14 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, ingest: Artifact, progress
         arrays = load_graph(ingest)
         info: dict[str, Any] = {}
         t0 = time.perf_counter()
-        perm = compute_order(arrays, rc.strategy, rc, cfg.partition, info)
+        builder.save_array("perm.npy", compute_order(arrays, rc.strategy, rc, cfg.partition, info))
         order_s = time.perf_counter() - t0
         release_pages(arrays.indices)  # orders that walk the CSR leave it resident; the rewrite streams it
+        release_pages(arrays.indptr)
         scratch = builder.scratch_sibling()
         t1 = time.perf_counter()
         try:
-            info.update(_write_relabelled(builder, arrays, perm, rc, scratch, progress,
+            info.update(_write_relabelled(builder, arrays, rc, scratch, progress,
                                           ingest.array("features.npy").dtype))
             info.update(relabel_link_split(ingest, builder, np.load(builder.dir / "inverse.npy", mmap_mode="r")))
             if has_node_ids(ingest):  # keyed by the source's id, which perm.npy maps to: carried unchanged

@@ -74,6 +74,9 @@ PyObject *sk_relabel_ids(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_bucket_rows(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *sk_place_rows(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* reorder/degree.c: node ids by degree descending (counting sort, stable) */
+PyObject *sk_degree_order(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* reorder/community.c: synchronous label propagation */
 PyObject *sk_label_propagation(PyObject *self, PyObject *args, PyObject *kwargs);
 

@@ -85,6 +85,8 @@ static PyMethodDef methods[] = {
               "Stable counting sort of rows by bucket (bucket b: bounds[b] <= key < bounds[b+1]);\n"
               "counts[b] = its rows."),
     SK_METHOD(place_rows, "rows, pos, out, num_threads=0", "out[pos[k]] = rows[k] for distinct positions."),
+    SK_METHOD(degree_order, "indptr, out",
+              "out = node ids by degree descending, ties by id ascending (a stable counting sort of indptr)."),
     SK_METHOD(label_propagation, "indptr, indices, iterations, seed, num_threads=0",
               "Synchronous label propagation with seeded-hash tie-breaking; independent of num_threads.\n"
               "Returns (labels, rounds)."),

@@ -77,7 +77,14 @@ from storage_kernels.kernels.nn import (
     gat_attend_backward,
 )
 from storage_kernels.kernels.partition import cluster_pass, csr_aggregate, fennel_pass, grem_pass, refine_pass
-from storage_kernels.kernels.reorder import bucket_rows, label_propagation, place_rows, rabbit_order, relabel_ids
+from storage_kernels.kernels.reorder import (
+    bucket_rows,
+    degree_order,
+    label_propagation,
+    place_rows,
+    rabbit_order,
+    relabel_ids,
+)
 
 __all__ = [
     "DIRECT_ALIGN",
@@ -92,6 +99,7 @@ __all__ = [
     "window_split",
     "window_update",
     "bucket_rows",
+    "degree_order",
     "build_csr",
     "cache_update",
     "close_fd",

@@ -1,6 +1,6 @@
 """Wrappers of the ``reorder/`` kernels: the external permutation of a graph's rows (``permute.c``: relabel
-ids, bucket rows, place rows), synchronous label propagation (``community.c``) and Rabbit-Order-style
-community ordering (``rabbit.c``).
+ids, bucket rows, place rows), the degree order (``degree.c``), synchronous label propagation
+(``community.c``) and Rabbit-Order-style community ordering (``rabbit.c``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,20 @@ def place_rows(rows: np.ndarray, pos, out: np.ndarray, num_threads: int = 0) -> 
     if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.flags.c_contiguous):
         rows = np.ascontiguousarray(rows)
     _native.place_rows(rows=rows, pos=_index_array("pos", pos), out=out, num_threads=num_threads)
+    return out
+
+
+def degree_order(indptr: np.ndarray) -> np.ndarray:
+    """Node ids of the CSR ``indptr`` by degree descending, ties by id ascending (int64 ``(N,)``): the order of
+    ``np.argsort(-np.diff(indptr), kind="stable")``, by a counting sort that streams ``indptr`` (a memory map
+    is read sequentially, never copied) and allocates nothing O(N) but the result.
+
+    Raises ValueError naming the first position where ``indptr`` decreases.
+    """
+    if not (isinstance(indptr, np.ndarray) and indptr.dtype == np.int64 and indptr.flags.c_contiguous):
+        indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    out = np.empty(max(indptr.shape[0] - 1, 0), dtype=np.int64)
+    _native.degree_order(indptr=indptr, out=out)
     return out
 
 

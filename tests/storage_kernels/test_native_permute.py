@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.stages.reorder import external_permute_csr, external_permute_rows, inverse_of
+from pipelines.stages.reorder import (
+    external_permute_csr,
+    external_permute_rows,
+    inverse_of,
+    permuted_indptr,
+    permuted_labels,
+)
 from storage_kernels import _native, kernels
 from tests.storage_kernels.reference import (
     bucket_rows_ref,
@@ -161,3 +167,41 @@ def test_external_permutation_rejects_a_non_permutation(tmp_path):
     features = np.zeros((3, 2), dtype=np.float32)
     with pytest.raises(ValueError, match="not a permutation|distinct"):
         external_permute_rows(features, np.array([0, 0, 2]), lambda c: None, 2, 2, tmp_path / "s")
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 5000])
+def test_degree_order_equals_a_stable_argsort(n):
+    rng = np.random.default_rng(n)
+    degrees = rng.integers(0, 40, n)
+    degrees[rng.random(n) < 0.2] = 0  # many ties, isolated nodes among them
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    np.testing.assert_array_equal(kernels.degree_order(indptr), np.argsort(-degrees, kind="stable"))
+
+
+def test_degree_order_rejects_decreasing_offsets():
+    with pytest.raises(ValueError, match=r"'indptr' expected non-decreasing offsets \(got indptr\[2\]=1 after 3\)"):
+        kernels.degree_order(np.array([0, 3, 1, 4], dtype=np.int64))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64, 1 << 22])
+def test_streamed_inverse_offsets_and_labels_equal_in_memory(tmp_path, chunk):
+    rng = np.random.default_rng(5)
+    indptr, _ = random_csr(50, 300, rng)
+    perm = rng.permutation(50).astype(np.int64)
+    np.save(tmp_path / "perm.npy", perm)
+    mapped = np.load(tmp_path / "perm.npy", mmap_mode="r")  # the stage streams perm.npy back from its file
+    reference = np.empty(50, dtype=np.int64)
+    reference[perm] = np.arange(50)
+    np.testing.assert_array_equal(inverse_of(mapped, chunk), reference)
+    parts: list[np.ndarray] = []
+    permuted_indptr(indptr, mapped, parts.append, chunk)
+    np.testing.assert_array_equal(np.concatenate(parts), np.concatenate([[0], np.cumsum(np.diff(indptr)[perm])]))
+    for labels in (rng.integers(-1, 16, 50), rng.integers(0, 2**40, 50), rng.random(50)):
+        parts = []
+        permuted_labels(labels, mapped, parts.append, chunk)
+        out = np.concatenate(parts)
+        assert out.dtype == labels.dtype
+        np.testing.assert_array_equal(out, labels[perm])
+    with pytest.raises(ValueError, match=r"'perm' expected ids in \[0, 3\)"):
+        inverse_of(np.array([0, 3, 1]), chunk)

@@ -66,6 +66,8 @@ class Partitioner:
     bloom_counting: bool = False
 
 
+_RANGE_CHUNK = 1 << 22
+
 #: Every partitioning method, by ``partition.method`` name.
 PARTITIONERS: Registry[Partitioner] = Registry("partition.method")
 
@@ -74,8 +76,11 @@ def range_parts(num_nodes: int, num_parts: int) -> np.ndarray:
     """Part label of each node when ids are cut into ``num_parts`` contiguous, near-equal ranges."""
     if num_parts <= 0:
         raise ValueError(f"'partition.num_parts' expected > 0 (got {num_parts})")
-    ids = np.arange(num_nodes, dtype=np.int64)
-    return (ids * num_parts // max(num_nodes, 1)).astype(np.int32)
+    out = np.empty(num_nodes, dtype=np.int32)
+    for start in range(0, num_nodes, _RANGE_CHUNK):  # chunks: no int64 temporaries of N entries
+        ids = np.arange(start, min(num_nodes, start + _RANGE_CHUNK), dtype=np.int64)
+        out[start : start + len(ids)] = ids * num_parts // max(num_nodes, 1)
+    return out
 
 
 def partition_graph(graph: GraphArrays, method: str, num_parts: int, cfg: PartitionConfig,

@@ -11,11 +11,20 @@ from pipelines.core.graphio import GraphArrays
 from pipelines.core.progress import Progress
 from storage_kernels.arrays import release_pages, row_ranges
 
-__all__ = ["DENSE_BUCKETS", "cut_statistics"]
+__all__ = ["DENSE_BUCKETS", "cut_statistics", "part_sizes"]
 
 _EDGE_CHUNK = 1 << 20  # CSR entries per chunk of the statistics pass
 #: Up to this many parts the bucket counts are (p, p); above, flattened (p*p,).
 DENSE_BUCKETS = 4096
+
+
+def part_sizes(parts: np.ndarray, num_parts: int, chunk: int = 1 << 22) -> np.ndarray:
+    """``np.bincount(parts, minlength=num_parts)`` (int64) in chunks: bincount widens its input to int64, which
+    for int32 labels of every node would be a second, twice larger copy."""
+    sizes = np.zeros(num_parts, dtype=np.int64)
+    for start in range(0, len(parts), chunk):
+        sizes += np.bincount(parts[start : start + chunk], minlength=num_parts)
+    return sizes
 
 
 def cut_statistics(graph: GraphArrays, parts: np.ndarray, num_parts: int, progress: Progress | None = None,
@@ -45,7 +54,7 @@ def cut_statistics(graph: GraphArrays, parts: np.ndarray, num_parts: int, progre
         release_pages(graph.indices)  # streamed once: do not let the whole file pile up in the RSS
         if progress:
             progress("partition: measuring cut", int(ptr[-1]), e)
-    sizes = np.bincount(parts, minlength=p)
+    sizes = part_sizes(parts, p)
     train_parts = np.bincount(parts[np.asarray(graph.train_idx)], minlength=p)
     n_train = len(graph.train_idx)
     stats = {
