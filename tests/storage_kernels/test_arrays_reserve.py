@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import pytest
 
 from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, reserve_space
 from storage_kernels.store import ArtifactStore
+from tests.tmpfs import mounted_tmpfs
 
 MIB = 1 << 20
 
@@ -30,15 +30,8 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs of its own, unmounted at the end."""
     mount = tmp_path / "fs"
     mount.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
-    try:
+    with mounted_tmpfs(mount, "1m"):
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _used(path: Path) -> int:

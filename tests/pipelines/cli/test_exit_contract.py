@@ -20,7 +20,6 @@ import dataclasses
 import errno
 import functools
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from pipelines.config import PipelineConfig
 from pipelines.core.errors import EXIT_KNOWN, EXIT_UNKNOWN, describe, describe_remote
 from pipelines.core.paths import StrataPaths
 from pipelines.runner import StageRunner
+from tests.tmpfs import mounted_tmpfs
 
 runner = CliRunner()
 NODES = 60
@@ -184,15 +184,8 @@ def tmp_on_tmpfs(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "root"
     mount = root / ".tmp"
     mount.mkdir(parents=True)
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
-    try:
+    with mounted_tmpfs(mount, "8m"):
         yield root
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(path: Path, leave: int = 0) -> None:
