@@ -13,7 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["append_array", "load_bucket", "spill_buckets"]
+__all__ = ["append_array", "load_bucket", "scratch_id_dtype", "spill_buckets"]
+
+
+def scratch_id_dtype(num_nodes: int) -> type:
+    """The id type of scratch buckets over ``num_nodes`` nodes: int32 when ids fit (half the scratch bytes)."""
+    return np.int32 if num_nodes < 2**31 else np.int64
 
 
 def append_array(path: Path, arr: np.ndarray) -> None:

@@ -29,7 +29,7 @@ from pipelines.methods.sources.validate import validate_source
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, row_ranges
-from storage_kernels.buckets import load_bucket, spill_buckets
+from storage_kernels.buckets import load_bucket, scratch_id_dtype, spill_buckets
 from storage_kernels.halfwords import encode_rows, file_columns, file_dtype
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -125,8 +125,7 @@ def _placed_from_buckets(source: GraphSource, indptr: np.ndarray, bounds: np.nda
                          progress: Progress | None) -> Placed:
     """Distribute every edge to the bucket of its source row (ids stored as int32 when N allows: 8 bytes an
     edge of scratch), then place each bucket's edges in row order, stably (the input order within a row)."""
-    narrow = len(indptr) - 1 < 2**31
-    id_dtype = np.int32 if narrow else np.int64
+    id_dtype = scratch_id_dtype(len(indptr) - 1)
     scratch.mkdir(parents=True, exist_ok=True)
     num_edges, seen = int(indptr[-1]), 0
     bases = indptr[bounds]  # each bucket's first offset (indptr[lo] is rewritten before bucket lo is placed)

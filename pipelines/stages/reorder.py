@@ -36,7 +36,7 @@ from pipelines.methods.sources.linksplit import relabel_link_split
 from pipelines.stages.common import StageResult, materialize, stage_peak_rss_mb
 from storage_kernels import kernels
 from storage_kernels.arrays import release_pages, row_ranges
-from storage_kernels.buckets import spill_buckets
+from storage_kernels.buckets import scratch_id_dtype, spill_buckets
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
 __all__ = [
@@ -198,7 +198,7 @@ def external_permute_csr(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
     if n == 0:
         return new_indptr, 0
     scratch.mkdir(parents=True, exist_ok=True)
-    id_dtype = np.int32 if n < 2**31 else np.int64  # scratch ids: 8 bytes an edge, not 16 (19.5 GB at 1.2B entries)
+    id_dtype = scratch_id_dtype(n)  # scratch ids: 8 bytes an edge, not 16 (19.5 GB at 1.2B entries)
     bounds = row_ranges(new_indptr, bucket_edges)
     num_buckets = len(bounds) - 1
     chunks = row_ranges(old_indptr, chunk_edges)
