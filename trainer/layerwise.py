@@ -8,22 +8,35 @@ last layer for the nodes asked about, each earlier layer for the next one's targ
 
 Each layer is a push computation (:mod:`trainer.layerwise_forms`): a destination's output is a finish over the
 sum of its in-neighbours' messages, and a message depends on one source row. So a layer runs over intervals of
-its destinations (as many as their accumulators and in-edges allow in the memory budget), and for each interval
-the input table is read once, in source order, in windows: each window reads only the rows the interval's
-edges need (sorted, so the reads are block-merged and move forward through the file), turns them into messages
-and adds them into the accumulators. The input of layer 0 is the feature file (aligned direct reads,
+its destinations (as many as their accumulators and in-edges allow in the memory budget), and each interval
+reads its rows in source order, in windows: each window reads only the rows the interval's edges need (sorted,
+so the reads are block-merged and move forward through the file), turns them into messages and adds them into
+the accumulators. The input of layer 0 is the feature file (aligned direct reads,
 :class:`trainer.features.FileRows`; float16 files decoded), of later layers the previous layer's output table
 (in RAM when small, else an aligned ``.npy`` scratch file read the same way). A table is written once,
-sequentially, in destination order. With the budget large enough for one interval, every input row is read
-once per layer.
+sequentially, in destination order.
 
-The memory used is ``LayerwiseGraph.memory_bytes`` (half for an interval's accumulators and edges, an eighth
-for two read windows -- the next window's rows are read on a thread while the current one's are computed with --
-at most an eighth for each layer table kept in RAM), plus a byte per node for the frontier
+One interval reads the input once. Many intervals reading it each would read ``intervals x input`` bytes (a
+reordered graph's random edges put sources of every interval in nearly every block), so with more than one
+interval and the input on disk the layer's sources are staged (:mod:`trainer.layerwise_staging`): for a group of
+up to :data:`~trainer.layerwise_staging.STAGE_GROUP` intervals, each interval's distinct source positions go to
+a small ids file, ONE forward pass over the input appends each interval's rows to its own rows file (the
+input's storage dtype: bit-identical rows), and each interval then reads its rows file forward. A layer reads
+``groups x input + 2 x staged`` bytes (``staged``: the intervals' distinct sources, about ``N`` plus the edges
+between intervals, written once and read once) and the scratch disk holds one group's staged rows at most. A
+group is staged only when that moves fewer bytes than its intervals reading the input each (known once its
+sources are listed: few intervals whose sources are most of the input read it directly, as before).
+
+The memory used is ``LayerwiseGraph.memory_bytes``: half for an interval's accumulators and edges (its staged
+source ids among them, 4 bytes each, int32 below 2**31 sources: within :data:`EDGE_BYTES`; while a group's
+sources are listed, no interval is in hand and the half holds a byte per source position, a range of them at a
+time), an eighth for two read windows -- the next window's rows are read on a thread while the current one's are
+computed with; the staging pass holds two windows of input rows and one interval's copy of some of them in it --
+and at most an eighth for each layer table kept in RAM. Besides the budget: a byte per node for the frontier
 and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`LayerwiseGraph.out_degree`) and,
-for GAT, the attention scores of a layer's sources
-(``4 * heads`` bytes each). The result equals the model's forward on the full-neighbourhood blocks up to float
-rounding (tests compare to 1e-5).
+for GAT, the attention scores of a layer's sources (``4 * heads`` bytes each; its score pass reads the input once
+more, and the weights index the scores by source position in the layer, not in the staged rows). The result
+equals the model's forward on the full-neighbourhood blocks up to float rounding (tests compare to 1e-5).
 
 :func:`layerwise_logits` returns the asked nodes' logits (the last table in RAM); :func:`layerwise_stream` hands
 the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
@@ -50,7 +63,7 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
+from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
@@ -73,6 +86,8 @@ WIDE_EDGE_BYTES = 48
 SOFTMAX_INDEX_BYTES = 8
 #: In-edges handled at once while a sort key is built or searched (bounds the int64 temporaries).
 _EDGE_PIECE = 1 << 20
+#: Source ids handed out at once while an interval's sources are listed (bounds their int64 temporaries).
+_ID_PIECE = 1 << 18
 
 
 @dataclass
@@ -209,9 +224,8 @@ def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) ->
 def _interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarray, own: bool, span: int
                       ) -> Iterator[np.ndarray]:
     """The positions in ``sources`` (sorted node ids) an interval's windows read: its rows' in-neighbours, and
-    the rows themselves when ``own`` (an own term or self loops), distinct and ascending, handed out a range of
-    ``span`` positions at a time (a byte marks each position of the range; the in-edges are read once a
-    range)."""
+    the rows themselves when ``own`` (an own term or self loops), distinct and ascending, in pieces of at most
+    :data:`_ID_PIECE` (a byte marks each position of a range of ``span``; the in-edges are read once a range)."""
     pieces = _cuts(_in_degree(graph, rows), _EDGE_PIECE, 1)
     mine = _positions(sources, rows, graph) if own else rows[:0]
     span = max(span, 1)
@@ -223,7 +237,8 @@ def _interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarr
             pos = _positions(sources, _in_edges(graph, rows[lo:hi])[0], graph)
             mark[pos[(pos >= s0) & (pos < s1)] - s0] = True
         mark[mine[(mine >= s0) & (mine < s1)] - s0] = True
-        yield np.flatnonzero(mark[: s1 - s0]) + s0
+        for lo in range(s0, s1, _ID_PIECE):
+            yield np.flatnonzero(mark[lo - s0 : min(lo + _ID_PIECE, s1) - s0]) + lo
 
 
 # ---------------------------------------------------------------------------------------------- the tables
@@ -258,6 +273,14 @@ class _Rows:
         assert self.file is not None
         file = FileRows(path, num_threads=self.num_threads, max_buffer_bytes=self.file.max_buffer_bytes)
         return _Rows(file=file, decode_dim=self.decode_dim, num_threads=self.num_threads)
+
+    def direct_bytes(self, positions: np.ndarray) -> int:
+        """Bytes of the file's blocks holding the rows at ``positions``: what reading them costs."""
+        assert self.file is not None
+        rows = np.asarray(positions if self.ids is None else self.ids[positions], dtype=np.int64)
+        off = self.file.data_offset + rows * self.file.row_bytes  # ascending, the rows distinct: a row's last
+        first, last = off // DATA_ALIGN, (off + self.file.row_bytes - 1) // DATA_ALIGN  # block <= the next's first
+        return DATA_ALIGN * (int((last - first + 1).sum()) - int(np.count_nonzero(first[1:] == last[:-1])))
 
     def storage(self) -> tuple[np.dtype, int]:
         """The file's row storage: dtype and values per row (a staged copy keeps them: bit-identical rows)."""
@@ -443,7 +466,12 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             try:
                 for a, b in group:
                     stage.add(_interval_sources(graph, targets[a:b], sources, bool(form.own_dim) or form.self_loops,
-                                                span))
+                                                span), inp.direct_bytes)
+                if not stage.pays(inp.file.num_rows * inp.file.row_bytes):  # few intervals, each needing much
+                    stage.close()
+                    for a, b in group:
+                        yield a, b, interval(a, b, inp, None, reader, scores)
+                    continue
                 stage.fill(inp.words, stage_window, reader)
                 stats["groups"] += 1
                 for k, (a, b) in enumerate(group):
@@ -565,8 +593,10 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                      device: torch.device | str = "cpu", report: list[dict[str, int]] | None = None) -> np.ndarray:
     """Full-neighbourhood logits of ``nodes`` (``(len(nodes), out_dim)`` float32), computed layer by layer over
     the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
-    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals`` and
-    ``bytes_read`` (from the feature file or the scratch table; 0 for a table in RAM)."""
+    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals``, ``bytes_read``
+    (every read of the layer's input -- the feature file or the scratch table; 0 for a table in RAM -- and of its
+    staged files), ``groups`` (the staging passes over the input; 0 when unstaged), ``bytes_staged`` (the staged
+    ids and rows written) and ``bytes_read_staged`` (the part of ``bytes_read`` that read them back)."""
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     _check_nodes(graph, nodes)
     asked = np.unique(nodes)

@@ -9,7 +9,9 @@ then ONE forward pass over the input, a window at a time (the next window read o
 interval of the group needs and appends each interval's rows to its own rows file (an aligned ``.npy`` in the
 input's storage dtype: float16 words stay float16, bit for bit); then each interval reads its rows file
 forward, every row of it needed. A layer reads ``groups x input + 2 x staged`` bytes. The files of an interval
-are removed as soon as it is done, so the disk holds one group's staged rows at most.
+are removed as soon as it is done, so the disk holds one group's staged rows at most. Once the sources are
+listed their staged size is known: a group whose staging would move more bytes than its intervals reading the
+input each (few intervals, each needing most of the input's blocks) is not staged (:meth:`StagedSources.pays`).
 
 :data:`STAGE_GROUP` bounds a group: open files (an ids mapping and a rows writer per interval) and the scratch
 disk. The pass holds two windows of rows (one read ahead), one interval's gathered rows and a mark per window
@@ -31,10 +33,13 @@ import numpy as np
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, open_array, release_pages
 
-__all__ = ["STAGE_GROUP", "StagedSources", "group_size", "read_ahead"]
+__all__ = ["STAGE_COST_FACTOR", "STAGE_GROUP", "StagedSources", "group_size", "read_ahead"]
 
 #: The most intervals staged by one pass over the input (0: no staging, every interval reads the input itself).
 STAGE_GROUP = 128
+#: A group is staged when its pass and staged bytes (:meth:`StagedSources.staged_cost`) times this are fewer than
+#: the bytes its intervals would read from the input themselves (0: always staged).
+STAGE_COST_FACTOR = 1.0
 
 Plan = TypeVar("Plan", bound=tuple)
 
@@ -83,16 +88,34 @@ class StagedSources:
         self.rows_paths: list[Path] = []
         self.bytes_written = 0
         self.bytes_read = 0
+        self.rows = 0  # staged rows of the group, once its sources are listed
+        self.direct_bytes = 0  # what its intervals would read from the input themselves
 
-    def add(self, parts: Iterable[np.ndarray]) -> None:
-        """An interval's distinct source positions, ascending over ``parts``, written to its ids file."""
+    def add(self, parts: Iterable[np.ndarray], direct: Callable[[np.ndarray], int]) -> None:
+        """An interval's distinct source positions, ascending over ``parts``, written to its ids file;
+        ``direct(positions)`` is what reading those rows from the input costs (bytes of the blocks holding
+        them)."""
         path = self.dir / f"{len(self.ids_paths)}.ids.npy"
         self.ids_paths.append(path)
         with ArrayWriter(path, self.id_dtype) as writer:
             for part in parts:
                 writer.append(part.astype(self.id_dtype, copy=False))
+                self.direct_bytes += direct(part)
         writer.close(checksum=False)
         self.bytes_written += writer.rows * self.id_dtype.itemsize
+        self.rows += writer.rows
+
+    def staged_cost(self, input_bytes: int) -> int:
+        """The bytes staging the listed intervals reads and writes: a pass over the input (at most
+        ``input_bytes``, at most what the intervals read directly), the rows written and read back, the ids read
+        twice."""
+        rows = self.rows * self.cols * self.dtype.itemsize
+        return min(input_bytes, self.direct_bytes) + 2 * rows + 2 * self.rows * self.id_dtype.itemsize
+
+    def pays(self, input_bytes: int) -> bool:
+        """Whether staging the listed intervals moves fewer bytes than their reading the input each
+        (:data:`STAGE_COST_FACTOR`)."""
+        return self.staged_cost(input_bytes) * STAGE_COST_FACTOR < self.direct_bytes
 
     def fill(self, read: Callable[[np.ndarray], np.ndarray], window: int, reader: ThreadPoolExecutor) -> None:
         """One forward pass over the input in windows of ``window`` positions: ``read(positions)`` (sorted) gives

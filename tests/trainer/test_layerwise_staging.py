@@ -48,6 +48,7 @@ def test_staged_layers_equal_one_interval(files, tmp_path, monkeypatch, model_na
     assert all(r["intervals"] == 1 and r["groups"] == 0 and r["bytes_staged"] == 0 for r in one)
 
     monkeypatch.setattr(staging, "STAGE_GROUP", 3)  # intervals of 37 nodes, groups of 3: several groups a layer
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)  # staged whether it pays or not
     tight = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
                            memory_bytes=0)
     report: list[dict[str, int]] = []
@@ -62,14 +63,17 @@ def test_staged_layers_equal_one_interval(files, tmp_path, monkeypatch, model_na
     assert not _files_under(tmp_path)
 
 
-def test_a_layer_reads_its_input_once_per_group_not_once_per_interval(tmp_path, monkeypatch):
+def _random_graph(path, n=4000, degree=8, dim=16):
     rng = np.random.default_rng(0)
-    n, degree, dim = 4000, 8, 16
     indices = rng.integers(0, n, n * degree)  # random edges: every interval needs rows from all over the file
     indptr = np.arange(0, n * degree + 1, degree, dtype=np.int64)
-    path = tmp_path / "x.npy"
     save_array(path, rng.normal(size=(n, dim)).astype(np.float32))
-    data = align_up(DATA_ALIGN + n * dim * 4) - DATA_ALIGN  # one pass over the file: every block of it
+    return indptr, indices, align_up(DATA_ALIGN + n * dim * 4) - DATA_ALIGN  # one pass over the file's data
+
+
+def test_a_layer_reads_its_input_once_per_group_not_once_per_interval(tmp_path, monkeypatch):
+    n, dim, path = 4000, 16, tmp_path / "x.npy"
+    indptr, indices, data = _random_graph(path)
     model = build_model("graphsage", in_dim=dim, hidden_dim=8, out_dim=3, num_layers=2, dropout=0.0)
     graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
                            chunk_nodes=100, memory_bytes=0)
@@ -89,9 +93,33 @@ def test_a_layer_reads_its_input_once_per_group_not_once_per_interval(tmp_path, 
     assert first["bytes_read"] < before["bytes_read"] / 2  # every edge random here: a staged row per edge
 
 
+def test_a_group_is_staged_only_when_that_moves_fewer_bytes(tmp_path, monkeypatch):
+    # 4 intervals of 1000 nodes, 8 random in-edges each: each interval needs ~88% of the file's blocks, and its
+    # ~7000 distinct sources would be staged and read back: more bytes than reading the file 4 times
+    n, dim, path = 4000, 16, tmp_path / "x.npy"
+    indptr, indices, data = _random_graph(path)
+    model = build_model("gcn", in_dim=dim, hidden_dim=8, out_dim=3, num_layers=1, dropout=0.0)
+    graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
+                           chunk_nodes=1000, memory_bytes=0)
+    kept: list[dict[str, int]] = []
+    want = layerwise_logits(model, graph, np.arange(n), report=kept)
+    monkeypatch.setattr(staging, "STAGE_GROUP", 0)
+    unstaged: list[dict[str, int]] = []
+    np.testing.assert_array_equal(layerwise_logits(model, graph, np.arange(n), report=unstaged), want)  # same path
+    assert kept[0]["intervals"] == 4 and kept[0]["groups"] == 0 and kept[0]["bytes_read"] == unstaged[0]["bytes_read"]
+    assert 0 < kept[0]["bytes_staged"] < n * 4 * 4  # only the listed ids were written
+    monkeypatch.setattr(staging, "STAGE_GROUP", 128)
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)  # forced: more bytes
+    forced: list[dict[str, int]] = []
+    np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(n), report=forced), want, rtol=0, atol=1e-5)
+    assert forced[0]["groups"] == 1 and forced[0]["bytes_read"] > kept[0]["bytes_read"]
+    assert [p.name for p in tmp_path.rglob("*")] == ["x.npy"]  # the listed ids removed too
+
+
 def test_an_interval_s_files_go_when_it_is_done(files, tmp_path, monkeypatch):
     indptr, indices, labels, paths = files
     monkeypatch.setattr(staging, "STAGE_GROUP", 4)
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
     model = build_model("gcn", in_dim=11, hidden_dim=8, out_dim=4, num_layers=1, dropout=0.0)
     graph = LayerwiseGraph(indptr, indices, paths["float16"], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
                            memory_bytes=0)
@@ -109,6 +137,7 @@ def test_an_interval_s_files_go_when_it_is_done(files, tmp_path, monkeypatch):
 def test_an_error_mid_layer_leaves_no_file_and_no_descriptor(files, tmp_path, monkeypatch, where):
     indptr, indices, labels, paths = files
     monkeypatch.setattr(staging, "STAGE_GROUP", 3)
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
     model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.0)
     graph = LayerwiseGraph(indptr, indices, paths["float16"], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
                            memory_bytes=0)
