@@ -85,6 +85,7 @@ class StagedSources:
         self.id_dtype = np.dtype(np.int32 if self.count < 1 << 31 else np.int64)
         self.dir = Path(tempfile.mkdtemp(dir=scratch, prefix="staged."))
         self.ids_paths: list[Path] = []
+        self.sizes: list[int] = []  # each interval's staged rows
         self.rows_paths: list[Path] = []
         self.bytes_written = 0
         self.bytes_read = 0
@@ -104,6 +105,7 @@ class StagedSources:
         writer.close(checksum=False)
         self.bytes_written += writer.rows * self.id_dtype.itemsize
         self.rows += writer.rows
+        self.sizes.append(writer.rows)
 
     def staged_cost(self, input_bytes: int) -> int:
         """The bytes staging the listed intervals reads and writes: a pass over the input (at most
@@ -121,7 +123,8 @@ class StagedSources:
         """One forward pass over the input in windows of ``window`` positions: ``read(positions)`` (sorted) gives
         their rows as float32 words ``(len, cols * itemsize / 4)``, read a window ahead on ``reader``; each
         interval's rows in the window are appended to its rows file."""
-        ids = [open_array(path) for path in self.ids_paths]
+        ids = [open_array(path) if size else np.empty(0, self.id_dtype)  # an empty file cannot be mapped
+               for path, size in zip(self.ids_paths, self.sizes, strict=True)]
         at = [0] * len(ids)  # each interval's first id not yet staged
         writers: list[ArrayWriter] = []
         try:

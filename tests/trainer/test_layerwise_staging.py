@@ -171,3 +171,28 @@ def test_an_error_mid_layer_leaves_no_file_and_no_descriptor(files, tmp_path, mo
     assert calls and model.training
     assert not _files_under(tmp_path)
     assert len(os.listdir("/proc/self/fd")) == fds  # the ids mappings and the rows writers closed
+
+
+def test_staged_rows_are_the_input_s_bits_in_its_storage_dtype(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(4)
+    halves = rng.normal(size=(50, 6)).astype(np.float16)  # 3 float32 words a row, as a float16 file stores them
+    words = halves.view(np.float32)
+    stage = staging.StagedSources(tmp_path, 50, np.float16, 6)
+    wanted = [np.array([0, 7, 8, 31, 49]), np.empty(0, np.int64), np.arange(3, 50, 4)]  # one interval needs none
+    for ids in wanted:
+        stage.add([ids[ids < 20], ids[ids >= 20]], lambda p: DATA_ALIGN * len(p))
+    reads = []
+    with ThreadPoolExecutor(1) as reader:
+        stage.fill(lambda p: reads.append(p) or words[p], 8, reader)
+    assert np.array_equal(np.concatenate(reads), np.union1d(wanted[0], wanted[2]))  # one pass, each row once
+    for k, ids in enumerate(wanted):
+        assert np.array_equal(stage.ids(k), ids)
+        got = np.load(stage.rows_path(k))
+        assert got.dtype == np.float16 and np.array_equal(got.view(np.uint16), halves[ids].view(np.uint16))
+        stage.remove(k)
+        assert not stage.rows_path(k).exists()
+    assert stage.bytes_written == 4 * 17 + 2 * 6 * 17  # 17 ids (int32) and their rows
+    stage.close()
+    assert not list(tmp_path.iterdir())
