@@ -8,22 +8,35 @@ last layer for the nodes asked about, each earlier layer for the next one's targ
 
 Each layer is a push computation (:mod:`trainer.layerwise_forms`): a destination's output is a finish over the
 sum of its in-neighbours' messages, and a message depends on one source row. So a layer runs over intervals of
-its destinations (as many as their accumulators and in-edges allow in the memory budget), and for each interval
-the input table is read once, in source order, in windows: each window reads only the rows the interval's
-edges need (sorted, so the reads are block-merged and move forward through the file), turns them into messages
-and adds them into the accumulators. The input of layer 0 is the feature file (aligned direct reads,
+its destinations (as many as their accumulators and in-edges allow in the memory budget), and each interval
+reads its rows in source order, in windows: each window reads only the rows the interval's edges need (sorted,
+so the reads are block-merged and move forward through the file), turns them into messages and adds them into
+the accumulators. The input of layer 0 is the feature file (aligned direct reads,
 :class:`trainer.features.FileRows`; float16 files decoded), of later layers the previous layer's output table
 (in RAM when small, else an aligned ``.npy`` scratch file read the same way). A table is written once,
-sequentially, in destination order. With the budget large enough for one interval, every input row is read
-once per layer.
+sequentially, in destination order.
 
-The memory used is ``LayerwiseGraph.memory_bytes`` (half for an interval's accumulators and edges, an eighth
-for two read windows -- the next window's rows are read on a thread while the current one's are computed with --
-at most an eighth for each layer table kept in RAM), plus a byte per node for the frontier
+One interval reads the input once. Many intervals reading it each would read ``intervals x input`` bytes (a
+reordered graph's random edges put sources of every interval in nearly every block), so with more than one
+interval and the input on disk the layer's sources are staged (:mod:`trainer.layerwise_staging`): for a group of
+up to :data:`~trainer.layerwise_staging.STAGE_GROUP` intervals, each interval's distinct source positions go to
+a small ids file, ONE forward pass over the input appends each interval's rows to its own rows file (the
+input's storage dtype: bit-identical rows), and each interval then reads its rows file forward. A layer reads
+``groups x input + 2 x staged`` bytes (``staged``: the intervals' distinct sources, about ``N`` plus the edges
+between intervals, written once and read once) and the scratch disk holds one group's staged rows at most. A
+group is staged only when that moves fewer bytes than its intervals reading the input each (known once its
+sources are listed: few intervals whose sources are most of the input read it directly, as before).
+
+The memory used is ``LayerwiseGraph.memory_bytes``: half for an interval's accumulators and edges (its staged
+source ids among them, 4 bytes each, int32 below 2**31 sources: within :data:`EDGE_BYTES`; while a group's
+sources are listed, no interval is in hand and the half holds a byte per source position, a range of them at a
+time), an eighth for two read windows -- the next window's rows are read on a thread while the current one's are
+computed with; the staging pass holds two windows of input rows and one interval's copy of some of them in it --
+and at most an eighth for each layer table kept in RAM. Besides the budget: a byte per node for the frontier
 and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`LayerwiseGraph.out_degree`) and,
-for GAT, the attention scores of a layer's sources
-(``4 * heads`` bytes each). The result equals the model's forward on the full-neighbourhood blocks up to float
-rounding (tests compare to 1e-5).
+for GAT, the attention scores of a layer's sources (``4 * heads`` bytes each; its score pass reads the input once
+more, and the weights index the scores by source position in the layer, not in the staged rows). The result
+equals the model's forward on the full-neighbourhood blocks up to float rounding (tests compare to 1e-5).
 
 :func:`layerwise_logits` returns the asked nodes' logits (the last table in RAM); :func:`layerwise_stream` hands
 the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
@@ -40,23 +53,23 @@ import functools
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
+from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
 from trainer.gcn import GCNConv
 from trainer.layerwise_forms import LayerForm, layer_form
+from trainer.layerwise_staging import StagedSources, group_size, read_ahead
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
 __all__ = ["LayerwiseGraph", "LayerwiseRows", "layerwise_accuracies", "layerwise_accuracy", "layerwise_logits",
@@ -73,6 +86,8 @@ WIDE_EDGE_BYTES = 48
 SOFTMAX_INDEX_BYTES = 8
 #: In-edges handled at once while a sort key is built or searched (bounds the int64 temporaries).
 _EDGE_PIECE = 1 << 20
+#: Source ids handed out at once while an interval's sources are listed (bounds their int64 temporaries).
+_ID_PIECE = 1 << 18
 
 
 @dataclass
@@ -206,6 +221,26 @@ def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) ->
     return np.flatnonzero(member)
 
 
+def _interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarray, own: bool, span: int
+                      ) -> Iterator[np.ndarray]:
+    """The positions in ``sources`` (sorted node ids) an interval's windows read: its rows' in-neighbours, and
+    the rows themselves when ``own`` (an own term or self loops), distinct and ascending, in pieces of at most
+    :data:`_ID_PIECE` (a byte marks each position of a range of ``span``; the in-edges are read once a range)."""
+    pieces = _cuts(_in_degree(graph, rows), _EDGE_PIECE, 1)
+    mine = _positions(sources, rows, graph) if own else rows[:0]
+    span = max(span, 1)
+    mark = np.zeros(min(span, len(sources)), dtype=bool)
+    for s0 in range(0, len(sources), span):
+        s1 = min(s0 + span, len(sources))
+        mark[:] = False
+        for lo, hi in pieces:
+            pos = _positions(sources, _in_edges(graph, rows[lo:hi])[0], graph)
+            mark[pos[(pos >= s0) & (pos < s1)] - s0] = True
+        mark[mine[(mine >= s0) & (mine < s1)] - s0] = True
+        for lo in range(s0, s1, _ID_PIECE):
+            yield np.flatnonzero(mark[lo - s0 : min(lo + _ID_PIECE, s1) - s0]) + lo
+
+
 # ---------------------------------------------------------------------------------------------- the tables
 class _Rows:
     """A layer's input rows by position: the feature file (positions map to node ids), a table on disk, or a
@@ -222,12 +257,36 @@ class _Rows:
     def read(self, positions: np.ndarray) -> torch.Tensor:
         if self.table is not None:
             return torch.from_numpy(kernels.gather_rows(self.table, positions, num_threads=self.num_threads))
+        x = torch.from_numpy(self.words(positions))
+        return decode_half_words(x, self.decode_dim) if self.decode_dim else x
+
+    def words(self, positions: np.ndarray) -> np.ndarray:
+        """The file's rows at ``positions`` (sorted) as stored: float32 words (float16 pairs undecoded)."""
         assert self.file is not None
         rows = positions if self.ids is None else self.ids[positions]
         words = np.empty((len(rows), self.file.feature_dim), dtype=np.float32)
         self.bytes_read += self.file.read(rows, words, merge=True)
-        x = torch.from_numpy(words)
-        return decode_half_words(x, self.decode_dim) if self.decode_dim else x
+        return words
+
+    def staged(self, path: Path) -> _Rows:
+        """The same kind of rows from ``path``, an interval's staged rows file (read by position, decoded alike)."""
+        assert self.file is not None
+        file = FileRows(path, num_threads=self.num_threads, max_buffer_bytes=self.file.max_buffer_bytes)
+        return _Rows(file=file, decode_dim=self.decode_dim, num_threads=self.num_threads)
+
+    def direct_bytes(self, positions: np.ndarray) -> int:
+        """Bytes of the file's blocks holding the rows at ``positions``: what reading them costs."""
+        assert self.file is not None
+        rows = np.asarray(positions if self.ids is None else self.ids[positions], dtype=np.int64)
+        off = self.file.data_offset + rows * self.file.row_bytes  # ascending, the rows distinct: a row's last
+        first, last = off // DATA_ALIGN, (off + self.file.row_bytes - 1) // DATA_ALIGN  # block <= the next's first
+        return DATA_ALIGN * (int((last - first + 1).sum()) - int(np.count_nonzero(first[1:] == last[:-1])))
+
+    def storage(self) -> tuple[np.dtype, int]:
+        """The file's row storage: dtype and values per row (a staged copy keeps them: bit-identical rows)."""
+        assert self.file is not None
+        return (np.dtype(np.float16), 2 * self.file.feature_dim) if self.file.half else (np.dtype(np.float32),
+                                                                                          self.file.feature_dim)
 
     def close(self) -> None:
         if self.file is not None:
@@ -298,24 +357,6 @@ def _windows(count: int, size: int) -> range:
     return range(0, count, max(size, 1))
 
 
-Plan = TypeVar("Plan", bound=tuple)
-
-
-def _read_ahead(plans: Iterable[Plan], read: Callable[[np.ndarray], torch.Tensor], reader: ThreadPoolExecutor
-                ) -> Iterator[tuple[Plan, torch.Tensor]]:
-    """Each window plan with its input rows (``read(plan[-1])``, the plan's last item the positions to read),
-    the next window's rows being read on ``reader`` while the caller computes with these: at most two windows'
-    rows in hand."""
-    pending = None
-    for plan in plans:
-        future = reader.submit(read, plan[-1])
-        if pending is not None:
-            yield pending[0], pending[1].result()
-        pending = (plan, future)
-    if pending is not None:
-        yield pending[0], pending[1].result()
-
-
 def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_pos: np.ndarray, window: int,
                       device: torch.device, reader: ThreadPoolExecutor) -> tuple[torch.Tensor, torch.Tensor]:
     """GAT's first pass over the input (a window read ahead): every source's score as a source (|S|, H) and
@@ -324,7 +365,7 @@ def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_p
     score_dst = torch.empty(len(target_pos), form.heads, device=device)
     plans = ((p0, min(p0 + window, len(sources)), np.arange(p0, min(p0 + window, len(sources))))
              for p0 in _windows(len(sources), window))
-    for (p0, p1, _), rows in _read_ahead(plans, inp.read, reader):
+    for (p0, p1, _), rows in read_ahead(plans, inp.read, reader):
         as_src, as_dst = form.scores(rows.to(device))  # type: ignore[attr-defined]
         score_src[p0:p1] = as_src
         k0, k1 = np.searchsorted(target_pos, [p0, p1])
@@ -333,12 +374,15 @@ def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_p
 
 
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
-               graph: LayerwiseGraph, budget: _Budget, device: torch.device
-               ) -> Iterator[tuple[int, int, np.ndarray]]:
+               graph: LayerwiseGraph, budget: _Budget, device: torch.device, scratch: Path,
+               stats: dict[str, int]) -> Iterator[tuple[int, int, np.ndarray]]:
     """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``), one interval at a time:
     ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
     input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
-    flight while an interval's rows are handed out."""
+    flight while an interval's rows are handed out. With more than one interval and the input on disk, the
+    intervals' rows are staged in ``scratch`` a group at a time (:mod:`trainer.layerwise_staging`); ``stats``
+    receives ``groups`` (the staging passes over the input), ``bytes_staged`` (written) and
+    ``bytes_read_staged`` (read back)."""
     target_pos = _positions(sources, targets, graph)  # (|T|,) sorted: targets are sources too
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
@@ -349,13 +393,14 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     kept_own = 0 if form.own_in_acc else form.own_dim
     intervals = _interval_cuts(graph, targets, 4 * (form.acc_dim + kept_own), edge_cost, form.self_loops,
                                budget.interval, graph.chunk_nodes)
+    per_group = group_size(len(intervals)) if inp.file is not None else 0  # a table in RAM is re-read for free
 
-    def plans(pos: np.ndarray, mine: np.ndarray) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
-        """Each read window's edges ``[e0, e1)`` (``pos``: their sources' positions), own rows ``[k0, k1)``
-        (``mine``: the interval's targets' positions) and the input rows it needs."""
+    def plans(pos: np.ndarray, mine: np.ndarray, count: int) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
+        """Each read window's edges ``[e0, e1)`` (``pos``: their sources' positions among ``count`` input rows),
+        own rows ``[k0, k1)`` (``mine``: the interval's targets' positions) and the input rows it needs."""
         wanted = np.zeros(window, dtype=bool)  # the window's rows some edge or own term needs
-        for p0 in _windows(len(sources), window):
-            p1 = min(p0 + window, len(sources))
+        for p0 in _windows(count, window):
+            p1 = min(p0 + window, count)
             # bounds of pos's own dtype: a list of Python ints would cast the whole of pos at every window
             e0, e1 = np.searchsorted(pos, np.array([p0, p1], dtype=pos.dtype))
             k0, k1 = np.searchsorted(mine, [p0, p1])
@@ -367,35 +412,83 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
                 wanted[mine[k0:k1] - p0] = True
             yield int(e0), int(e1), int(k0), int(k1), np.flatnonzero(wanted[: p1 - p0]) + p0
 
+    def interval(a: int, b: int, rows_in: _Rows, ids: np.ndarray | None, reader: ThreadPoolExecutor,
+                 scores: tuple[torch.Tensor, torch.Tensor] | None) -> np.ndarray:
+        """The outputs of ``targets[a:b]``, their input rows read from ``rows_in``: the input itself (``ids``
+        None: by position in ``sources``) or the interval's staged rows (position ``k`` holds ``ids[k]``)."""
+        pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
+        dst_t = torch.from_numpy(dst).to(device)
+        del dst
+        weights = None
+        if scores is not None:  # the scores are indexed by position in `sources`
+            weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
+                                   dst_t.long())  # (E, H); the softmax's scatter takes int64 indexes
+        if ids is None:
+            mine, count = target_pos[a:b], len(sources)  # the interval's own rows, sorted
+        else:  # positions among the staged rows, in place (still ascending)
+            for lo in range(0, len(pos), _EDGE_PIECE):
+                pos[lo : lo + _EDGE_PIECE] = np.searchsorted(ids, pos[lo : lo + _EDGE_PIECE])
+            mine = np.searchsorted(ids, target_pos[a:b]) if form.own_dim else target_pos[:0]
+            count = len(ids)
+        degree = torch.from_numpy(_in_degree(graph, targets[a:b])).to(device)  # (D,)
+        acc = torch.zeros(b - a, form.acc_dim, device=device)
+        own = torch.empty(b - a, kept_own, device=device)
+        for (e0, e1, k0, k1, need), rows in read_ahead(plans(pos, mine, count), rows_in.read, reader):
+            x = rows.to(device)  # (len(need), in_dim)
+            if e1 > e0:
+                messages = form.messages(x, torch.from_numpy(sources[need if ids is None else ids[need]]))
+                src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
+                _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
+            if k1 > k0 and form.own_dim:
+                at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
+                term = form.own(x.index_select(0, at), degree[k0:k1])
+                if form.own_in_acc:
+                    acc[k0:k1] += term
+                else:
+                    own[k0:k1] = term
+        y = form.finish(acc, own, degree)
+        return (y if last else F.relu(y)).float().cpu().numpy()
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-layerwise-read") as reader:
         scores = _attention_scores(form, inp, sources, target_pos, window, device, reader) if form.heads else None
-        for a, b in intervals:
-            pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
-            dst_t = torch.from_numpy(dst).to(device)
-            del dst
-            weights = None
-            if scores is not None:
-                weights = form.weights(scores[0][torch.from_numpy(pos).to(device)], scores[1][a:b],  # type: ignore[attr-defined]
-                                       dst_t.long())  # (E, H); the softmax's scatter takes int64 indexes
-            degree = torch.from_numpy(_in_degree(graph, targets[a:b])).to(device)  # (D,)
-            acc = torch.zeros(b - a, form.acc_dim, device=device)
-            own = torch.empty(b - a, kept_own, device=device)
-            mine = target_pos[a:b]  # the interval's own rows, sorted
-            for (e0, e1, k0, k1, need), rows in _read_ahead(plans(pos, mine), inp.read, reader):
-                x = rows.to(device)  # (len(need), in_dim)
-                if e1 > e0:
-                    messages = form.messages(x, torch.from_numpy(sources[need]))
-                    src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
-                    _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
-                if k1 > k0 and form.own_dim:
-                    at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
-                    term = form.own(x.index_select(0, at), degree[k0:k1])
-                    if form.own_in_acc:
-                        acc[k0:k1] += term
-                    else:
-                        own[k0:k1] = term
-            y = form.finish(acc, own, degree)
-            yield a, b, (y if last else F.relu(y)).float().cpu().numpy()
+        if not per_group:
+            for a, b in intervals:
+                yield a, b, interval(a, b, inp, None, reader, scores)
+            return
+        dtype, cols = inp.storage()
+        assert inp.file is not None
+        # the pass holds two windows of input rows (one read ahead) and one interval's copy of some: 3 rows a row
+        stage_window = max(graph.chunk_nodes, budget.window // (3 * inp.file.row_bytes + 32))
+        span = max(budget.interval, graph.chunk_nodes)  # positions marked at once while sources are listed
+        for g in range(0, len(intervals), per_group):
+            group = intervals[g : g + per_group]
+            stage = StagedSources(scratch, len(sources), dtype, cols)
+            try:
+                for a, b in group:
+                    stage.add(_interval_sources(graph, targets[a:b], sources, bool(form.own_dim) or form.self_loops,
+                                                span), inp.direct_bytes)
+                if not stage.pays(inp.file.num_rows * inp.file.row_bytes):  # few intervals, each needing much
+                    stage.close()
+                    for a, b in group:
+                        yield a, b, interval(a, b, inp, None, reader, scores)
+                    continue
+                stage.fill(inp.words, stage_window, reader)
+                stats["groups"] += 1
+                for k, (a, b) in enumerate(group):
+                    ids = stage.ids(k)
+                    rows_in = inp.staged(stage.rows_path(k))
+                    try:
+                        y = interval(a, b, rows_in, ids, reader, scores)
+                    finally:
+                        rows_in.close()
+                        stats["bytes_read_staged"] += rows_in.bytes_read
+                    stage.remove(k)  # the disk holds one group's staged rows at most
+                    del ids
+                    yield a, b, y
+            finally:
+                stats["bytes_staged"] += stage.bytes_written
+                stats["bytes_read_staged"] += stage.bytes_read
+                stage.close()
 
 
 # ---------------------------------------------------------------------------------------------- inference
@@ -462,11 +555,14 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
             for i, form in enumerate(forms):
                 sources, mine = targets[i], targets[i + 1]
                 intervals = 0
+                stats = {"groups": 0, "bytes_staged": 0, "bytes_read_staged": 0}
+                run = functools.partial(_run_layer, form, i == num_layers - 1, inp, sources, mine, graph, budget,
+                                        device, scratch, stats)
                 if i < num_layers - 1:
                     out = _Table(len(mine), form.out_dim, len(mine) * form.out_dim * 4 <= budget.table,
                                  Path(scratch), max(budget.window, 1 << 20))
                     try:
-                        for _, _, y in _run_layer(form, False, inp, sources, mine, graph, budget, device):
+                        for _, _, y in run():
                             out.append(y)
                             intervals += 1
                     except BaseException:
@@ -474,12 +570,12 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                         raise
                 else:
                     own = _positions(sources, mine, graph) if hidden else None  # the targets' input rows
-                    for a, b, y in _run_layer(form, True, inp, sources, mine, graph, budget, device):
+                    for a, b, y in run():
                         h = inp.read(own[a:b]).numpy() if own is not None else None
                         intervals += 1
                         yield LayerwiseRows(mine[a:b], y, h)
                 step = {"targets": len(mine), "sources": len(sources), "intervals": intervals,
-                        "bytes_read": inp.bytes_read}
+                        "bytes_read": inp.bytes_read + stats["bytes_read_staged"], **stats}
                 log.info("layer-wise layer %d: %s", i, step)
                 if report is not None:
                     report.append(step)
@@ -497,8 +593,10 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                      device: torch.device | str = "cpu", report: list[dict[str, int]] | None = None) -> np.ndarray:
     """Full-neighbourhood logits of ``nodes`` (``(len(nodes), out_dim)`` float32), computed layer by layer over
     the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
-    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals`` and
-    ``bytes_read`` (from the feature file or the scratch table; 0 for a table in RAM)."""
+    ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals``, ``bytes_read``
+    (every read of the layer's input -- the feature file or the scratch table; 0 for a table in RAM -- and of its
+    staged files), ``groups`` (the staging passes over the input; 0 when unstaged), ``bytes_staged`` (the staged
+    ids and rows written) and ``bytes_read_staged`` (the part of ``bytes_read`` that read them back)."""
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     _check_nodes(graph, nodes)
     asked = np.unique(nodes)

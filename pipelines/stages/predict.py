@@ -94,7 +94,7 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
                       about: dict[str, str], progress: Progress | None = None) -> dict[str, Any]:
     """Write ``path`` (the Parquet of the module docstring) for every node of ``reorder``'s graph, scored by
     ``train``'s model; returns the stats (rows, classes, the embedding and its width, the predicted class
-    counts, the layer-wise passes)."""
+    counts, the layer-wise passes: intervals and staging groups per layer, bytes read and staged)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -164,7 +164,9 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
             "embedding_dim": dim if pc.embedding != "none" else 0, "named_nodes": named,
             "predicted_class_counts": counts.tolist(), "intervals": report[-1]["intervals"] if report else 0,
             "layer_intervals": [step["intervals"] for step in report],
-            "bytes_read": int(sum(step["bytes_read"] for step in report)), "predictions_bytes": path.stat().st_size}
+            "layer_groups": [step["groups"] for step in report],
+            "bytes_read": int(sum(step["bytes_read"] for step in report)),
+            "bytes_staged": int(sum(step["bytes_staged"] for step in report)), "predictions_bytes": path.stat().st_size}
 
 
 def lookup(path: str | Path, node_ids: Sequence[int] | Sequence[str], columns: Sequence[str] | None = None

@@ -84,6 +84,9 @@ def test_predictions_equal_the_full_forward(trained: dict[str, Any], memory_mb: 
     np.testing.assert_allclose(table["probability"].to_numpy(), softmax(logits).max(axis=1), rtol=0, atol=1e-5)
     # a tiny budget: layers in several intervals (the last one's few rows fit one); else one interval a layer
     assert (max(stats["layer_intervals"]) > 1) == (memory_mb == 1)
+    # several intervals: their sources listed to a scratch file, staged when that moves fewer bytes (here not)
+    assert (stats["bytes_staged"] > 0) == (memory_mb == 1)
+    assert len(stats["layer_groups"]) == len(stats["layer_intervals"])
     assert pq.ParquetFile(path).metadata.num_row_groups == -(-n // 700)
     assert stats["predicted_class_counts"] == np.bincount(logits.argmax(axis=1), minlength=6).tolist()
     assert not list((tmp_path / "scratch").iterdir())  # scratch tables removed
