@@ -19,11 +19,12 @@ Raw files (anything that is not `.npy`, e.g. ``packed.bin``) are described by a 
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
 import hashlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +38,7 @@ __all__ = [
     "ArrayWriter",
     "FileInfo",
     "advise_random",
+    "random_access",
     "align_up",
     "blocks_of_rows",
     "file_checksum",
@@ -380,6 +382,23 @@ def advise_random(*arrays: Any) -> int:
             base.madvise(_mmap.MADV_RANDOM)
             advised += 1
     return advised
+
+
+@contextlib.contextmanager
+def random_access(*arrays: Any) -> Iterator[None]:
+    """:func:`advise_random` on ``arrays`` for the block, then the default read-around again
+    (``MADV_NORMAL``): a mapping shared with sequential readers (an artifact's cached arrays) keeps its
+    read-ahead outside the block."""
+    import mmap as _mmap
+
+    advise_random(*arrays)
+    try:
+        yield
+    finally:
+        for array in arrays:
+            base = _mapping_of(array)
+            if base is not None and hasattr(_mmap, "MADV_NORMAL"):
+                base.madvise(_mmap.MADV_NORMAL)
 
 
 def release_pages(array: Any) -> bool:
