@@ -55,7 +55,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,12 +63,25 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
+from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, read_header
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
 from trainer.gcn import GCNConv
 from trainer.layerwise_forms import LayerForm, layer_form
+from trainer.layerwise_graph import (
+    EDGE_BYTES,
+    EDGE_PIECE,
+    WIDE_EDGE_BYTES,
+    LayerwiseGraph,
+    by_source,
+    in_degrees,
+    interval_cuts,
+    interval_sources,
+    packable,
+    positions_in,
+    with_neighbours,
+)
 from trainer.layerwise_staging import StagedSources, group_size, read_ahead
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
@@ -77,168 +90,8 @@ __all__ = ["LayerwiseGraph", "LayerwiseRows", "layerwise_accuracies", "layerwise
 
 log = logging.getLogger(__name__)
 
-#: Bytes an in-edge of an interval costs at most while it is processed (:func:`_by_source`): 16 at the peak
-#: (the int64 sort key, then the int32 destination and source position beside it), 8 at rest, plus a margin.
-EDGE_BYTES = 20
-#: The same when node ids do not fit the packed sort key (2**31 nodes or more): int64 arrays and an argsort.
-WIDE_EDGE_BYTES = 48
 #: GAT's edge softmax indexes by int64 destinations: a copy of them while an interval's weights are computed.
 SOFTMAX_INDEX_BYTES = 8
-#: In-edges handled at once while a sort key is built or searched (bounds the int64 temporaries).
-_EDGE_PIECE = 1 << 20
-#: Source ids handed out at once while an interval's sources are listed (bounds their int64 temporaries).
-_ID_PIECE = 1 << 18
-
-
-@dataclass
-class LayerwiseGraph:
-    """What layer-wise evaluation reads: the full CSR, the feature file, labels and the evaluation splits.
-
-    ``feature_dim`` is the model's input width (a float16 file's rows are decoded to it); ``memory_bytes`` the
-    memory inference works in (see the module docstring; layer tables beyond their share go to aligned
-    ``.npy`` files in ``scratch_dir``, default the system's temporary directory); ``chunk_nodes`` the smallest
-    step: every interval holds at least this many destinations and every read window this many sources.
-    """
-
-    indptr: np.ndarray  # int64 (N + 1,)
-    indices: np.ndarray  # int64 (E,)
-    features_path: Path
-    feature_dim: int
-    labels: np.ndarray  # int64 (N,)
-    splits: dict[str, np.ndarray] = field(default_factory=dict)  # split -> node ids
-    scratch_dir: Path | None = None
-    chunk_nodes: int = 8192
-    memory_bytes: int = 256 << 20
-    num_threads: int = 0
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.indptr) - 1
-
-    @functools.cached_property
-    def out_degree(self) -> torch.Tensor:
-        """Every node's out-degree in the full graph plus its self loop (N,) (GCN's normalisation), counted once
-        per graph in slices of ``indices``."""
-        step = 1 << 24
-        count = np.ones(self.num_nodes, dtype=np.int64)
-        for lo in range(0, len(self.indices), step):  # counted in place in C: no N-entry bincount per slice
-            kernels.csr_count(np.asarray(self.indices[lo : lo + step]), count)
-            release_pages(self.indices)  # streamed once
-        return torch.from_numpy(count)
-
-
-# ---------------------------------------------------------------------------------------------- the graph
-def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The in-edges of ``rows`` (node ids): their sources (node ids) and destinations (positions in ``rows``),
-    in CSR order."""
-    starts = np.asarray(graph.indptr[rows], dtype=np.int64)
-    counts = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - starts  # (len(rows),)
-    offsets = segment_ranges(counts)  # edge k of row r sits at starts[r] + k in `indices`
-    offsets += np.repeat(starts, counts)
-    src = np.asarray(graph.indices[offsets], dtype=np.int64)  # sorted offsets: forward reads of a memmap
-    return src, np.repeat(np.arange(len(rows), dtype=np.int64), counts)
-
-
-def _packable(graph: LayerwiseGraph, rows: int) -> bool:
-    """Whether (source id, destination position) pairs fit one int64 sort key and int32 positions: 31 bits
-    each."""
-    return graph.num_nodes < 1 << 31 and rows < 1 << 31
-
-
-def _by_source(graph: LayerwiseGraph, rows: np.ndarray, self_loops: bool, sources: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The in-edges of ``rows`` (plus a self loop each when ``self_loops``) in source order: the sources'
-    positions in ``sources`` (sorted node ids holding every source) and the destinations' positions in ``rows``.
-    The pairs are packed into one int64 key, built a piece of rows at a time and sorted in place, and come back
-    as int32 positions (:data:`EDGE_BYTES`); ordered by an argsort into int64 ones when they do not fit
-    (:data:`WIDE_EDGE_BYTES`)."""
-    loops = np.arange(len(rows) if self_loops else 0, dtype=np.int64)  # destination positions of the loops
-    loop_src = rows if self_loops else rows[:0]
-    if not _packable(graph, len(rows)):
-        src, dst = _in_edges(graph, rows)
-        src = np.concatenate([src, loop_src])
-        dst = np.concatenate([dst, loops])
-        order = np.argsort(src, kind="stable")
-        return np.searchsorted(sources, src[order]), dst[order]
-    in_degree = _in_degree(graph, rows)
-    key = np.empty(int(in_degree.sum()) + len(loops), dtype=np.int64)
-    at = 0
-    for lo, hi in _cuts(in_degree, _EDGE_PIECE, 1):  # rows with at most a piece of in-edges (or one hub)
-        src, dst = _in_edges(graph, rows[lo:hi])
-        np.left_shift(src, 32, out=key[at : at + len(src)])
-        key[at : at + len(src)] |= dst + lo
-        at += len(src)
-    key[at:] = (loop_src << 32) | loops
-    key.sort()  # by source, then destination
-    dst = np.empty(len(key), dtype=np.int32)
-    np.bitwise_and(key, 0xFFFFFFFF, out=dst, casting="unsafe")
-    np.right_shift(key, 32, out=key)  # the sources' ids, in place
-    pos = np.empty(len(key), dtype=np.int32)
-    for lo in range(0, len(key), _EDGE_PIECE):
-        pos[lo : lo + _EDGE_PIECE] = np.searchsorted(sources, key[lo : lo + _EDGE_PIECE])
-    return pos, dst
-
-
-def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
-    return np.asarray(graph.indptr[rows + 1], dtype=np.int64) - np.asarray(graph.indptr[rows], dtype=np.int64)
-
-
-def _positions(sources: np.ndarray, targets: np.ndarray, graph: LayerwiseGraph) -> np.ndarray:
-    """Positions of ``targets`` in ``sources`` (sorted node ids holding them). When ``sources`` is every node (a
-    pass over the whole graph) a node's position is its id: ``targets`` itself, not another N-entry array."""
-    return targets if len(sources) == graph.num_nodes else np.searchsorted(sources, targets)
-
-
-def _interval_cuts(graph: LayerwiseGraph, targets: np.ndarray, row_bytes: int, edge_cost: int, self_loops: bool,
-                   budget: int, min_rows: int) -> list[tuple[int, int]]:
-    """:func:`_cuts` of the targets' costs ``row_bytes + edge_cost * (in-degree + self loop)``, with the running
-    sum built a piece of targets at a time: the in-degrees and costs of every target are never held (at 100M
-    targets they were 24 bytes a node beside the running sum)."""
-    n = len(targets)
-    cum = np.zeros(n + 1, dtype=np.int64)
-    for lo in range(0, n, _EDGE_PIECE):
-        hi = min(n, lo + _EDGE_PIECE)
-        cost = row_bytes + edge_cost * (_in_degree(graph, targets[lo:hi]) + int(self_loops))
-        np.cumsum(cost, out=cum[lo + 1 : hi + 1])
-        cum[lo + 1 : hi + 1] += cum[lo]
-    bounds = row_ranges(cum, budget, min_rows)
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-
-
-def _cuts(costs: np.ndarray, budget: int, min_rows: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of ``costs``' rows whose summed cost stays within ``budget`` (:func:`row_ranges` over
-    their running sum: a range holds at least ``min_rows`` rows, or one row over budget on its own)."""
-    bounds = row_ranges(np.concatenate([[0], np.cumsum(costs, dtype=np.int64)]), budget, min_rows)
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-
-
-def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) -> np.ndarray:
-    """``rows`` and their in-neighbours, sorted and distinct (in slices of at most ``max_edges`` edges)."""
-    member = np.zeros(graph.num_nodes, dtype=bool)
-    member[rows] = True
-    for lo, hi in _cuts(_in_degree(graph, rows), max_edges, 1):
-        member[_in_edges(graph, rows[lo:hi])[0]] = True
-    return np.flatnonzero(member)
-
-
-def _interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarray, own: bool, span: int
-                      ) -> Iterator[np.ndarray]:
-    """The positions in ``sources`` (sorted node ids) an interval's windows read: its rows' in-neighbours, and
-    the rows themselves when ``own`` (an own term or self loops), distinct and ascending, in pieces of at most
-    :data:`_ID_PIECE` (a byte marks each position of a range of ``span``; the in-edges are read once a range)."""
-    pieces = _cuts(_in_degree(graph, rows), _EDGE_PIECE, 1)
-    mine = _positions(sources, rows, graph) if own else rows[:0]
-    span = max(span, 1)
-    mark = np.zeros(min(span, len(sources)), dtype=bool)
-    for s0 in range(0, len(sources), span):
-        s1 = min(s0 + span, len(sources))
-        mark[:] = False
-        for lo, hi in pieces:
-            pos = _positions(sources, _in_edges(graph, rows[lo:hi])[0], graph)
-            mark[pos[(pos >= s0) & (pos < s1)] - s0] = True
-        mark[mine[(mine >= s0) & (mine < s1)] - s0] = True
-        for lo in range(s0, s1, _ID_PIECE):
-            yield np.flatnonzero(mark[lo - s0 : min(lo + _ID_PIECE, s1) - s0]) + lo
 
 
 # ---------------------------------------------------------------------------------------------- the tables
@@ -383,15 +236,15 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     intervals' rows are staged in ``scratch`` a group at a time (:mod:`trainer.layerwise_staging`); ``stats``
     receives ``groups`` (the staging passes over the input), ``bytes_staged`` (written) and
     ``bytes_read_staged`` (read back)."""
-    target_pos = _positions(sources, targets, graph)  # (|T|,) sorted: targets are sources too
+    target_pos = positions_in(sources, targets, graph)  # (|T|,) sorted: targets are sources too
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
-    edge_cost = (EDGE_BYTES if _packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
+    edge_cost = (EDGE_BYTES if packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
     if form.heads:
         edge_cost += SOFTMAX_INDEX_BYTES
     kept_own = 0 if form.own_in_acc else form.own_dim
-    intervals = _interval_cuts(graph, targets, 4 * (form.acc_dim + kept_own), edge_cost, form.self_loops,
+    intervals = interval_cuts(graph, targets, 4 * (form.acc_dim + kept_own), edge_cost, form.self_loops,
                                budget.interval, graph.chunk_nodes)
     per_group = group_size(len(intervals)) if inp.file is not None else 0  # a table in RAM is re-read for free
 
@@ -416,7 +269,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
                  scores: tuple[torch.Tensor, torch.Tensor] | None) -> np.ndarray:
         """The outputs of ``targets[a:b]``, their input rows read from ``rows_in``: the input itself (``ids``
         None: by position in ``sources``) or the interval's staged rows (position ``k`` holds ``ids[k]``)."""
-        pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
+        pos, dst = by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
         dst_t = torch.from_numpy(dst).to(device)
         del dst
         weights = None
@@ -426,11 +279,11 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
         if ids is None:
             mine, count = target_pos[a:b], len(sources)  # the interval's own rows, sorted
         else:  # positions among the staged rows, in place (still ascending)
-            for lo in range(0, len(pos), _EDGE_PIECE):
-                pos[lo : lo + _EDGE_PIECE] = np.searchsorted(ids, pos[lo : lo + _EDGE_PIECE])
+            for lo in range(0, len(pos), EDGE_PIECE):
+                pos[lo : lo + EDGE_PIECE] = np.searchsorted(ids, pos[lo : lo + EDGE_PIECE])
             mine = np.searchsorted(ids, target_pos[a:b]) if form.own_dim else target_pos[:0]
             count = len(ids)
-        degree = torch.from_numpy(_in_degree(graph, targets[a:b])).to(device)  # (D,)
+        degree = torch.from_numpy(in_degrees(graph, targets[a:b])).to(device)  # (D,)
         acc = torch.zeros(b - a, form.acc_dim, device=device)
         own = torch.empty(b - a, kept_own, device=device)
         for (e0, e1, k0, k1, need), rows in read_ahead(plans(pos, mine, count), rows_in.read, reader):
@@ -465,7 +318,7 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             stage = StagedSources(scratch, len(sources), dtype, cols)
             try:
                 for a, b in group:
-                    stage.add(_interval_sources(graph, targets[a:b], sources, bool(form.own_dim) or form.self_loops,
+                    stage.add(interval_sources(graph, targets[a:b], sources, bool(form.own_dim) or form.self_loops,
                                                 span), inp.direct_bytes)
                 if not stage.pays(inp.file.num_rows * inp.file.row_bytes):  # few intervals, each needing much
                     stage.close()
@@ -539,7 +392,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
         max_edges = max(budget.interval // EDGE_BYTES, 1)
         targets = [np.unique(nodes)]
         for _ in range(num_layers):
-            targets.insert(0, _with_neighbours(graph, targets[0], max_edges))
+            targets.insert(0, with_neighbours(graph, targets[0], max_edges))
     half = read_header(graph.features_path).dtype == np.float16  # rows of 4-byte words: decode them
     file = FileRows(graph.features_path, num_threads=graph.num_threads,
                     max_buffer_bytes=max(budget.window, 1 << 20))
@@ -569,7 +422,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                         out.abort()
                         raise
                 else:
-                    own = _positions(sources, mine, graph) if hidden else None  # the targets' input rows
+                    own = positions_in(sources, mine, graph) if hidden else None  # the targets' input rows
                     for a, b, y in run():
                         h = inp.read(own[a:b]).numpy() if own is not None else None
                         intervals += 1
