@@ -110,7 +110,11 @@ class _Rows:
     def read(self, positions: np.ndarray) -> torch.Tensor:
         if self.table is not None:
             return torch.from_numpy(kernels.gather_rows(self.table, positions, num_threads=self.num_threads))
-        x = torch.from_numpy(self.words(positions))
+        return self.decode(self.words(positions))
+
+    def decode(self, words: np.ndarray) -> torch.Tensor:
+        """The file's stored rows (:meth:`words`) as float32 values (float16 pairs decoded)."""
+        x = torch.from_numpy(words)
         return decode_half_words(x, self.decode_dim) if self.decode_dim else x
 
     def words(self, positions: np.ndarray) -> np.ndarray:
@@ -121,11 +125,12 @@ class _Rows:
         self.bytes_read += self.file.read(rows, words, merge=True)
         return words
 
-    def staged(self, path: Path) -> _Rows:
-        """The same kind of rows from ``path``, an interval's staged rows file (read by position, decoded alike)."""
+    def staged(self, path: Path, rows: bool = True) -> _Rows:
+        """Rows from ``path``, an interval's staged file read by position: this input's rows (decoded alike), or
+        float32 values as they are (``rows`` False: staged messages or own terms)."""
         assert self.file is not None
         file = FileRows(path, num_threads=self.num_threads, max_buffer_bytes=self.file.max_buffer_bytes)
-        return _Rows(file=file, decode_dim=self.decode_dim, num_threads=self.num_threads)
+        return _Rows(file=file, decode_dim=self.decode_dim if rows else 0, num_threads=self.num_threads)
 
     def direct_bytes(self, positions: np.ndarray) -> int:
         """Bytes of the file's blocks holding the rows at ``positions``: what reading them costs."""
@@ -226,9 +231,27 @@ def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_p
     return score_src, score_dst
 
 
+def _window_messages(form: LayerForm, inp: _Rows, sources: np.ndarray, device: torch.device, need: np.ndarray,
+                     words: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    """A staging window's messages: ``inp``'s rows at positions ``need`` (sorted), stored as ``words``, decoded ->
+    their messages ``(len(need), acc_dim)`` float32, and the decoded rows (on ``device``) for :func:`_window_own`."""
+    x = inp.decode(words).to(device)
+    messages = form.messages(x, torch.from_numpy(sources[need]))
+    return np.ascontiguousarray(messages.float().cpu().numpy()), x
+
+
+def _window_own(form: LayerForm, graph: LayerwiseGraph, targets: np.ndarray, starts: Sequence[int],
+                device: torch.device, k: int, c0: int, c1: int, x: torch.Tensor, at: np.ndarray) -> np.ndarray:
+    """A staging window's own terms of interval ``k``'s targets ``c0:c1`` (``targets[starts[k] + c0:...]``),
+    their decoded rows ``x[at]`` -> ``(c1 - c0, own_dim)`` float32."""
+    degree = torch.from_numpy(in_degrees(graph, targets[starts[k] + c0 : starts[k] + c1])).to(device)
+    term = form.own(x.index_select(0, torch.from_numpy(at).to(device)), degree)
+    return np.ascontiguousarray(term.float().cpu().numpy())
+
+
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
                graph: LayerwiseGraph, budget: _Budget, device: torch.device, scratch: Path,
-               stats: dict[str, int]) -> Iterator[tuple[int, int, np.ndarray]]:
+               stats: dict[str, int | str]) -> Iterator[tuple[int, int, np.ndarray]]:
     """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``), one interval at a time:
     ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
     input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
@@ -237,6 +260,8 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     receives ``groups`` (the staging passes over the input), ``bytes_staged`` (written) and
     ``bytes_read_staged`` (read back)."""
     target_pos = positions_in(sources, targets, graph)  # (|T|,) sorted: targets are sources too
+    # staged, a row's messages cost 4 * acc_dim bytes: staged instead of the input rows when narrower
+    stats["staged"] = "messages" if inp.file is not None and 4 * form.acc_dim < inp.file.row_bytes else "rows"
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
@@ -266,9 +291,11 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             yield int(e0), int(e1), int(k0), int(k1), np.flatnonzero(wanted[: p1 - p0]) + p0
 
     def interval(a: int, b: int, rows_in: _Rows, ids: np.ndarray | None, reader: ThreadPoolExecutor,
-                 scores: tuple[torch.Tensor, torch.Tensor] | None) -> np.ndarray:
+                 scores: tuple[torch.Tensor, torch.Tensor] | None, as_messages: bool = False,
+                 staged_own: _Rows | None = None) -> np.ndarray:
         """The outputs of ``targets[a:b]``, their input rows read from ``rows_in``: the input itself (``ids``
-        None: by position in ``sources``) or the interval's staged rows (position ``k`` holds ``ids[k]``)."""
+        None: by position in ``sources``) or the interval's staged rows (position ``k`` holds ``ids[k]``) -- or,
+        ``as_messages``, its staged messages (``rows_in``) and own terms (``staged_own``, one per target)."""
         pos, dst = by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
         dst_t = torch.from_numpy(dst).to(device)
         del dst
@@ -281,24 +308,32 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
         else:  # positions among the staged rows, in place (still ascending)
             for lo in range(0, len(pos), EDGE_PIECE):
                 pos[lo : lo + EDGE_PIECE] = np.searchsorted(ids, pos[lo : lo + EDGE_PIECE])
-            mine = np.searchsorted(ids, target_pos[a:b]) if form.own_dim else target_pos[:0]
+            mine = np.searchsorted(ids, target_pos[a:b]) if form.own_dim and not as_messages else target_pos[:0]
             count = len(ids)
         degree = torch.from_numpy(in_degrees(graph, targets[a:b])).to(device)  # (D,)
         acc = torch.zeros(b - a, form.acc_dim, device=device)
         own = torch.empty(b - a, kept_own, device=device)
+
+        def add_own(k0: int, k1: int, term: torch.Tensor) -> None:
+            if form.own_in_acc:
+                acc[k0:k1] += term
+            else:
+                own[k0:k1] = term
+
         for (e0, e1, k0, k1, need), rows in read_ahead(plans(pos, mine, count), rows_in.read, reader):
-            x = rows.to(device)  # (len(need), in_dim)
+            x = rows.to(device)  # (len(need), in_dim), or (len(need), acc_dim) staged messages
             if e1 > e0:
-                messages = form.messages(x, torch.from_numpy(sources[need if ids is None else ids[need]]))
+                messages = x if as_messages else form.messages(x, torch.from_numpy(sources[need if ids is None
+                                                                                           else ids[need]]))
                 src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
                 _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
             if k1 > k0 and form.own_dim:
                 at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
-                term = form.own(x.index_select(0, at), degree[k0:k1])
-                if form.own_in_acc:
-                    acc[k0:k1] += term
-                else:
-                    own[k0:k1] = term
+                add_own(k0, k1, form.own(x.index_select(0, at), degree[k0:k1]))
+        if staged_own is not None and form.own_dim:  # the targets' own terms, in order: read forward
+            for k0 in _windows(b - a, window):
+                k1 = min(k0 + window, b - a)
+                add_own(k0, k1, staged_own.read(np.arange(k0, k1)).to(device))
         y = form.finish(acc, own, degree)
         return (y if last else F.relu(y)).float().cpu().numpy()
 
@@ -308,33 +343,48 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             for a, b in intervals:
                 yield a, b, interval(a, b, inp, None, reader, scores)
             return
-        dtype, cols = inp.storage()
         assert inp.file is not None
-        # the pass holds two windows of input rows (one read ahead) and one interval's copy of some: 3 rows a row
-        stage_window = max(graph.chunk_nodes, budget.window // (3 * inp.file.row_bytes + 32))
+        as_messages = stats["staged"] == "messages"
+        dtype, cols = (np.dtype(np.float32), form.acc_dim) if as_messages else inp.storage()
+        own_cols = form.own_dim if as_messages else 0
+        # the pass holds two windows of input rows (one read ahead) and one interval's copy of some; staging
+        # messages, also the window's decoded rows, its messages and own terms (and their temporaries)
+        stage_row = 3 * inp.file.row_bytes + 32
+        if as_messages:
+            stage_row = 2 * inp.file.row_bytes + 4 * (form.in_dim + 2 * form.acc_dim + 2 * form.own_dim) + 32
+        stage_window = max(graph.chunk_nodes, budget.window // stage_row)
         span = max(budget.interval, graph.chunk_nodes)  # positions marked at once while sources are listed
         for g in range(0, len(intervals), per_group):
             group = intervals[g : g + per_group]
-            stage = StagedSources(scratch, len(sources), dtype, cols)
+            stage = StagedSources(scratch, len(sources), dtype, cols, own_cols)
             try:
                 for a, b in group:
-                    stage.add(interval_sources(graph, targets[a:b], sources, bool(form.own_dim) or form.self_loops,
-                                                span), inp.direct_bytes)
+                    stage.add(interval_sources(graph, targets[a:b], sources, span, form.self_loops,
+                                               bool(form.own_dim), split=as_messages), inp.direct_bytes,
+                              target_pos[a:b] if own_cols else None)
                 if not stage.pays(inp.file.num_rows * inp.file.row_bytes):  # few intervals, each needing much
                     stage.close()
                     for a, b in group:
                         yield a, b, interval(a, b, inp, None, reader, scores)
                     continue
-                stage.fill(inp.words, stage_window, reader)
+                if as_messages:
+                    stage.fill(inp.words, stage_window, reader, functools.partial(_window_messages, form, inp,
+                                                                                  sources, device),
+                               functools.partial(_window_own, form, graph, targets, [a for a, _ in group], device))
+                else:
+                    stage.fill(inp.words, stage_window, reader)
                 stats["groups"] += 1
                 for k, (a, b) in enumerate(group):
                     ids = stage.ids(k)
-                    rows_in = inp.staged(stage.rows_path(k))
+                    rows_in = inp.staged(stage.rows_path(k), rows=not as_messages)
+                    own_in = inp.staged(stage.own_path(k), rows=False) if own_cols else None
                     try:
-                        y = interval(a, b, rows_in, ids, reader, scores)
+                        y = interval(a, b, rows_in, ids, reader, scores, as_messages, own_in)
                     finally:
-                        rows_in.close()
-                        stats["bytes_read_staged"] += rows_in.bytes_read
+                        for staged_in in (rows_in, own_in):
+                            if staged_in is not None:
+                                staged_in.close()
+                                stats["bytes_read_staged"] += staged_in.bytes_read
                     stage.remove(k)  # the disk holds one group's staged rows at most
                     del ids
                     yield a, b, y
@@ -408,7 +458,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
             for i, form in enumerate(forms):
                 sources, mine = targets[i], targets[i + 1]
                 intervals = 0
-                stats = {"groups": 0, "bytes_staged": 0, "bytes_read_staged": 0}
+                stats: dict[str, int | str] = {"groups": 0, "staged": "rows", "bytes_staged": 0, "bytes_read_staged": 0}
                 run = functools.partial(_run_layer, form, i == num_layers - 1, inp, sources, mine, graph, budget,
                                         device, scratch, stats)
                 if i < num_layers - 1:

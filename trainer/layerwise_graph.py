@@ -161,21 +161,28 @@ def with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) -> 
     return np.flatnonzero(member)
 
 
-def interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarray, own: bool, span: int
-                      ) -> Iterator[np.ndarray]:
-    """The positions in ``sources`` (sorted node ids) an interval's windows read: its rows' in-neighbours, and
-    the rows themselves when ``own`` (an own term or self loops), distinct and ascending, in pieces of at most
-    :data:`ID_PIECE` (a byte marks each position of a range of ``span``; the in-edges are read once a range)."""
+def interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarray, span: int, loops: bool,
+                     own: bool, split: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The positions in ``sources`` (sorted node ids) an interval's windows read, distinct and ascending, in pieces
+    of at most :data:`ID_PIECE`: ``(staged, extra)``. ``staged`` holds its rows' in-neighbours and the rows
+    themselves when ``loops`` (self loops) or ``own`` (an own term reads them); with ``split`` the rows only an
+    own term reads go to ``extra`` instead (empty otherwise): staged messages need no row for them. A byte marks
+    each position of a range of ``span``; the in-edges are read once a range."""
     pieces = cuts(in_degrees(graph, rows), EDGE_PIECE, 1)
-    mine = positions_in(sources, rows, graph) if own else rows[:0]
+    mine = positions_in(sources, rows, graph) if loops or own else rows[:0]
     span = max(span, 1)
-    mark = np.zeros(min(span, len(sources)), dtype=bool)
+    mark = np.zeros(min(span, len(sources)), dtype=np.int8)  # 1: staged, 2: extra
     for s0 in range(0, len(sources), span):
         s1 = min(s0 + span, len(sources))
-        mark[:] = False
+        mark[:] = 0
         for lo, hi in pieces:
             pos = positions_in(sources, in_edges(graph, rows[lo:hi])[0], graph)
-            mark[pos[(pos >= s0) & (pos < s1)] - s0] = True
-        mark[mine[(mine >= s0) & (mine < s1)] - s0] = True
+            mark[pos[(pos >= s0) & (pos < s1)] - s0] = 1
+        at = mine[(mine >= s0) & (mine < s1)] - s0
+        if split and not loops:
+            mark[at[mark[at] == 0]] = 2
+        else:
+            mark[at] = 1
         for lo in range(s0, s1, ID_PIECE):
-            yield np.flatnonzero(mark[lo - s0 : min(lo + ID_PIECE, s1) - s0]) + lo
+            part = mark[lo - s0 : min(lo + ID_PIECE, s1) - s0]
+            yield np.flatnonzero(part == 1) + lo, np.flatnonzero(part == 2) + lo

@@ -74,7 +74,7 @@ def _random_graph(path, n=4000, degree=8, dim=16):
 def test_a_layer_reads_its_input_once_per_group_not_once_per_interval(tmp_path, monkeypatch):
     n, dim, path = 4000, 16, tmp_path / "x.npy"
     indptr, indices, data = _random_graph(path)
-    model = build_model("graphsage", in_dim=dim, hidden_dim=8, out_dim=3, num_layers=2, dropout=0.0)
+    model = build_model("graphsage", in_dim=dim, hidden_dim=dim, out_dim=3, num_layers=2, dropout=0.0)  # rows staged
     graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
                            chunk_nodes=100, memory_bytes=0)
     staged: list[dict[str, int]] = []
@@ -98,7 +98,7 @@ def test_a_group_is_staged_only_when_that_moves_fewer_bytes(tmp_path, monkeypatc
     # ~7000 distinct sources would be staged and read back: more bytes than reading the file 4 times
     n, dim, path = 4000, 16, tmp_path / "x.npy"
     indptr, indices, data = _random_graph(path)
-    model = build_model("gcn", in_dim=dim, hidden_dim=8, out_dim=3, num_layers=1, dropout=0.0)
+    model = build_model("gcn", in_dim=dim, hidden_dim=8, out_dim=dim, num_layers=1, dropout=0.0)  # rows staged
     graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
                            chunk_nodes=1000, memory_bytes=0)
     kept: list[dict[str, int]] = []
@@ -155,11 +155,11 @@ def test_an_error_mid_layer_leaves_no_file_and_no_descriptor(files, tmp_path, mo
     else:  # the second group's first interval, reading its staged rows
         real_staged = layerwise._Rows.staged
 
-        def failing_staged(self, path):
+        def failing_staged(self, path, rows=True):
             calls.append(path)
             if len(calls) == 4:
                 raise OSError("the disk went away")
-            return real_staged(self, path)
+            return real_staged(self, path, rows)
 
         monkeypatch.setattr(layerwise._Rows, "staged", failing_staged)
     gc.collect()
@@ -182,7 +182,7 @@ def test_staged_rows_are_the_input_s_bits_in_its_storage_dtype(tmp_path):
     stage = staging.StagedSources(tmp_path, 50, np.float16, 6)
     wanted = [np.array([0, 7, 8, 31, 49]), np.empty(0, np.int64), np.arange(3, 50, 4)]  # one interval needs none
     for ids in wanted:
-        stage.add([ids[ids < 20], ids[ids >= 20]], lambda p: DATA_ALIGN * len(p))
+        stage.add([(ids[ids < 20], ids[:0]), (ids[ids >= 20], ids[:0])], lambda p: DATA_ALIGN * len(p))
     reads = []
     with ThreadPoolExecutor(1) as reader:
         stage.fill(lambda p: reads.append(p) or words[p], 8, reader)
