@@ -23,20 +23,28 @@ up to :data:`~trainer.layerwise_staging.STAGE_GROUP` intervals, each interval's 
 a small ids file, ONE forward pass over the input appends each interval's rows to its own rows file (the
 input's storage dtype: bit-identical rows), and each interval then reads its rows file forward. A layer reads
 ``groups x input + 2 x staged`` bytes (``staged``: the intervals' distinct sources, about ``N`` plus the edges
-between intervals, written once and read once) and the scratch disk holds one group's staged rows at most. A
-group is staged only when that moves fewer bytes than its intervals reading the input each (known once its
-sources are listed: few intervals whose sources are most of the input read it directly, as before).
+between intervals, written once and read once) and the scratch disk holds one group's staged rows at most.
+When a layer's messages are narrower than its input rows (``4 * acc_dim`` bytes against the row's storage: a
+last layer of a few classes over a float32 hidden table) its messages are staged instead: the pass computes each
+window's messages once, for every row an interval of the group needs, appends each interval's to its file and
+the own terms of its targets to an own file (``own_dim`` float32 each); such an interval reads no input row, it
+pushes its staged messages and adds its own terms (``staged`` in the report: ``rows`` or ``messages``). A group
+is staged only when that moves fewer bytes than its intervals reading the input each (the staged rows, or
+messages and own terms, against the input blocks the intervals need; known once its sources are listed: few
+intervals whose sources are most of the input read it directly, as before).
 
-The memory used is ``LayerwiseGraph.memory_bytes``: half for an interval's accumulators and edges (its staged
-source ids among them, 4 bytes each, int32 below 2**31 sources: within :data:`EDGE_BYTES`; while a group's
-sources are listed, no interval is in hand and the half holds a byte per source position, a range of them at a
-time), an eighth for two read windows -- the next window's rows are read on a thread while the current one's are
-computed with; the staging pass holds two windows of input rows and one interval's copy of some of them in it --
-and at most an eighth for each layer table kept in RAM. Besides the budget: a byte per node for the frontier
-and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`LayerwiseGraph.out_degree`) and,
-for GAT, the attention scores of a layer's sources (``4 * heads`` bytes each; its score pass reads the input once
-more, and the weights index the scores by source position in the layer, not in the staged rows). The result
-equals the model's forward on the full-neighbourhood blocks up to float rounding (tests compare to 1e-5).
+The memory used is ``LayerwiseGraph.memory_bytes``: half for an interval's accumulators and edges (its staged source
+ids among them, 4 bytes each, int32 below 2**31 sources: within :data:`EDGE_BYTES`; while a group's sources are
+listed, no interval is in hand and the half holds a byte per source position, a range of them at a time), an eighth
+for two read windows -- the next window's rows are read on a thread while the current one's are computed with; the
+staging pass holds two windows of input rows and one interval's copy of some of them in it, or, staging messages,
+two windows of input rows, the window's decoded rows, its messages (twice: one interval's copy) and own terms
+(twice: a temporary), the window sized so -- and at most an eighth for each layer table kept in RAM. Besides the
+budget: a byte per node for the frontier and, for GCN, 8 bytes per node of out-degrees (counted once per graph:
+:attr:`LayerwiseGraph.out_degree`) and, for GAT, the attention scores of a layer's sources (``4 * heads`` bytes
+each; its score pass reads the input once more, and the weights index the scores by source position in the layer,
+not in the staged rows). The result equals the model's forward on the full-neighbourhood blocks up to float rounding
+(tests compare to 1e-5).
 
 :func:`layerwise_logits` returns the asked nodes' logits (the last table in RAM); :func:`layerwise_stream` hands
 the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
@@ -256,9 +264,9 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
     ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
     input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
     flight while an interval's rows are handed out. With more than one interval and the input on disk, the
-    intervals' rows are staged in ``scratch`` a group at a time (:mod:`trainer.layerwise_staging`); ``stats``
-    receives ``groups`` (the staging passes over the input), ``bytes_staged`` (written) and
-    ``bytes_read_staged`` (read back)."""
+    intervals' rows (or their narrower messages) are staged in ``scratch`` a group at a time
+    (:mod:`trainer.layerwise_staging`); ``stats`` receives ``groups`` (the staging passes over the input),
+    ``staged`` (``rows`` or ``messages``), ``bytes_staged`` (written) and ``bytes_read_staged`` (read back)."""
     target_pos = positions_in(sources, targets, graph)  # (|T|,) sorted: targets are sources too
     # staged, a row's messages cost 4 * acc_dim bytes: staged instead of the input rows when narrower
     stats["staged"] = "messages" if inp.file is not None and 4 * form.acc_dim < inp.file.row_bytes else "rows"
@@ -498,8 +506,9 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
     ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals``, ``bytes_read``
     (every read of the layer's input -- the feature file or the scratch table; 0 for a table in RAM -- and of its
-    staged files), ``groups`` (the staging passes over the input; 0 when unstaged), ``bytes_staged`` (the staged
-    ids and rows written) and ``bytes_read_staged`` (the part of ``bytes_read`` that read them back)."""
+    staged files), ``groups`` (the staging passes over the input; 0 when unstaged), ``staged`` (what the layer
+    stages, or would: ``rows`` or ``messages``), ``bytes_staged`` (the staged ids, rows or messages and own terms
+    written) and ``bytes_read_staged`` (the part of ``bytes_read`` that read them back)."""
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     _check_nodes(graph, nodes)
     asked = np.unique(nodes)

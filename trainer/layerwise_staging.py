@@ -1,21 +1,24 @@
 """Staged sources for layer-wise inference (:mod:`trainer.layerwise`): a group of a layer's intervals gets its
 input rows in one pass over the input instead of one pass each.
 
-An interval of destinations reads the rows of its distinct sources. Read straight from the input, every interval
-is a pass over it: on a reordered graph a tenth or so of the edges are random, so each interval touches nearly
-every 4 KiB block of the input and a layer reads ``intervals x input`` bytes. Staged, the sources of a group of
-intervals are listed first (an ids file per interval: its source positions, ascending, int32 when they fit);
-then ONE forward pass over the input, a window at a time (the next window read on a thread), reads the rows any
-interval of the group needs and appends each interval's rows to its own rows file (an aligned ``.npy`` in the
-input's storage dtype: float16 words stay float16, bit for bit); then each interval reads its rows file
-forward, every row of it needed. A layer reads ``groups x input + 2 x staged`` bytes. The files of an interval
-are removed as soon as it is done, so the disk holds one group's staged rows at most. Once the sources are
-listed their staged size is known: a group whose staging would move more bytes than its intervals reading the
-input each (few intervals, each needing most of the input's blocks) is not staged (:meth:`StagedSources.pays`).
+An interval of destinations reads the rows of its distinct sources. Read straight from the input, every interval is
+a pass over it: on a reordered graph a tenth or so of the edges are random, so each interval touches nearly every
+4 KiB block of the input and a layer reads ``intervals x input`` bytes. Staged, the sources of a group of intervals
+are listed first (an ids file per interval: its source positions, ascending, int32 when they fit); then ONE forward
+pass over the input, a window at a time (the next window read on a thread), reads the rows any interval of the group
+needs and appends each interval's rows to its own rows file (an aligned ``.npy`` in the input's storage dtype:
+float16 words stay float16, bit for bit); then each interval reads its rows file forward, every row of it needed. A
+layer whose messages are narrower than its input rows stages them instead (float32, ``acc_dim`` a source:
+``convert`` computes a window's messages once for the whole group) and its targets' own terms in an own file per
+interval: its intervals then read no input row. A layer reads ``groups x input + 2 x staged`` bytes. The files of an
+interval are removed as soon as it is done, so the disk holds one group's staged rows at most. Once the sources are
+listed their staged size is known: a group whose staging would move more bytes than its intervals reading the input
+each (few intervals, each needing most of the input's blocks) is not staged (:meth:`StagedSources.pays`).
 
-:data:`STAGE_GROUP` bounds a group: open files (an ids mapping and a rows writer per interval) and the scratch
-disk. The pass holds two windows of rows (one read ahead), one interval's gathered rows and a mark per window
-row: sized by the caller from its window share.
+:data:`STAGE_GROUP` bounds a group: open files (an ids mapping, a rows writer and an own writer per interval) and
+the scratch disk. The pass holds two windows of rows (one read ahead), one interval's gathered rows and a mark per
+window row (staging messages, also what ``convert`` and ``own`` make of a window): sized by the caller from its
+window share.
 """
 
 from __future__ import annotations
