@@ -23,20 +23,28 @@ up to :data:`~trainer.layerwise_staging.STAGE_GROUP` intervals, each interval's 
 a small ids file, ONE forward pass over the input appends each interval's rows to its own rows file (the
 input's storage dtype: bit-identical rows), and each interval then reads its rows file forward. A layer reads
 ``groups x input + 2 x staged`` bytes (``staged``: the intervals' distinct sources, about ``N`` plus the edges
-between intervals, written once and read once) and the scratch disk holds one group's staged rows at most. A
-group is staged only when that moves fewer bytes than its intervals reading the input each (known once its
-sources are listed: few intervals whose sources are most of the input read it directly, as before).
+between intervals, written once and read once) and the scratch disk holds one group's staged rows at most.
+When a layer's messages are narrower than its input rows (``4 * acc_dim`` bytes against the row's storage: a
+last layer of a few classes over a float32 hidden table) its messages are staged instead: the pass computes each
+window's messages once, for every row an interval of the group needs, appends each interval's to its file and
+the own terms of its targets to an own file (``own_dim`` float32 each); such an interval reads no input row, it
+pushes its staged messages and adds its own terms (``staged`` in the report: ``rows`` or ``messages``). A group
+is staged only when that moves fewer bytes than its intervals reading the input each (the staged rows, or
+messages and own terms, against the input blocks the intervals need; known once its sources are listed: few
+intervals whose sources are most of the input read it directly, as before).
 
-The memory used is ``LayerwiseGraph.memory_bytes``: half for an interval's accumulators and edges (its staged
-source ids among them, 4 bytes each, int32 below 2**31 sources: within :data:`EDGE_BYTES`; while a group's
-sources are listed, no interval is in hand and the half holds a byte per source position, a range of them at a
-time), an eighth for two read windows -- the next window's rows are read on a thread while the current one's are
-computed with; the staging pass holds two windows of input rows and one interval's copy of some of them in it --
-and at most an eighth for each layer table kept in RAM. Besides the budget: a byte per node for the frontier
-and, for GCN, 8 bytes per node of out-degrees (counted once per graph: :attr:`LayerwiseGraph.out_degree`) and,
-for GAT, the attention scores of a layer's sources (``4 * heads`` bytes each; its score pass reads the input once
-more, and the weights index the scores by source position in the layer, not in the staged rows). The result
-equals the model's forward on the full-neighbourhood blocks up to float rounding (tests compare to 1e-5).
+The memory used is ``LayerwiseGraph.memory_bytes``: half for an interval's accumulators and edges (its staged source
+ids among them, 4 bytes each, int32 below 2**31 sources: within :data:`EDGE_BYTES`; while a group's sources are
+listed, no interval is in hand and the half holds a byte per source position, a range of them at a time), an eighth
+for two read windows -- the next window's rows are read on a thread while the current one's are computed with; the
+staging pass holds two windows of input rows and one interval's copy of some of them in it, or, staging messages,
+two windows of input rows, the window's decoded rows, its messages (twice: one interval's copy) and own terms
+(twice: a temporary), the window sized so -- and at most an eighth for each layer table kept in RAM. Besides the
+budget: a byte per node for the frontier and, for GCN, 8 bytes per node of out-degrees (counted once per graph:
+:attr:`LayerwiseGraph.out_degree`) and, for GAT, the attention scores of a layer's sources (``4 * heads`` bytes
+each; its score pass reads the input once more, and the weights index the scores by source position in the layer,
+not in the staged rows). The result equals the model's forward on the full-neighbourhood blocks up to float rounding
+(tests compare to 1e-5).
 
 :func:`layerwise_logits` returns the asked nodes' logits (the last table in RAM); :func:`layerwise_stream` hands
 the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
@@ -55,7 +63,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,12 +71,25 @@ import torch
 import torch.nn.functional as F
 
 from storage_kernels import kernels
-from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, read_header, release_pages, row_ranges, segment_ranges
+from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, read_header
 from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
 from trainer.gcn import GCNConv
 from trainer.layerwise_forms import LayerForm, layer_form
+from trainer.layerwise_graph import (
+    EDGE_BYTES,
+    EDGE_PIECE,
+    WIDE_EDGE_BYTES,
+    LayerwiseGraph,
+    by_source,
+    in_degrees,
+    interval_cuts,
+    interval_sources,
+    packable,
+    positions_in,
+    with_neighbours,
+)
 from trainer.layerwise_staging import StagedSources, group_size, read_ahead
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
@@ -77,168 +98,8 @@ __all__ = ["LayerwiseGraph", "LayerwiseRows", "layerwise_accuracies", "layerwise
 
 log = logging.getLogger(__name__)
 
-#: Bytes an in-edge of an interval costs at most while it is processed (:func:`_by_source`): 16 at the peak
-#: (the int64 sort key, then the int32 destination and source position beside it), 8 at rest, plus a margin.
-EDGE_BYTES = 20
-#: The same when node ids do not fit the packed sort key (2**31 nodes or more): int64 arrays and an argsort.
-WIDE_EDGE_BYTES = 48
 #: GAT's edge softmax indexes by int64 destinations: a copy of them while an interval's weights are computed.
 SOFTMAX_INDEX_BYTES = 8
-#: In-edges handled at once while a sort key is built or searched (bounds the int64 temporaries).
-_EDGE_PIECE = 1 << 20
-#: Source ids handed out at once while an interval's sources are listed (bounds their int64 temporaries).
-_ID_PIECE = 1 << 18
-
-
-@dataclass
-class LayerwiseGraph:
-    """What layer-wise evaluation reads: the full CSR, the feature file, labels and the evaluation splits.
-
-    ``feature_dim`` is the model's input width (a float16 file's rows are decoded to it); ``memory_bytes`` the
-    memory inference works in (see the module docstring; layer tables beyond their share go to aligned
-    ``.npy`` files in ``scratch_dir``, default the system's temporary directory); ``chunk_nodes`` the smallest
-    step: every interval holds at least this many destinations and every read window this many sources.
-    """
-
-    indptr: np.ndarray  # int64 (N + 1,)
-    indices: np.ndarray  # int64 (E,)
-    features_path: Path
-    feature_dim: int
-    labels: np.ndarray  # int64 (N,)
-    splits: dict[str, np.ndarray] = field(default_factory=dict)  # split -> node ids
-    scratch_dir: Path | None = None
-    chunk_nodes: int = 8192
-    memory_bytes: int = 256 << 20
-    num_threads: int = 0
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.indptr) - 1
-
-    @functools.cached_property
-    def out_degree(self) -> torch.Tensor:
-        """Every node's out-degree in the full graph plus its self loop (N,) (GCN's normalisation), counted once
-        per graph in slices of ``indices``."""
-        step = 1 << 24
-        count = np.ones(self.num_nodes, dtype=np.int64)
-        for lo in range(0, len(self.indices), step):  # counted in place in C: no N-entry bincount per slice
-            kernels.csr_count(np.asarray(self.indices[lo : lo + step]), count)
-            release_pages(self.indices)  # streamed once
-        return torch.from_numpy(count)
-
-
-# ---------------------------------------------------------------------------------------------- the graph
-def _in_edges(graph: LayerwiseGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The in-edges of ``rows`` (node ids): their sources (node ids) and destinations (positions in ``rows``),
-    in CSR order."""
-    starts = np.asarray(graph.indptr[rows], dtype=np.int64)
-    counts = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - starts  # (len(rows),)
-    offsets = segment_ranges(counts)  # edge k of row r sits at starts[r] + k in `indices`
-    offsets += np.repeat(starts, counts)
-    src = np.asarray(graph.indices[offsets], dtype=np.int64)  # sorted offsets: forward reads of a memmap
-    return src, np.repeat(np.arange(len(rows), dtype=np.int64), counts)
-
-
-def _packable(graph: LayerwiseGraph, rows: int) -> bool:
-    """Whether (source id, destination position) pairs fit one int64 sort key and int32 positions: 31 bits
-    each."""
-    return graph.num_nodes < 1 << 31 and rows < 1 << 31
-
-
-def _by_source(graph: LayerwiseGraph, rows: np.ndarray, self_loops: bool, sources: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The in-edges of ``rows`` (plus a self loop each when ``self_loops``) in source order: the sources'
-    positions in ``sources`` (sorted node ids holding every source) and the destinations' positions in ``rows``.
-    The pairs are packed into one int64 key, built a piece of rows at a time and sorted in place, and come back
-    as int32 positions (:data:`EDGE_BYTES`); ordered by an argsort into int64 ones when they do not fit
-    (:data:`WIDE_EDGE_BYTES`)."""
-    loops = np.arange(len(rows) if self_loops else 0, dtype=np.int64)  # destination positions of the loops
-    loop_src = rows if self_loops else rows[:0]
-    if not _packable(graph, len(rows)):
-        src, dst = _in_edges(graph, rows)
-        src = np.concatenate([src, loop_src])
-        dst = np.concatenate([dst, loops])
-        order = np.argsort(src, kind="stable")
-        return np.searchsorted(sources, src[order]), dst[order]
-    in_degree = _in_degree(graph, rows)
-    key = np.empty(int(in_degree.sum()) + len(loops), dtype=np.int64)
-    at = 0
-    for lo, hi in _cuts(in_degree, _EDGE_PIECE, 1):  # rows with at most a piece of in-edges (or one hub)
-        src, dst = _in_edges(graph, rows[lo:hi])
-        np.left_shift(src, 32, out=key[at : at + len(src)])
-        key[at : at + len(src)] |= dst + lo
-        at += len(src)
-    key[at:] = (loop_src << 32) | loops
-    key.sort()  # by source, then destination
-    dst = np.empty(len(key), dtype=np.int32)
-    np.bitwise_and(key, 0xFFFFFFFF, out=dst, casting="unsafe")
-    np.right_shift(key, 32, out=key)  # the sources' ids, in place
-    pos = np.empty(len(key), dtype=np.int32)
-    for lo in range(0, len(key), _EDGE_PIECE):
-        pos[lo : lo + _EDGE_PIECE] = np.searchsorted(sources, key[lo : lo + _EDGE_PIECE])
-    return pos, dst
-
-
-def _in_degree(graph: LayerwiseGraph, rows: np.ndarray) -> np.ndarray:
-    return np.asarray(graph.indptr[rows + 1], dtype=np.int64) - np.asarray(graph.indptr[rows], dtype=np.int64)
-
-
-def _positions(sources: np.ndarray, targets: np.ndarray, graph: LayerwiseGraph) -> np.ndarray:
-    """Positions of ``targets`` in ``sources`` (sorted node ids holding them). When ``sources`` is every node (a
-    pass over the whole graph) a node's position is its id: ``targets`` itself, not another N-entry array."""
-    return targets if len(sources) == graph.num_nodes else np.searchsorted(sources, targets)
-
-
-def _interval_cuts(graph: LayerwiseGraph, targets: np.ndarray, row_bytes: int, edge_cost: int, self_loops: bool,
-                   budget: int, min_rows: int) -> list[tuple[int, int]]:
-    """:func:`_cuts` of the targets' costs ``row_bytes + edge_cost * (in-degree + self loop)``, with the running
-    sum built a piece of targets at a time: the in-degrees and costs of every target are never held (at 100M
-    targets they were 24 bytes a node beside the running sum)."""
-    n = len(targets)
-    cum = np.zeros(n + 1, dtype=np.int64)
-    for lo in range(0, n, _EDGE_PIECE):
-        hi = min(n, lo + _EDGE_PIECE)
-        cost = row_bytes + edge_cost * (_in_degree(graph, targets[lo:hi]) + int(self_loops))
-        np.cumsum(cost, out=cum[lo + 1 : hi + 1])
-        cum[lo + 1 : hi + 1] += cum[lo]
-    bounds = row_ranges(cum, budget, min_rows)
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-
-
-def _cuts(costs: np.ndarray, budget: int, min_rows: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of ``costs``' rows whose summed cost stays within ``budget`` (:func:`row_ranges` over
-    their running sum: a range holds at least ``min_rows`` rows, or one row over budget on its own)."""
-    bounds = row_ranges(np.concatenate([[0], np.cumsum(costs, dtype=np.int64)]), budget, min_rows)
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-
-
-def _with_neighbours(graph: LayerwiseGraph, rows: np.ndarray, max_edges: int) -> np.ndarray:
-    """``rows`` and their in-neighbours, sorted and distinct (in slices of at most ``max_edges`` edges)."""
-    member = np.zeros(graph.num_nodes, dtype=bool)
-    member[rows] = True
-    for lo, hi in _cuts(_in_degree(graph, rows), max_edges, 1):
-        member[_in_edges(graph, rows[lo:hi])[0]] = True
-    return np.flatnonzero(member)
-
-
-def _interval_sources(graph: LayerwiseGraph, rows: np.ndarray, sources: np.ndarray, own: bool, span: int
-                      ) -> Iterator[np.ndarray]:
-    """The positions in ``sources`` (sorted node ids) an interval's windows read: its rows' in-neighbours, and
-    the rows themselves when ``own`` (an own term or self loops), distinct and ascending, in pieces of at most
-    :data:`_ID_PIECE` (a byte marks each position of a range of ``span``; the in-edges are read once a range)."""
-    pieces = _cuts(_in_degree(graph, rows), _EDGE_PIECE, 1)
-    mine = _positions(sources, rows, graph) if own else rows[:0]
-    span = max(span, 1)
-    mark = np.zeros(min(span, len(sources)), dtype=bool)
-    for s0 in range(0, len(sources), span):
-        s1 = min(s0 + span, len(sources))
-        mark[:] = False
-        for lo, hi in pieces:
-            pos = _positions(sources, _in_edges(graph, rows[lo:hi])[0], graph)
-            mark[pos[(pos >= s0) & (pos < s1)] - s0] = True
-        mark[mine[(mine >= s0) & (mine < s1)] - s0] = True
-        for lo in range(s0, s1, _ID_PIECE):
-            yield np.flatnonzero(mark[lo - s0 : min(lo + _ID_PIECE, s1) - s0]) + lo
 
 
 # ---------------------------------------------------------------------------------------------- the tables
@@ -257,7 +118,11 @@ class _Rows:
     def read(self, positions: np.ndarray) -> torch.Tensor:
         if self.table is not None:
             return torch.from_numpy(kernels.gather_rows(self.table, positions, num_threads=self.num_threads))
-        x = torch.from_numpy(self.words(positions))
+        return self.decode(self.words(positions))
+
+    def decode(self, words: np.ndarray) -> torch.Tensor:
+        """The file's stored rows (:meth:`words`) as float32 values (float16 pairs decoded)."""
+        x = torch.from_numpy(words)
         return decode_half_words(x, self.decode_dim) if self.decode_dim else x
 
     def words(self, positions: np.ndarray) -> np.ndarray:
@@ -268,11 +133,12 @@ class _Rows:
         self.bytes_read += self.file.read(rows, words, merge=True)
         return words
 
-    def staged(self, path: Path) -> _Rows:
-        """The same kind of rows from ``path``, an interval's staged rows file (read by position, decoded alike)."""
+    def staged(self, path: Path, rows: bool = True) -> _Rows:
+        """Rows from ``path``, an interval's staged file read by position: this input's rows (decoded alike), or
+        float32 values as they are (``rows`` False: staged messages or own terms)."""
         assert self.file is not None
         file = FileRows(path, num_threads=self.num_threads, max_buffer_bytes=self.file.max_buffer_bytes)
-        return _Rows(file=file, decode_dim=self.decode_dim, num_threads=self.num_threads)
+        return _Rows(file=file, decode_dim=self.decode_dim if rows else 0, num_threads=self.num_threads)
 
     def direct_bytes(self, positions: np.ndarray) -> int:
         """Bytes of the file's blocks holding the rows at ``positions``: what reading them costs."""
@@ -373,25 +239,45 @@ def _attention_scores(form: LayerForm, inp: _Rows, sources: np.ndarray, target_p
     return score_src, score_dst
 
 
+def _window_messages(form: LayerForm, inp: _Rows, sources: np.ndarray, device: torch.device, need: np.ndarray,
+                     words: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    """A staging window's messages: ``inp``'s rows at positions ``need`` (sorted), stored as ``words``, decoded ->
+    their messages ``(len(need), acc_dim)`` float32, and the decoded rows (on ``device``) for :func:`_window_own`."""
+    x = inp.decode(words).to(device)
+    messages = form.messages(x, torch.from_numpy(sources[need]))
+    return np.ascontiguousarray(messages.float().cpu().numpy()), x
+
+
+def _window_own(form: LayerForm, graph: LayerwiseGraph, targets: np.ndarray, starts: Sequence[int],
+                device: torch.device, k: int, c0: int, c1: int, x: torch.Tensor, at: np.ndarray) -> np.ndarray:
+    """A staging window's own terms of interval ``k``'s targets ``c0:c1`` (``targets[starts[k] + c0:...]``),
+    their decoded rows ``x[at]`` -> ``(c1 - c0, own_dim)`` float32."""
+    degree = torch.from_numpy(in_degrees(graph, targets[starts[k] + c0 : starts[k] + c1])).to(device)
+    term = form.own(x.index_select(0, torch.from_numpy(at).to(device)), degree)
+    return np.ascontiguousarray(term.float().cpu().numpy())
+
+
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
                graph: LayerwiseGraph, budget: _Budget, device: torch.device, scratch: Path,
-               stats: dict[str, int]) -> Iterator[tuple[int, int, np.ndarray]]:
+               stats: dict[str, int | str]) -> Iterator[tuple[int, int, np.ndarray]]:
     """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``), one interval at a time:
     ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
     input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
     flight while an interval's rows are handed out. With more than one interval and the input on disk, the
-    intervals' rows are staged in ``scratch`` a group at a time (:mod:`trainer.layerwise_staging`); ``stats``
-    receives ``groups`` (the staging passes over the input), ``bytes_staged`` (written) and
-    ``bytes_read_staged`` (read back)."""
-    target_pos = _positions(sources, targets, graph)  # (|T|,) sorted: targets are sources too
+    intervals' rows (or their narrower messages) are staged in ``scratch`` a group at a time
+    (:mod:`trainer.layerwise_staging`); ``stats`` receives ``groups`` (the staging passes over the input),
+    ``staged`` (``rows`` or ``messages``), ``bytes_staged`` (written) and ``bytes_read_staged`` (read back)."""
+    target_pos = positions_in(sources, targets, graph)  # (|T|,) sorted: targets are sources too
+    # staged, a row's messages cost 4 * acc_dim bytes: staged instead of the input rows when narrower
+    stats["staged"] = "messages" if inp.file is not None and 4 * form.acc_dim < inp.file.row_bytes else "rows"
     row_cost = 4 * (form.in_dim + form.acc_dim + form.own_dim) + 32  # a window row: input, message, indexes
     window = max(graph.chunk_nodes, budget.window // (2 * row_cost))  # two windows in hand: one read ahead
     step = max(min(NO_GRAD_MESSAGE_ELEMENTS, budget.window // 4) // form.acc_dim, graph.chunk_nodes, 1)  # edges
-    edge_cost = (EDGE_BYTES if _packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
+    edge_cost = (EDGE_BYTES if packable(graph, len(targets)) else WIDE_EDGE_BYTES) + 12 * form.heads
     if form.heads:
         edge_cost += SOFTMAX_INDEX_BYTES
     kept_own = 0 if form.own_in_acc else form.own_dim
-    intervals = _interval_cuts(graph, targets, 4 * (form.acc_dim + kept_own), edge_cost, form.self_loops,
+    intervals = interval_cuts(graph, targets, 4 * (form.acc_dim + kept_own), edge_cost, form.self_loops,
                                budget.interval, graph.chunk_nodes)
     per_group = group_size(len(intervals)) if inp.file is not None else 0  # a table in RAM is re-read for free
 
@@ -413,10 +299,12 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             yield int(e0), int(e1), int(k0), int(k1), np.flatnonzero(wanted[: p1 - p0]) + p0
 
     def interval(a: int, b: int, rows_in: _Rows, ids: np.ndarray | None, reader: ThreadPoolExecutor,
-                 scores: tuple[torch.Tensor, torch.Tensor] | None) -> np.ndarray:
+                 scores: tuple[torch.Tensor, torch.Tensor] | None, as_messages: bool = False,
+                 staged_own: _Rows | None = None) -> np.ndarray:
         """The outputs of ``targets[a:b]``, their input rows read from ``rows_in``: the input itself (``ids``
-        None: by position in ``sources``) or the interval's staged rows (position ``k`` holds ``ids[k]``)."""
-        pos, dst = _by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
+        None: by position in ``sources``) or the interval's staged rows (position ``k`` holds ``ids[k]``) -- or,
+        ``as_messages``, its staged messages (``rows_in``) and own terms (``staged_own``, one per target)."""
+        pos, dst = by_source(graph, targets[a:b], form.self_loops, sources)  # source order: read forward
         dst_t = torch.from_numpy(dst).to(device)
         del dst
         weights = None
@@ -426,26 +314,34 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
         if ids is None:
             mine, count = target_pos[a:b], len(sources)  # the interval's own rows, sorted
         else:  # positions among the staged rows, in place (still ascending)
-            for lo in range(0, len(pos), _EDGE_PIECE):
-                pos[lo : lo + _EDGE_PIECE] = np.searchsorted(ids, pos[lo : lo + _EDGE_PIECE])
-            mine = np.searchsorted(ids, target_pos[a:b]) if form.own_dim else target_pos[:0]
+            for lo in range(0, len(pos), EDGE_PIECE):
+                pos[lo : lo + EDGE_PIECE] = np.searchsorted(ids, pos[lo : lo + EDGE_PIECE])
+            mine = np.searchsorted(ids, target_pos[a:b]) if form.own_dim and not as_messages else target_pos[:0]
             count = len(ids)
-        degree = torch.from_numpy(_in_degree(graph, targets[a:b])).to(device)  # (D,)
+        degree = torch.from_numpy(in_degrees(graph, targets[a:b])).to(device)  # (D,)
         acc = torch.zeros(b - a, form.acc_dim, device=device)
         own = torch.empty(b - a, kept_own, device=device)
+
+        def add_own(k0: int, k1: int, term: torch.Tensor) -> None:
+            if form.own_in_acc:
+                acc[k0:k1] += term
+            else:
+                own[k0:k1] = term
+
         for (e0, e1, k0, k1, need), rows in read_ahead(plans(pos, mine, count), rows_in.read, reader):
-            x = rows.to(device)  # (len(need), in_dim)
+            x = rows.to(device)  # (len(need), in_dim), or (len(need), acc_dim) staged messages
             if e1 > e0:
-                messages = form.messages(x, torch.from_numpy(sources[need if ids is None else ids[need]]))
+                messages = x if as_messages else form.messages(x, torch.from_numpy(sources[need if ids is None
+                                                                                           else ids[need]]))
                 src_t = torch.from_numpy(np.searchsorted(need, pos[e0:e1])).to(device)
                 _push(acc, messages, src_t, dst_t[e0:e1], None if weights is None else weights[e0:e1], step)
             if k1 > k0 and form.own_dim:
                 at = torch.from_numpy(np.searchsorted(need, mine[k0:k1])).to(device)
-                term = form.own(x.index_select(0, at), degree[k0:k1])
-                if form.own_in_acc:
-                    acc[k0:k1] += term
-                else:
-                    own[k0:k1] = term
+                add_own(k0, k1, form.own(x.index_select(0, at), degree[k0:k1]))
+        if staged_own is not None and form.own_dim:  # the targets' own terms, in order: read forward
+            for k0 in _windows(b - a, window):
+                k1 = min(k0 + window, b - a)
+                add_own(k0, k1, staged_own.read(np.arange(k0, k1)).to(device))
         y = form.finish(acc, own, degree)
         return (y if last else F.relu(y)).float().cpu().numpy()
 
@@ -455,33 +351,48 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             for a, b in intervals:
                 yield a, b, interval(a, b, inp, None, reader, scores)
             return
-        dtype, cols = inp.storage()
         assert inp.file is not None
-        # the pass holds two windows of input rows (one read ahead) and one interval's copy of some: 3 rows a row
-        stage_window = max(graph.chunk_nodes, budget.window // (3 * inp.file.row_bytes + 32))
+        as_messages = stats["staged"] == "messages"
+        dtype, cols = (np.dtype(np.float32), form.acc_dim) if as_messages else inp.storage()
+        own_cols = form.own_dim if as_messages else 0
+        # the pass holds two windows of input rows (one read ahead) and one interval's copy of some; staging
+        # messages, also the window's decoded rows, its messages and own terms (and their temporaries)
+        stage_row = 3 * inp.file.row_bytes + 32
+        if as_messages:
+            stage_row = 2 * inp.file.row_bytes + 4 * (form.in_dim + 2 * form.acc_dim + 2 * form.own_dim) + 32
+        stage_window = max(graph.chunk_nodes, budget.window // stage_row)
         span = max(budget.interval, graph.chunk_nodes)  # positions marked at once while sources are listed
         for g in range(0, len(intervals), per_group):
             group = intervals[g : g + per_group]
-            stage = StagedSources(scratch, len(sources), dtype, cols)
+            stage = StagedSources(scratch, len(sources), dtype, cols, own_cols)
             try:
                 for a, b in group:
-                    stage.add(_interval_sources(graph, targets[a:b], sources, bool(form.own_dim) or form.self_loops,
-                                                span), inp.direct_bytes)
+                    stage.add(interval_sources(graph, targets[a:b], sources, span, form.self_loops,
+                                               bool(form.own_dim), split=as_messages), inp.direct_bytes,
+                              target_pos[a:b] if own_cols else None)
                 if not stage.pays(inp.file.num_rows * inp.file.row_bytes):  # few intervals, each needing much
                     stage.close()
                     for a, b in group:
                         yield a, b, interval(a, b, inp, None, reader, scores)
                     continue
-                stage.fill(inp.words, stage_window, reader)
+                if as_messages:
+                    stage.fill(inp.words, stage_window, reader, functools.partial(_window_messages, form, inp,
+                                                                                  sources, device),
+                               functools.partial(_window_own, form, graph, targets, [a for a, _ in group], device))
+                else:
+                    stage.fill(inp.words, stage_window, reader)
                 stats["groups"] += 1
                 for k, (a, b) in enumerate(group):
                     ids = stage.ids(k)
-                    rows_in = inp.staged(stage.rows_path(k))
+                    rows_in = inp.staged(stage.rows_path(k), rows=not as_messages)
+                    own_in = inp.staged(stage.own_path(k), rows=False) if own_cols else None
                     try:
-                        y = interval(a, b, rows_in, ids, reader, scores)
+                        y = interval(a, b, rows_in, ids, reader, scores, as_messages, own_in)
                     finally:
-                        rows_in.close()
-                        stats["bytes_read_staged"] += rows_in.bytes_read
+                        for staged_in in (rows_in, own_in):
+                            if staged_in is not None:
+                                staged_in.close()
+                                stats["bytes_read_staged"] += staged_in.bytes_read
                     stage.remove(k)  # the disk holds one group's staged rows at most
                     del ids
                     yield a, b, y
@@ -539,7 +450,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
         max_edges = max(budget.interval // EDGE_BYTES, 1)
         targets = [np.unique(nodes)]
         for _ in range(num_layers):
-            targets.insert(0, _with_neighbours(graph, targets[0], max_edges))
+            targets.insert(0, with_neighbours(graph, targets[0], max_edges))
     half = read_header(graph.features_path).dtype == np.float16  # rows of 4-byte words: decode them
     file = FileRows(graph.features_path, num_threads=graph.num_threads,
                     max_buffer_bytes=max(budget.window, 1 << 20))
@@ -555,7 +466,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
             for i, form in enumerate(forms):
                 sources, mine = targets[i], targets[i + 1]
                 intervals = 0
-                stats = {"groups": 0, "bytes_staged": 0, "bytes_read_staged": 0}
+                stats: dict[str, int | str] = {"groups": 0, "staged": "rows", "bytes_staged": 0, "bytes_read_staged": 0}
                 run = functools.partial(_run_layer, form, i == num_layers - 1, inp, sources, mine, graph, budget,
                                         device, scratch, stats)
                 if i < num_layers - 1:
@@ -569,7 +480,7 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
                         out.abort()
                         raise
                 else:
-                    own = _positions(sources, mine, graph) if hidden else None  # the targets' input rows
+                    own = positions_in(sources, mine, graph) if hidden else None  # the targets' input rows
                     for a, b, y in run():
                         h = inp.read(own[a:b]).numpy() if own is not None else None
                         intervals += 1
@@ -595,8 +506,9 @@ def layerwise_logits(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     the nodes they depend on (see the module docstring). ``model`` is switched to eval mode and back.
     ``report``, when given, receives one dict per layer: ``targets``, ``sources``, ``intervals``, ``bytes_read``
     (every read of the layer's input -- the feature file or the scratch table; 0 for a table in RAM -- and of its
-    staged files), ``groups`` (the staging passes over the input; 0 when unstaged), ``bytes_staged`` (the staged
-    ids and rows written) and ``bytes_read_staged`` (the part of ``bytes_read`` that read them back)."""
+    staged files), ``groups`` (the staging passes over the input; 0 when unstaged), ``staged`` (what the layer
+    stages, or would: ``rows`` or ``messages``), ``bytes_staged`` (the staged ids, rows or messages and own terms
+    written) and ``bytes_read_staged`` (the part of ``bytes_read`` that read them back)."""
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     _check_nodes(graph, nodes)
     asked = np.unique(nodes)

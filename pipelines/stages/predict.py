@@ -164,7 +164,7 @@ def write_predictions(path: Path, reorder: Artifact, train: Artifact, cfg: Pipel
             "embedding_dim": dim if pc.embedding != "none" else 0, "named_nodes": named,
             "predicted_class_counts": counts.tolist(), "intervals": report[-1]["intervals"] if report else 0,
             "layer_intervals": [step["intervals"] for step in report],
-            "layer_groups": [step["groups"] for step in report],
+            "layer_groups": [step["groups"] for step in report], "layer_staged": [step["staged"] for step in report],
             "bytes_read": int(sum(step["bytes_read"] for step in report)),
             "bytes_staged": int(sum(step["bytes_staged"] for step in report)), "predictions_bytes": path.stat().st_size}
 

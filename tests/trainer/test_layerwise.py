@@ -217,7 +217,7 @@ def test_a_read_failing_on_the_reader_thread_surfaces_and_leaves_nothing_behind(
 def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypatch, model_name):
     # graphs of 2**31 nodes or more order their edges by an argsort instead of packed keys, and keys built a
     # few rows at a time (pieces of 7 in-edges, a hub alone) sort the same: same answer
-    import trainer.layerwise as layerwise
+    import trainer.layerwise_graph as layerwise_graph
 
     indptr, indices, features, labels, paths, root = graph_files
     torch.manual_seed(2)
@@ -225,13 +225,13 @@ def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypa
     graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root, chunk_nodes=37,
                            memory_bytes=0)
     packed = layerwise_logits(model, graph, np.arange(300))
-    monkeypatch.setattr(layerwise, "_EDGE_PIECE", 7)
+    monkeypatch.setattr(layerwise_graph, "EDGE_PIECE", 7)
     np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(300)), packed, rtol=0, atol=1e-5)
-    monkeypatch.setattr(layerwise, "_packable", lambda graph, rows: False)
+    monkeypatch.setattr(layerwise_graph, "packable", lambda graph, rows: False)
     np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(300)), packed, rtol=0, atol=1e-5)
-    pos, dst = layerwise._by_source(graph, np.arange(10, 40), True, np.arange(300))
+    pos, dst = layerwise_graph.by_source(graph, np.arange(10, 40), True, np.arange(300))
     monkeypatch.undo()
-    pos32, dst32 = layerwise._by_source(graph, np.arange(10, 40), True, np.arange(300))
+    pos32, dst32 = layerwise_graph.by_source(graph, np.arange(10, 40), True, np.arange(300))
     assert pos32.dtype == dst32.dtype == np.int32  # half the bytes an edge at rest
     assert np.array_equal(pos32, pos)  # in source order, the same pairs (ties ordered differently)
     pairs = sorted(zip(pos.tolist(), dst.tolist(), strict=True))

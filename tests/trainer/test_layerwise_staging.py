@@ -1,7 +1,8 @@
 """Staged sources (trainer/layerwise_staging.py): with many intervals a layer stages each group's rows in one
 pass over its input, and the answer is the single-interval one (1e-5) for every model, float16 and float32
-files, two and three layers; the input is read once per group, not once per interval; each interval's scratch
-files go as soon as it is done, and every file after an error mid-layer."""
+files, two and three layers; a layer whose messages are narrower than its input rows stages messages and own
+terms instead, and then reads no input row after its staging pass; the input is read once per group, not once
+per interval; each interval's scratch files go as soon as it is done, and every file after an error mid-layer."""
 
 from __future__ import annotations
 
@@ -63,6 +64,34 @@ def test_staged_layers_equal_one_interval(files, tmp_path, monkeypatch, model_na
     assert not _files_under(tmp_path)
 
 
+@pytest.mark.parametrize("model_name", ["graphsage", "gcn", "gat"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_narrow_messages_are_staged_instead_of_rows(files, tmp_path, monkeypatch, model_name, dtype):
+    # hidden 32 (128-byte float32 rows) -> 4 classes (GAT: 2 heads of 4): the last layer's messages are 16 or 32
+    # bytes a source, so they are staged, not its input rows; layer 0's messages are not narrower than a
+    # feature row (11 values) and it stages rows
+    indptr, indices, labels, paths = files
+    torch.manual_seed(4)
+    extra = {"heads": 2} if model_name == "gat" else {}
+    model = build_model(model_name, in_dim=11, hidden_dim=32, out_dim=4, num_layers=2, dropout=0.5, **extra)
+    whole = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, memory_bytes=1 << 30)
+    want = layerwise_logits(model, whole, np.arange(300))
+    monkeypatch.setattr(staging, "STAGE_GROUP", 3)
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
+    tight = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
+                           memory_bytes=0)
+    report: list[dict] = []
+    got = layerwise_logits(model, tight, np.arange(300), report=report)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert [r["staged"] for r in report] == ["rows", "messages"]
+    assert all(r["groups"] == -(-r["intervals"] // 3) for r in report)
+    some = np.array([299, 3, 150, 7, 8])  # a frontier: sources are not every node, targets few
+    np.testing.assert_allclose(layerwise_logits(model, tight, some), want[some], rtol=0, atol=1e-5)
+    monkeypatch.setattr(staging, "STAGE_GROUP", 0)  # the intervals read the input themselves: same answer
+    np.testing.assert_allclose(layerwise_logits(model, tight, np.arange(300)), got, rtol=0, atol=1e-5)
+    assert not _files_under(tmp_path)
+
+
 def _random_graph(path, n=4000, degree=8, dim=16):
     rng = np.random.default_rng(0)
     indices = rng.integers(0, n, n * degree)  # random edges: every interval needs rows from all over the file
@@ -74,7 +103,7 @@ def _random_graph(path, n=4000, degree=8, dim=16):
 def test_a_layer_reads_its_input_once_per_group_not_once_per_interval(tmp_path, monkeypatch):
     n, dim, path = 4000, 16, tmp_path / "x.npy"
     indptr, indices, data = _random_graph(path)
-    model = build_model("graphsage", in_dim=dim, hidden_dim=8, out_dim=3, num_layers=2, dropout=0.0)
+    model = build_model("graphsage", in_dim=dim, hidden_dim=dim, out_dim=3, num_layers=2, dropout=0.0)  # rows staged
     graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
                            chunk_nodes=100, memory_bytes=0)
     staged: list[dict[str, int]] = []
@@ -93,12 +122,38 @@ def test_a_layer_reads_its_input_once_per_group_not_once_per_interval(tmp_path, 
     assert first["bytes_read"] < before["bytes_read"] / 2  # every edge random here: a staged row per edge
 
 
+def test_staged_messages_read_no_input_row_after_the_pass(tmp_path, monkeypatch):
+    # 64 float32 features (256-byte rows) -> 8 outputs: the layer stages 32-byte messages and 32-byte own terms
+    n, dim, path = 4000, 64, tmp_path / "x.npy"
+    indptr, indices, data = _random_graph(path, dim=dim)
+    model = build_model("graphsage", in_dim=dim, hidden_dim=8, out_dim=8, num_layers=1, dropout=0.0)
+    graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
+                           chunk_nodes=400, memory_bytes=0)
+    report: list[dict] = []
+    want = layerwise_logits(model, graph, np.arange(n), report=report)
+    first = report[0]
+    assert first["staged"] == "messages" and first["intervals"] == 10 and first["groups"] == 1
+    windows = -(-n // 400)
+    # the input is read by the staging pass alone: no interval reads an input row
+    assert data <= first["bytes_read"] - first["bytes_read_staged"] <= data + windows * DATA_ALIGN
+    sources = sum(len(np.unique(indices[indptr[a] : indptr[a + 400]])) for a in range(0, n, 400))
+    assert first["bytes_staged"] == sources * (4 + 8 * 4) + n * 8 * 4  # ids, messages; own terms: 8 float32 each
+    values = first["bytes_staged"] - 4 * sources
+    assert first["bytes_read_staged"] <= 8 * sources + 2 * values  # the ids twice; values to their blocks' ends
+    monkeypatch.setattr(staging, "STAGE_GROUP", 0)
+    unstaged: list[dict] = []
+    np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(n), report=unstaged), want, rtol=0,
+                               atol=1e-5)
+    assert unstaged[0]["bytes_read"] > 4 * first["bytes_read"]  # 10 passes over the input, against one
+    assert first["bytes_staged"] < sources * dim * 4 / 4  # staging the rows would write 4x more
+
+
 def test_a_group_is_staged_only_when_that_moves_fewer_bytes(tmp_path, monkeypatch):
     # 4 intervals of 1000 nodes, 8 random in-edges each: each interval needs ~88% of the file's blocks, and its
     # ~7000 distinct sources would be staged and read back: more bytes than reading the file 4 times
     n, dim, path = 4000, 16, tmp_path / "x.npy"
     indptr, indices, data = _random_graph(path)
-    model = build_model("gcn", in_dim=dim, hidden_dim=8, out_dim=3, num_layers=1, dropout=0.0)
+    model = build_model("gcn", in_dim=dim, hidden_dim=8, out_dim=dim, num_layers=1, dropout=0.0)  # rows staged
     graph = LayerwiseGraph(indptr, indices, path, dim, np.zeros(n, np.int64), scratch_dir=tmp_path,
                            chunk_nodes=1000, memory_bytes=0)
     kept: list[dict[str, int]] = []
@@ -155,11 +210,11 @@ def test_an_error_mid_layer_leaves_no_file_and_no_descriptor(files, tmp_path, mo
     else:  # the second group's first interval, reading its staged rows
         real_staged = layerwise._Rows.staged
 
-        def failing_staged(self, path):
+        def failing_staged(self, path, rows=True):
             calls.append(path)
             if len(calls) == 4:
                 raise OSError("the disk went away")
-            return real_staged(self, path)
+            return real_staged(self, path, rows)
 
         monkeypatch.setattr(layerwise._Rows, "staged", failing_staged)
     gc.collect()
@@ -182,7 +237,7 @@ def test_staged_rows_are_the_input_s_bits_in_its_storage_dtype(tmp_path):
     stage = staging.StagedSources(tmp_path, 50, np.float16, 6)
     wanted = [np.array([0, 7, 8, 31, 49]), np.empty(0, np.int64), np.arange(3, 50, 4)]  # one interval needs none
     for ids in wanted:
-        stage.add([ids[ids < 20], ids[ids >= 20]], lambda p: DATA_ALIGN * len(p))
+        stage.add([(ids[ids < 20], ids[:0]), (ids[ids >= 20], ids[:0])], lambda p: DATA_ALIGN * len(p))
     reads = []
     with ThreadPoolExecutor(1) as reader:
         stage.fill(lambda p: reads.append(p) or words[p], 8, reader)

@@ -86,7 +86,8 @@ def test_predictions_equal_the_full_forward(trained: dict[str, Any], memory_mb: 
     assert (max(stats["layer_intervals"]) > 1) == (memory_mb == 1)
     # several intervals: their sources listed to a scratch file, staged when that moves fewer bytes (here not)
     assert (stats["bytes_staged"] > 0) == (memory_mb == 1)
-    assert len(stats["layer_groups"]) == len(stats["layer_intervals"])
+    assert len(stats["layer_groups"]) == len(stats["layer_intervals"]) == len(stats["layer_staged"])
+    assert set(stats["layer_staged"]) <= {"rows", "messages"}
     assert pq.ParquetFile(path).metadata.num_row_groups == -(-n // 700)
     assert stats["predicted_class_counts"] == np.bincount(logits.argmax(axis=1), minlength=6).tolist()
     assert not list((tmp_path / "scratch").iterdir())  # scratch tables removed
