@@ -90,7 +90,7 @@ from trainer.layerwise_graph import (
     positions_in,
     with_neighbours,
 )
-from trainer.layerwise_staging import StagedSources, group_size, read_ahead
+from trainer.layerwise_staging import StagedSources, disk_cap, group_size, read_ahead
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
 
 __all__ = ["LayerwiseGraph", "LayerwiseRows", "layerwise_accuracies", "layerwise_accuracy", "layerwise_logits",
@@ -362,14 +362,19 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
             stage_row = 2 * inp.file.row_bytes + 4 * (form.in_dim + 2 * form.acc_dim + 2 * form.own_dim) + 32
         stage_window = max(graph.chunk_nodes, budget.window // stage_row)
         span = max(budget.interval, graph.chunk_nodes)  # positions marked at once while sources are listed
-        for g in range(0, len(intervals), per_group):
-            group = intervals[g : g + per_group]
+        g = 0
+        while g < len(intervals):
+            group: list[tuple[int, int]] = []
             stage = StagedSources(scratch, len(sources), dtype, cols, own_cols)
             try:
-                for a, b in group:
+                cap = disk_cap(scratch)  # a group's staged files take at most this much disk
+                while g < len(intervals) and len(group) < per_group and (not group or stage.data_bytes < cap):
+                    a, b = intervals[g]
                     stage.add(interval_sources(graph, targets[a:b], sources, span, form.self_loops,
                                                bool(form.own_dim), split=as_messages), inp.direct_bytes,
                               target_pos[a:b] if own_cols else None)
+                    group.append((a, b))
+                    g += 1
                 if not stage.pays(inp.file.num_rows * inp.file.row_bytes):  # few intervals, each needing much
                     stage.close()
                     for a, b in group:

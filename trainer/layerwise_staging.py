@@ -15,10 +15,11 @@ interval are removed as soon as it is done, so the disk holds one group's staged
 listed their staged size is known: a group whose staging would move more bytes than its intervals reading the input
 each (few intervals, each needing most of the input's blocks) is not staged (:meth:`StagedSources.pays`).
 
-:data:`STAGE_GROUP` bounds a group: open files (an ids mapping, a rows writer and an own writer per interval) and
-the scratch disk. The pass holds two windows of rows (one read ahead), one interval's gathered rows and a mark per
-window row (staging messages, also what ``convert`` and ``own`` make of a window): sized by the caller from its
-window share.
+:data:`STAGE_GROUP` bounds a group's open files (an ids mapping, a rows writer and an own writer per interval) and
+:func:`disk_cap` its staged bytes (half the scratch disk's free space unless set: a group closes once its listed
+sources reach it, so one interval over it is a group of its own). The pass holds two windows of rows (one read
+ahead), one interval's gathered rows and a mark per window row (staging messages, also what ``convert`` and
+``own`` make of a window): sized by the caller from its window share.
 """
 
 from __future__ import annotations
@@ -36,10 +37,17 @@ import numpy as np
 from storage_kernels import kernels
 from storage_kernels.arrays import ArrayWriter, open_array, release_pages
 
-__all__ = ["STAGE_COST_FACTOR", "STAGE_GROUP", "StagedSources", "group_size", "read_ahead"]
+__all__ = ["STAGE_COST_FACTOR", "STAGE_DISK_BYTES", "STAGE_DISK_SHARE", "STAGE_GROUP", "StagedSources", "disk_cap",
+           "group_size", "read_ahead"]
 
 #: The most intervals staged by one pass over the input (0: no staging, every interval reads the input itself).
 STAGE_GROUP = 128
+#: The most bytes a group's staged rows may take on the scratch disk; None: :data:`STAGE_DISK_SHARE` of the
+#: scratch filesystem's free space when the group starts (a group closes once its listed sources reach it).
+STAGE_DISK_BYTES: int | None = None
+#: The share of the scratch filesystem's free space a group's staged rows may take (the rest is left to the
+#: layer's output table and to everything else on the disk).
+STAGE_DISK_SHARE = 0.5
 #: A group is staged when its pass and staged bytes (:meth:`StagedSources.staged_cost`) times this are fewer than
 #: the bytes its intervals would read from the input themselves (0: always staged).
 STAGE_COST_FACTOR = 1.0
@@ -72,6 +80,15 @@ def group_size(intervals: int, cap: int | None = None) -> int:
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     room = files // 6 if files != resource.RLIM_INFINITY else cap
     return max(1, min(cap, room, intervals))
+
+
+def disk_cap(scratch: Path) -> int:
+    """The most bytes one group's staged files may take in ``scratch``: :data:`STAGE_DISK_BYTES`, else
+    :data:`STAGE_DISK_SHARE` of its filesystem's free space now. At 10M nodes a group of 128 intervals staged
+    ~16 GB of float16 rows and filled the disk: a group closes once its sources reach this."""
+    if STAGE_DISK_BYTES is not None:
+        return int(STAGE_DISK_BYTES)
+    return int(shutil.disk_usage(scratch).free * STAGE_DISK_SHARE)
 
 
 class StagedSources:
@@ -122,12 +139,16 @@ class StagedSources:
             self.targets.append(targets)
             self.own_rows += len(targets)
 
+    @property
+    def data_bytes(self) -> int:
+        """The bytes :meth:`fill` will write for the intervals listed so far (rows and own terms)."""
+        return self.rows * self.cols * self.dtype.itemsize + self.own_rows * self.own_cols * 4
+
     def staged_cost(self, input_bytes: int) -> int:
         """The bytes staging the listed intervals reads and writes: a pass over the input (at most
         ``input_bytes``, at most what the intervals read directly), the rows written and read back, the ids read
         twice."""
-        rows = self.rows * self.cols * self.dtype.itemsize + self.own_rows * self.own_cols * 4
-        return min(input_bytes, self.direct_bytes) + 2 * rows + 2 * self.rows * self.id_dtype.itemsize
+        return min(input_bytes, self.direct_bytes) + 2 * self.data_bytes + 2 * self.rows * self.id_dtype.itemsize
 
     def pays(self, input_bytes: int) -> bool:
         """Whether staging the listed intervals moves fewer bytes than their reading the input each

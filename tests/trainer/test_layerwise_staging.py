@@ -251,3 +251,23 @@ def test_staged_rows_are_the_input_s_bits_in_its_storage_dtype(tmp_path):
     assert stage.bytes_written == 4 * 17 + 2 * 6 * 17  # 17 ids (int32) and their rows
     stage.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_a_group_closes_at_the_disk_cap(files, tmp_path, monkeypatch):
+    # a cap of one byte: every group holds one interval (the first always joins), so the staged files on disk
+    # are one interval's at most; the answer is unchanged
+    indptr, indices, labels, paths = files
+    torch.manual_seed(5)
+    model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.5)
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
+    tight = LayerwiseGraph(indptr, indices, paths["float16"], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
+                           memory_bytes=0)
+    free: list[dict[str, int]] = []
+    want = layerwise_logits(model, tight, np.arange(300), report=free)
+    assert all(r["groups"] == 1 for r in free)  # the default cap: half the free space holds every interval
+    monkeypatch.setattr(staging, "STAGE_DISK_BYTES", 1)
+    capped: list[dict[str, int]] = []
+    np.testing.assert_allclose(layerwise_logits(model, tight, np.arange(300), report=capped), want, rtol=0,
+                               atol=1e-6)
+    assert all(r["groups"] == r["intervals"] > 1 for r in capped)
+    assert not _files_under(tmp_path)
