@@ -486,10 +486,21 @@ class ArrayWriter:
         self._file.write(_header_bytes(self.dtype, (0, *self.row_shape), self.path))
         self._file.flush()  # a valid .npy of 0 rows from the start
         if self.capacity:
+            size = align_up(DATA_ALIGN + self.capacity * self._row_bytes)
             try:
-                os.posix_fallocate(self._file.fileno(), 0, align_up(DATA_ALIGN + self.capacity * self._row_bytes))
-            except (AttributeError, OSError):
-                pass  # preallocation is only a hint; some filesystems refuse it
+                os.posix_fallocate(self._file.fileno(), 0, size)
+            except AttributeError:
+                pass  # no posix_fallocate here: preallocation is only a hint
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    return  # the filesystem refuses preallocation: only a hint
+                # the disk cannot hold the rows to come: fail now, not after the work that makes them, and give
+                # back the extents the failed call left allocated (an 11 GB partial reservation filled a disk)
+                self._file.close()
+                self._file = None
+                self.path.unlink(missing_ok=True)
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({size} bytes for {self.capacity} rows)",
+                              str(self.path)) from e
 
     @property
     def closed(self) -> bool:

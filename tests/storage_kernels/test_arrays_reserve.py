@@ -121,3 +121,16 @@ def test_reserving_nothing_is_a_no_op(tmp_path: Path) -> None:
     assert os.path.getsize(tmp_path / "empty") == 0
     mm = ArrayWriter.allocate(tmp_path / "none.npy", np.int64, (0,))
     assert mm.shape == (0,)
+
+
+def test_a_capacity_the_disk_cannot_hold_fails_at_once_and_frees_the_disk(small_fs: Path) -> None:
+    # 4 MiB of rows on a 1 MiB disk: ENOSPC naming the file when the writer is made, not at some later append,
+    # and the extents the failed preallocation took are given back with the file
+    before = _used(small_fs)
+    with pytest.raises(OSError) as caught:
+        ArrayWriter(small_fs / "big.npy", "float32", 1024, capacity=1024)
+    assert caught.value.errno == errno.ENOSPC and "big.npy" in str(caught.value)
+    assert not (small_fs / "big.npy").exists() and _used(small_fs) == before
+    with ArrayWriter(small_fs / "fits.npy", "float32", 16, capacity=1024) as w:  # 64 KiB: preallocated, written
+        w.append(np.ones((1024, 16), dtype=np.float32))
+    assert np.load(small_fs / "fits.npy").sum() == 1024 * 16
