@@ -39,7 +39,7 @@ def bench(
         "partition; stages: every stage in its own process and memory cgroup (time, memory, disk)."
     ),
     stages: str | None = typer.Option(
-        None, "--stages", help="stages: comma-separated stage names (default: ingest to export)."),
+        None, "--stages", help="stages: comma-separated stage names (default: every stage, ingest to predict)."),
     policies: str = typer.Option(
         "all", "--policies", help="training: 'all' or a comma-separated list of policies (the names --policy takes)."
     ),
