@@ -88,3 +88,23 @@ def test_pack_summary_describes_the_changesets(runner: StageRunner) -> None:
 
     text = pack.summary(runner.artifact("pack"))["summary"]
     assert "predicted hit rate" in text and "superbatches" in text and "packed.bin" not in text
+
+
+def test_predicted_reads_count_every_switch(runner: StageRunner) -> None:
+    # the simulation counts a superbatch's initial cache as hits; the switch reads it from the file all the same:
+    # the prediction adds the distinct blocks of every switch, and bounds what training read
+    from pipelines.core.graphio import load_graph
+    from pipelines.methods.policies import POLICIES, PlanInputs
+    from pipelines.methods.policies.reads import row_reads
+    from storage_kernels.kernels._common import DIRECT_ALIGN
+    from storage_kernels.sampleset import SampleSet
+
+    plan, train = runner.artifact("plan"), runner.artifact("train")
+    blocks = plan.stats["predicted_prefetch_blocks"]
+    assert blocks > 0
+    inputs = PlanInputs(load_graph(runner.artifact("reorder")), SampleSet(runner.artifact("sample").path), runner.cfg)
+    ginex = POLICIES.get("ginex")()
+    reads = ginex.predict_reads(inputs, ginex.plan(inputs))
+    misses = int(plan.stats["total_accesses"] * (1.0 - plan.stats["predicted_hit_rate"])) // 2
+    assert reads.bytes == row_reads(inputs, misses).bytes + blocks // 2 * DIRECT_ALIGN
+    assert reads.bytes * 2 >= train.stats["bytes_read"]  # two epochs: every byte training read was predicted
