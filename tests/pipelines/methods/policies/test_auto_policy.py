@@ -49,13 +49,16 @@ def test_threads_leave_the_loader_a_core_only_when_it_costs_nothing() -> None:
     assert threads_for(in_ram, _probe({1: 0.013, 2: 0.064})) == 1  # oversubscribed: one thread is faster
 
 
-def test_choose_takes_the_fastest_and_breaks_ties_by_bytes_then_memory() -> None:
+def test_choose_takes_the_fastest_and_breaks_ties_by_bytes_then_order_then_memory() -> None:
     def c(name: str, epoch: float, nbytes: int = 0, resident: int = 0, refused: str = "") -> Candidate:
         return Candidate(name, reads=EpochReads(nbytes, 1), epoch_s=epoch, resident_bytes=resident, refused=refused)
 
     assert choose([c("naive", 2.0), c("diskgnn", 1.0), c("ginex", 1.5)]).policy == "diskgnn"
     assert choose([c("diskgnn", 1.0, nbytes=10), c("hyperbatch", 1.02, nbytes=5)]).policy == "hyperbatch"  # a tie
-    assert choose([c("diskgnn", 1.0, resident=9), c("ginex", 1.0, resident=5)]).policy == "ginex"
+    assert choose([c("diskgnn", 1.0, resident=9), c("ginex", 1.0, resident=5)]).policy == "diskgnn"  # the order
+    assert choose([c("hyperbatch", 1.0, resident=5), c("diskgnn", 1.01, resident=9)]).policy == "diskgnn"
+    low = c("diskgnn", 1.0, resident=5)  # two settings of one policy: the one holding less memory
+    assert choose([c("diskgnn", 1.0, resident=9), low]) is low
     assert choose([c("in_memory", 0.1, refused="holds too much"), c("naive", 9.0)]).policy == "naive"
     with pytest.raises(ValueError, match=r"'policy' auto expected a candidate policy that fits .*in_memory: too big"):
         choose([c("in_memory", 0.1, refused="too big")])
