@@ -90,9 +90,10 @@ def pack_stats(stats: dict[str, Any], num_nodes: int, row_bytes: int) -> dict[st
 
 
 def _prefetch_blocks(init_ids: np.ndarray, row_bytes: int) -> int:
-    """The distinct 4 KiB blocks of the feature file holding ``init_ids``' rows (a switch's merged reads)."""
-    ids = np.sort(np.asarray(init_ids, dtype=np.int64))
-    return int(kernels.count_blocks(ids, np.array([0, len(ids)], dtype=np.int64), row_bytes).sum()) if len(ids) else 0
+    """The distinct 4 KiB blocks of the feature file holding ``init_ids``' rows (a switch's merged reads; any
+    order: ``count_blocks`` stamps blocks, it does not sort)."""
+    ids = np.asarray(init_ids, dtype=np.int64)
+    return int(kernels.count_blocks(ids, np.array([0, len(ids)], dtype=np.int64), row_bytes)[0]) if len(ids) else 0
 
 
 @register_policy
