@@ -442,11 +442,14 @@ def reserve_space(fd: int, nbytes: int, path: str | os.PathLike[str]) -> bool:
     fallocate = getattr(os, "posix_fallocate", None)
     if fallocate is None:  # macOS, Windows
         return False
+    size = os.fstat(fd).st_size
     try:
         fallocate(fd, 0, int(nbytes))
     except OSError as e:
         if e.errno in _NO_RESERVE:
             return False  # this filesystem cannot reserve: keep the sparse file (see the docstring)
+        # a failed call can leave the extents it got allocated (ENOSPC: 11 GB of a 51 GB table filled a disk)
+        os.ftruncate(fd, size)
         raise OSError(e.errno, e.strerror or os.strerror(e.errno), os.fspath(path)) from e
     return True
 
@@ -486,21 +489,13 @@ class ArrayWriter:
         self._file.write(_header_bytes(self.dtype, (0, *self.row_shape), self.path))
         self._file.flush()  # a valid .npy of 0 rows from the start
         if self.capacity:
-            size = align_up(DATA_ALIGN + self.capacity * self._row_bytes)
+            # the disk cannot hold the rows to come: fail now, not after the work that makes them (a filesystem
+            # that cannot reserve keeps the preallocation a hint: reserve_space returns False)
             try:
-                os.posix_fallocate(self._file.fileno(), 0, size)
-            except AttributeError:
-                pass  # no posix_fallocate here: preallocation is only a hint
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    return  # the filesystem refuses preallocation: only a hint
-                # the disk cannot hold the rows to come: fail now, not after the work that makes them, and give
-                # back the extents the failed call left allocated (an 11 GB partial reservation filled a disk)
-                self._file.close()
-                self._file = None
-                self.path.unlink(missing_ok=True)
-                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({size} bytes for {self.capacity} rows)",
-                              str(self.path)) from e
+                reserve_space(self._file.fileno(), align_up(DATA_ALIGN + self.capacity * self._row_bytes), self.path)
+            except OSError:
+                self.abort()
+                raise
 
     @property
     def closed(self) -> bool:

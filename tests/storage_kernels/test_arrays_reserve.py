@@ -20,7 +20,7 @@ import pytest
 
 from storage_kernels.arrays import DATA_ALIGN, ArrayWriter, reserve_space
 from storage_kernels.store import ArtifactStore
-from tests.tmpfs import mounted_tmpfs
+from tests.tmpfs import mounted_ext4, mounted_tmpfs
 
 MIB = 1 << 20
 
@@ -134,3 +134,20 @@ def test_a_capacity_the_disk_cannot_hold_fails_at_once_and_frees_the_disk(small_
     with ArrayWriter(small_fs / "fits.npy", "float32", 16, capacity=1024) as w:  # 64 KiB: preallocated, written
         w.append(np.ones((1024, 16), dtype=np.float32))
     assert np.load(small_fs / "fits.npy").sum() == 1024 * 16
+
+
+def test_a_failed_reservation_gives_its_extents_back(tmp_path: Path) -> None:
+    # on ext4 (not tmpfs) a posix_fallocate that runs out of space keeps what it got and grows the file: a
+    # caller that keeps its file gets its size and its disk back
+    mount = tmp_path / "ext4"
+    mount.mkdir()
+    with mounted_ext4(mount, "16M"), open(mount / "kept", "wb") as f:
+        f.write(b"x" * DATA_ALIGN)
+        f.flush()
+        os.fsync(f.fileno())  # its block allocated now (ext4 allocates at writeback)
+        with_header = _used(mount)
+        with pytest.raises(OSError, match="kept") as caught:
+            reserve_space(f.fileno(), 64 * MIB, mount / "kept")
+        assert caught.value.errno == errno.ENOSPC
+        # a metadata block or so may stay (the journal's): not the megabytes the failed call had taken
+        assert os.fstat(f.fileno()).st_size == DATA_ALIGN and _used(mount) - with_header < 64 << 10
