@@ -36,6 +36,19 @@ def _files_under(path):
     return sorted(p.relative_to(path) for p in path.rglob("*"))
 
 
+def _force_staging(monkeypatch, group: int) -> None:
+    """Stage in groups of ``group`` intervals whether it pays or not."""
+    monkeypatch.setattr(staging, "STAGE_GROUP", group)
+    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
+
+
+def _tight(files, tmp_path, dtype: str = "float16") -> LayerwiseGraph:
+    """The test graph at memory 0: intervals of 37 nodes, the hidden tables on disk."""
+    indptr, indices, labels, paths = files
+    return LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
+                          memory_bytes=0)
+
+
 @pytest.mark.parametrize("model_name", ["graphsage", "gcn", "gat"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layers", [2, 3])
@@ -48,10 +61,8 @@ def test_staged_layers_equal_one_interval(files, tmp_path, monkeypatch, model_na
     want = layerwise_logits(model, whole, np.arange(300), report=one)
     assert all(r["intervals"] == 1 and r["groups"] == 0 and r["bytes_staged"] == 0 for r in one)
 
-    monkeypatch.setattr(staging, "STAGE_GROUP", 3)  # intervals of 37 nodes, groups of 3: several groups a layer
-    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)  # staged whether it pays or not
-    tight = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
-                           memory_bytes=0)
+    _force_staging(monkeypatch, 3)  # intervals of 37 nodes, groups of 3: several groups a layer
+    tight = _tight(files, tmp_path, dtype)
     report: list[dict[str, int]] = []
     np.testing.assert_allclose(layerwise_logits(model, tight, np.arange(300), report=report), want, rtol=0,
                                atol=1e-5)
@@ -76,10 +87,8 @@ def test_narrow_messages_are_staged_instead_of_rows(files, tmp_path, monkeypatch
     model = build_model(model_name, in_dim=11, hidden_dim=32, out_dim=4, num_layers=2, dropout=0.5, **extra)
     whole = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, memory_bytes=1 << 30)
     want = layerwise_logits(model, whole, np.arange(300))
-    monkeypatch.setattr(staging, "STAGE_GROUP", 3)
-    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
-    tight = LayerwiseGraph(indptr, indices, paths[dtype], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
-                           memory_bytes=0)
+    _force_staging(monkeypatch, 3)
+    tight = _tight(files, tmp_path, dtype)
     report: list[dict] = []
     got = layerwise_logits(model, tight, np.arange(300), report=report)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
@@ -163,8 +172,7 @@ def test_a_group_is_staged_only_when_that_moves_fewer_bytes(tmp_path, monkeypatc
     np.testing.assert_array_equal(layerwise_logits(model, graph, np.arange(n), report=unstaged), want)  # same path
     assert kept[0]["intervals"] == 4 and kept[0]["groups"] == 0 and kept[0]["bytes_read"] == unstaged[0]["bytes_read"]
     assert 0 < kept[0]["bytes_staged"] < n * 4 * 4  # only the listed ids were written
-    monkeypatch.setattr(staging, "STAGE_GROUP", 128)
-    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)  # forced: more bytes
+    _force_staging(monkeypatch, 128)  # forced: more bytes
     forced: list[dict[str, int]] = []
     np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(n), report=forced), want, rtol=0, atol=1e-5)
     assert forced[0]["groups"] == 1 and forced[0]["bytes_read"] > kept[0]["bytes_read"]
@@ -172,12 +180,9 @@ def test_a_group_is_staged_only_when_that_moves_fewer_bytes(tmp_path, monkeypatc
 
 
 def test_an_interval_s_files_go_when_it_is_done(files, tmp_path, monkeypatch):
-    indptr, indices, labels, paths = files
-    monkeypatch.setattr(staging, "STAGE_GROUP", 4)
-    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
+    _force_staging(monkeypatch, 4)
     model = build_model("gcn", in_dim=11, hidden_dim=8, out_dim=4, num_layers=1, dropout=0.0)
-    graph = LayerwiseGraph(indptr, indices, paths["float16"], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
-                           memory_bytes=0)
+    graph = _tight(files, tmp_path)
     left = []
     for part in layerwise_stream(model, graph):  # one layer: its intervals come out as they are done
         rows = [p for p in tmp_path.rglob("*.rows.npy")]
@@ -190,12 +195,9 @@ def test_an_interval_s_files_go_when_it_is_done(files, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("where", ["pass", "interval"])
 def test_an_error_mid_layer_leaves_no_file_and_no_descriptor(files, tmp_path, monkeypatch, where):
-    indptr, indices, labels, paths = files
-    monkeypatch.setattr(staging, "STAGE_GROUP", 3)
-    monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
+    _force_staging(monkeypatch, 3)
     model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.0)
-    graph = LayerwiseGraph(indptr, indices, paths["float16"], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
-                           memory_bytes=0)
+    graph = _tight(files, tmp_path)
     calls = []
     if where == "pass":  # the second window of the first group's pass, its rows files half written
         real_words = layerwise._Rows.words
@@ -256,12 +258,10 @@ def test_staged_rows_are_the_input_s_bits_in_its_storage_dtype(tmp_path):
 def test_a_group_closes_at_the_disk_cap(files, tmp_path, monkeypatch):
     # a cap of one byte: every group holds one interval (the first always joins), so the staged files on disk
     # are one interval's at most; the answer is unchanged
-    indptr, indices, labels, paths = files
     torch.manual_seed(5)
     model = build_model("graphsage", in_dim=11, hidden_dim=8, out_dim=4, num_layers=2, dropout=0.5)
     monkeypatch.setattr(staging, "STAGE_COST_FACTOR", 0)
-    tight = LayerwiseGraph(indptr, indices, paths["float16"], 11, labels, scratch_dir=tmp_path, chunk_nodes=37,
-                           memory_bytes=0)
+    tight = _tight(files, tmp_path)
     free: list[dict[str, int]] = []
     want = layerwise_logits(model, tight, np.arange(300), report=free)
     assert all(r["groups"] == 1 for r in free)  # the default cap: half the free space holds every interval
