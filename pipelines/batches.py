@@ -96,7 +96,7 @@ class TrainingData:
                  source: Any, lock: contextlib.ExitStack) -> None:
         import torch
 
-        from pipelines.core.graphio import feature_dim
+        from pipelines.core.graphio import feature_dim, narrow_labels
         from trainer.train import compute_threads
 
         self.cfg, self.root, self.device = cfg, root, device
@@ -104,7 +104,7 @@ class TrainingData:
         self.samples, self.source = samples, source
         self._lock = lock
         reorder = artifacts["reorder"]
-        self.labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+        self.labels = narrow_labels(reorder.array("labels.npy"))  # int8 for <= 127 classes: 1 byte a node
         self._perm = reorder.array("perm.npy")  # Strata's id -> the source's id
         self.num_nodes = int(len(self.labels))
         self.num_features = feature_dim(reorder)

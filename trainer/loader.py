@@ -143,8 +143,8 @@ class BatchLoader:
         self.max_bytes = max_bytes
         self._gate: _ByteGate | None = None
         labels = np.asarray(labels)
-        if labels.ndim != 1 or labels.dtype != np.int64:
-            raise ValueError(f"'labels' expected a 1-D int64 array (got {labels.dtype} {labels.shape})")
+        if labels.ndim != 1 or labels.dtype.kind != "i":
+            raise ValueError(f"'labels' expected a 1-D signed integer array (got {labels.dtype} {labels.shape})")
         self.samples, self.source, self.labels = samples, source, labels
         self.batch_ids = [int(b) for b in batch_ids]
         self.prefetch, self.sequential = int(prefetch), bool(sequential)
@@ -208,7 +208,7 @@ class BatchLoader:
         extra = self.extra(batch, self.device) if self.extra is not None else {}
         t2 = time.perf_counter()
         seeds = np.asarray(batch.nodes[: int(batch.hop_counts[0])])  # (num_seeds,)
-        y = torch.from_numpy(self.labels[seeds])  # (num_seeds,)
+        y = torch.from_numpy(self.labels[seeds].astype(np.int64, copy=False))  # (num_seeds,): held narrow
         if self.device.type != "cpu":
             y = y.to(self.device, non_blocking=True)
         t3 = time.perf_counter()

@@ -10,7 +10,7 @@ import numpy as np
 from storage_kernels.halfwords import as_words
 from storage_kernels.store import Artifact
 
-__all__ = ["GraphArrays", "feature_dim", "feature_values", "load_graph"]
+__all__ = ["GraphArrays", "feature_dim", "feature_values", "load_graph", "narrow_labels"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,23 @@ def feature_values(artifact: Artifact) -> np.ndarray:
     rows are whole 4-byte words). For code that reads values, not the rows the tiers move."""
     features, dim = artifact.array("features.npy"), feature_dim(artifact)
     return features[:, :dim] if features.shape[1] > dim else features
+
+
+#: Labels per chunk where :func:`narrow_labels` streams a file: 32 MiB of int64.
+_LABEL_CHUNK = 1 << 22
+
+
+def narrow_labels(labels: np.ndarray, chunk: int = _LABEL_CHUNK) -> np.ndarray:
+    """A copy of integer ``labels`` (e.g. the memory-mapped int64 ``labels.npy``) in the narrowest signed type
+    that holds them (int8 for up to 127 classes: 1 byte a node, not 8); the file is streamed ``chunk`` labels
+    at a time, so nothing beside the result is O(N). Other dtypes are returned as an array, unchanged."""
+    n = len(labels)
+    if not n or labels.dtype.kind not in "iu":
+        return np.asarray(labels)
+    lo = min(int(np.asarray(labels[s : s + chunk]).min()) for s in range(0, n, chunk))
+    hi = max(int(np.asarray(labels[s : s + chunk]).max()) for s in range(0, n, chunk))
+    narrow = np.result_type(np.min_scalar_type(min(lo, -1)), np.min_scalar_type(hi))
+    held = np.empty(n, dtype=narrow if narrow.itemsize < labels.dtype.itemsize else labels.dtype)
+    for start in range(0, n, chunk):
+        held[start : start + chunk] = labels[start : start + chunk]
+    return held

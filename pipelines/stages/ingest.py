@@ -28,7 +28,7 @@ from pipelines.methods.sources.spec import parse_source_spec
 from pipelines.methods.sources.validate import validate_source
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels import kernels
-from storage_kernels.arrays import ArrayWriter, row_ranges
+from storage_kernels.arrays import ArrayWriter, release_pages, row_ranges
 from storage_kernels.buckets import load_bucket, scratch_id_dtype, spill_buckets
 from storage_kernels.halfwords import encode_rows, file_columns, file_dtype
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
@@ -39,6 +39,8 @@ FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipel
 #: Working bytes an edge costs while the CSR is built: a bucket's int64 placed copy beside its sources and
 #: destinations as loaded (int32 on disk, int64 for the kernel); de-duplication is in place.
 BUILD_EDGE_BYTES = 32
+#: Rows per chunk where an O(N) array is streamed (labels written, degrees summarised): 32 MiB of int64.
+_LABEL_CHUNK = 1 << 22
 
 
 def open_source(cfg: PipelineConfig) -> GraphSource:
@@ -53,17 +55,29 @@ def _fingerprint(source: GraphSource, root: Path) -> dict[str, Any]:
 
 
 def _count(source: GraphSource, progress: Progress | None) -> np.ndarray:
-    """Pass 1: the CSR's ``indptr`` before de-duplication (int64, N + 1)."""
-    counts = np.zeros(source.num_nodes, dtype=np.int64)
+    """Pass 1: the CSR's ``indptr`` before de-duplication (int64, N + 1), counted in place (one O(N) array)."""
+    indptr = np.zeros(source.num_nodes + 1, dtype=np.int64)
     seen = 0
     for src, _dst in source.edge_chunks():
-        kernels.csr_count(src, counts)
+        kernels.csr_count(src, indptr[1:])
         seen += len(src)
         if progress:
             progress("ingest: counting edges", seen, 0)
-    indptr = np.zeros(source.num_nodes + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    np.cumsum(indptr, out=indptr)
     return indptr
+
+
+def _degree_stats(indptr: np.ndarray) -> dict[str, Any]:
+    """``max_degree``, ``mean_degree`` and ``isolated_nodes`` of the CSR offsets ``indptr`` (a memory map:
+    streamed :data:`_LABEL_CHUNK` rows at a time, not an O(N) array of degrees)."""
+    n = len(indptr) - 1
+    top = isolated = 0
+    for start in range(0, n, _LABEL_CHUNK):
+        degrees = np.diff(np.asarray(indptr[start : start + _LABEL_CHUNK + 1]))
+        top = max(top, int(degrees.max()))
+        isolated += int(np.count_nonzero(degrees == 0))
+    release_pages(indptr)
+    return {"max_degree": top, "mean_degree": float(indptr[-1]) / n if n else 0.0, "isolated_nodes": isolated}
 
 
 def _build_csr(builder: ArtifactBuilder, source: GraphSource, memory_mb: int, progress: Progress | None
@@ -191,11 +205,13 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
             if progress:
                 progress("ingest: features", rows, source.num_nodes)
         features.close()
-        builder.save_array("labels.npy", source.labels)
+        with builder.array_writer("labels.npy", np.int64) as labels_out:  # the file's type, held narrow
+            for start in range(0, len(source.labels), _LABEL_CHUNK):
+                labels_out.append(source.labels[start : start + _LABEL_CHUNK].astype(np.int64))
         builder.save_array("train_idx.npy", source.train_idx)
         builder.save_array("val_idx.npy", source.val_idx)
         builder.save_array("test_idx.npy", source.test_idx)
-        degrees = np.diff(np.load(builder.dir / "indptr.npy", mmap_mode="r"))
+        degrees = _degree_stats(np.load(builder.dir / "indptr.npy", mmap_mode="r"))
         builder.stats.update(
             {
                 "num_nodes": source.num_nodes,
@@ -206,9 +222,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 "max_label": int(source.labels.max()) if len(source.labels) else -1,
                 "feature_bytes": source.num_nodes * columns * file_dtype(dtype).itemsize,
                 "feature_dtype": dtype,
-                "max_degree": int(degrees.max()) if len(degrees) else 0,
-                "mean_degree": float(degrees.mean()) if len(degrees) else 0.0,
-                "isolated_nodes": int(np.count_nonzero(degrees == 0)),
+                **degrees,
                 "train_nodes": len(source.train_idx),
                 "val_nodes": len(source.val_idx),
                 "test_nodes": len(source.test_idx),

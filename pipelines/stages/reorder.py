@@ -27,7 +27,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig, ReorderConfig
 from pipelines.core.formatting import markdown_table
-from pipelines.core.graphio import GraphArrays, load_graph
+from pipelines.core.graphio import GraphArrays, load_graph, narrow_labels
 from pipelines.core.nodeids import NODE_IDS_FILE, has_node_ids
 from pipelines.core.progress import Progress
 from pipelines.methods.orders import compute_order
@@ -112,17 +112,8 @@ def permuted_labels(labels: np.ndarray, perm: np.ndarray, write: Write, chunk: i
     """Write ``labels[perm]`` (the file's dtype) through ``write``, ``chunk`` rows at a time: the labels are held
     once, in the narrowest integer type that holds them (int16 for class labels), ``perm`` is streamed."""
     n = len(labels)
-    held: np.ndarray = labels
-    if n and labels.dtype.kind in "iu":
-        lo = min(int(np.asarray(labels[s : s + chunk]).min()) for s in range(0, n, chunk))
-        hi = max(int(np.asarray(labels[s : s + chunk]).max()) for s in range(0, n, chunk))
-        narrow = np.result_type(np.min_scalar_type(lo), np.min_scalar_type(hi))
-        held = np.empty(n, dtype=narrow if narrow.itemsize < labels.dtype.itemsize else labels.dtype)
-        for start in range(0, n, chunk):
-            held[start : start + chunk] = labels[start : start + chunk]
-        release_pages(labels)
-    else:
-        held = np.asarray(labels)
+    held = narrow_labels(labels, chunk)
+    release_pages(labels)
     for start in range(0, n, chunk):
         write(held[np.asarray(perm[start : start + chunk])].astype(labels.dtype, copy=False))
     release_pages(perm)

@@ -247,8 +247,16 @@ def test_loader_rejects_bad_arguments(dataset) -> None:
     source = FlakySource(dataset.features)
     with pytest.raises(ValueError, match="'prefetch' expected >= 1"):
         BatchLoader(dataset.samples, source, [0], dataset.labels, prefetch=0)
-    with pytest.raises(ValueError, match="'labels' expected a 1-D int64 array"):
-        BatchLoader(dataset.samples, source, [0], dataset.labels.astype(np.int32))
+    with pytest.raises(ValueError, match="'labels' expected a 1-D signed integer array"):
+        BatchLoader(dataset.samples, source, [0], dataset.labels.astype(np.float32))
+
+
+def test_loader_gives_int64_labels_from_narrow_ones(dataset) -> None:
+    ids = dataset.samples.batch_ids("train", 0)
+    wide = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels))
+    narrow = list(BatchLoader(dataset.samples, InMemoryFeatures(dataset.features), ids, dataset.labels.astype(np.int8)))
+    assert [lb.y.dtype for lb in narrow] == [torch.int64] * len(ids)
+    assert [lb.y.tolist() for lb in narrow] == [lb.y.tolist() for lb in wide]
 
 
 @pytest.mark.gpu

@@ -71,7 +71,7 @@ class GraphSource:
         edge_chunks: returns a fresh iterator of ``(src, dst)`` int64 chunks on every call.
         feature_chunks: returns a fresh iterator of float32 ``(rows, F)`` chunks in node order whose row
             counts add up to ``N``.
-        labels: int64 ``(N,)``; ``-1`` = unlabelled.
+        labels: signed integers ``(N,)`` (int64, or narrower); ``-1`` = unlabelled.
         train_idx: sorted unique int64 node ids of labelled nodes; likewise ``val_idx`` and ``test_idx``
             (pairwise disjoint).
         description: parameters and provenance (JSON-serialisable); ingest records it.

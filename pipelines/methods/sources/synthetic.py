@@ -270,8 +270,13 @@ class SyntheticGraph:
         return labels
 
     def labels(self) -> np.ndarray:
-        """All labels, int64 (N,), computed block by block."""
-        return np.concatenate([self.labels_block(b) for b in range(self.num_blocks)])
+        """All labels (N,), computed block by block, in the narrowest signed type that holds ``-1`` and every
+        class (int8 for up to 127 classes): the source holds them through the whole ingest."""
+        out = np.empty(self.params.nodes, dtype=np.min_scalar_type(-max(self.params.classes, 1)))
+        for b in range(self.num_blocks):
+            start, stop = self.block_range(b)
+            out[start:stop] = self.labels_block(b)
+        return out
 
     def out_degrees(self, block: int) -> np.ndarray:
         """Generated out-degrees of a block's nodes (before self loops are dropped)."""

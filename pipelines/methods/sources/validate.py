@@ -124,11 +124,13 @@ def check_feature_chunk(chunk: np.ndarray, feature_dim: int, where: str, row_off
 
 
 def check_labels(labels: np.ndarray, num_nodes: int, num_classes: int, where: str) -> np.ndarray:
-    """Check labels (length ``num_nodes``, values in ``[-1, num_classes)``); return them as int64."""
+    """Check labels (length ``num_nodes``, values in ``[-1, num_classes)``); return them as a contiguous signed
+    integer array: their own type when signed (a narrow one stays narrow: 1 byte a node instead of 8 at 100M
+    nodes), else int64."""
     arr = np.asarray(labels)
     if arr.ndim != 1 or arr.shape[0] != num_nodes:
         raise ValueError(f"{_thing(where, 'labels')} expected shape ({num_nodes},) (got {arr.shape})")
-    arr = _as_int_array(arr, where, "labels")
+    arr = np.ascontiguousarray(arr) if arr.dtype.kind == "i" else _as_int_array(arr, where, "labels")
     bad = _first_out_of_range(arr, -1, num_classes)
     if bad is not None:
         raise ValueError(
