@@ -98,7 +98,7 @@ def narrow_labels(labels: np.ndarray, chunk: int = _LABEL_CHUNK) -> np.ndarray:
         return np.asarray(labels)
     lo = min(int(np.asarray(labels[s : s + chunk]).min()) for s in range(0, n, chunk))
     hi = max(int(np.asarray(labels[s : s + chunk]).max()) for s in range(0, n, chunk))
-    narrow = np.result_type(np.min_scalar_type(min(lo, -1)), np.min_scalar_type(hi))
+    narrow = np.result_type(np.min_scalar_type(min(lo, -1)), np.min_scalar_type(-max(hi, 0) - 1))  # both signed
     held = np.empty(n, dtype=narrow if narrow.itemsize < labels.dtype.itemsize else labels.dtype)
     for start in range(0, n, chunk):
         held[start : start + chunk] = labels[start : start + chunk]

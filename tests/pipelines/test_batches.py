@@ -226,3 +226,15 @@ def test_compute_threads_are_the_ones_the_plan_probed_unless_the_user_set_them(r
             assert torch.get_num_threads() == cores  # advice only: torch's setting is the user's
     with open_training_data("tiny", root=root, overrides=[*FAST, "train.num_threads=3"]) as data:
         assert data.compute_threads == 3
+
+
+@pytest.mark.parametrize(("values", "dtype"), [([-1, 0, 5], np.int8), ([0, 126], np.int8), ([-1, 200], np.int16),
+                                               ([0, 40_000], np.int32), ([-1, 2**40], np.int64)])
+def test_narrow_labels_holds_the_values_in_the_narrowest_signed_type(values, dtype) -> None:
+    from pipelines.core.graphio import narrow_labels
+
+    labels = np.array(values * 5, dtype=np.int64)
+    held = narrow_labels(labels, chunk=3)  # several chunks
+    assert held.dtype == dtype
+    np.testing.assert_array_equal(held, labels)
+    assert narrow_labels(np.zeros(0, np.int64)).shape == (0,)
