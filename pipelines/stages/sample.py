@@ -23,6 +23,7 @@ from pipelines.core.formatting import markdown_table
 from pipelines.core.graphio import GraphArrays, load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.samplers import SAMPLERS, batch_seed
+from pipelines.methods.samplers.prefetch import csr_outgrows_memory, sample_prefetched
 from pipelines.stages.common import StageResult, materialize
 from storage_kernels.arrays import advise_random
 from storage_kernels.sampleset import SPLITS, SampleSetWriter
@@ -121,7 +122,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partiti
     graph = load_graph(reorder)
     # a few entries per sampled row, far apart: without this each page fault reads 128 KiB+ around it, and a
     # CSR larger than memory (under a cgroup) thrashed: 30 batches at 10M nodes read over 500 GB, not 312 MB
-    advise_random(graph.indptr, graph.indices)
+    # ... and, when the CSR outgrows memory, each batch's rows are asked for ahead, a hop at a time
+    prefetch = advise_random(graph.indptr, graph.indices) > 0 and csr_outgrows_memory(graph, cfg.memory_budget)
     derived = derived_params(cfg, graph)
 
     def build(builder: ArtifactBuilder) -> None:
@@ -134,10 +136,9 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partiti
         writer = SampleSetWriter(builder)
         train_seeds = train_inputs = 0
         for i, (split, epoch, step, seeds) in enumerate(plan):
-            nodes, hop_counts, indptrs, cols = sampler.sample(
-                graph, np.ascontiguousarray(seeds, dtype=np.int64), fanouts, batch_seed(sc.seed, split, epoch, step),
-                sc.num_threads,
-            )
+            nodes, hop_counts, indptrs, cols = sample_prefetched(
+                sampler, graph, np.ascontiguousarray(seeds, dtype=np.int64), fanouts,
+                batch_seed(sc.seed, split, epoch, step), sc.num_threads, prefetch)
             writer.add(split, epoch, step, nodes, hop_counts, indptrs, cols)
             if split == "train":
                 train_seeds += len(seeds)

@@ -61,6 +61,9 @@ PyObject *sk_sample_dense(PyObject *self, PyObject *args, PyObject *kwargs); /* 
 PyObject *sk_set_dense_map_limit(PyObject *self, PyObject *args); /* testing hook: force the hashed id map */
 int sk_sample_init(void); /* not a Python function: once from module init (fork safety of the id-map pool) */
 
+/* graph/prefetch.c: asynchronous read-ahead of CSR rows of a memory-mapped CSR (madvise WILLNEED) */
+PyObject *sk_prefetch_rows(PyObject *self, PyObject *args, PyObject *kwargs);
+
 /* graph/prune.c: OUTRE's subtree pruning of one sampled batch */
 PyObject *sk_prune_blocks(PyObject *self, PyObject *args, PyObject *kwargs);
 

@@ -64,6 +64,9 @@ static PyMethodDef methods[] = {
     SK_METHOD(sample_blocks, "indptr, indices, seeds, fanouts, seed, num_threads=0",
               "Multi-hop uniform neighbour sampling without replacement, relabelled into layered blocks.\n"
               "Returns (nodes, hop_counts, indptrs, cols)."),
+    SK_METHOD(prefetch_rows, "indptr, indices, rows",
+              "Ask the kernel to read rows `rows` of a memory-mapped CSR ahead (madvise WILLNEED on the pages of\n"
+              "their offsets, then of their entries), asynchronously. Returns the pages advised."),
     SK_METHOD(sample_dense, "indptr, indices, seeds, fanouts, seed, num_threads=0",
               "MariusGNN's DENSE sampling: every node's neighbours sampled once, by the first hop reaching it, into\n"
               "one CSR whose prefixes are the hops' blocks. Returns (nodes, hop_counts, indptr, cols)."),

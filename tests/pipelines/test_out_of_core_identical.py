@@ -1,6 +1,7 @@
 """Out of core gives the in-memory answer: every stage built with tiny memory settings (the CSR built through
 scratch buckets, the external permutation in many buckets, packing in small partitions, layer-wise prediction
-in many intervals) writes the same files as with the defaults, and predicts the same classes."""
+in many intervals, the sampled CSR rows read ahead) writes the same files as with the defaults, and predicts
+the same classes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pyarrow.parquet as pq
 from pipelines.config import PipelineConfig
 from pipelines.core.paths import StrataPaths
 from pipelines.runner import StageRunner
-from pipelines.stages import ingest, reorder
+from pipelines.stages import ingest, reorder, sample
+from storage_kernels import kernels
 
 DATASET = "synthetic:nodes=6000,degree=16,dim=9,classes=4,seed=2,locality=0.5,window=16"
 BASE = ["policy=diskgnn", "ingest.feature_dtype=float16", "sample.epochs=1", "sample.batch_size=256",
@@ -30,9 +32,14 @@ def test_tiny_memory_settings_write_the_same_artifacts(tmp_path, monkeypatch):
     big.run_until("predict")
     monkeypatch.setattr(ingest, "BUILD_EDGE_BYTES", 1 << 14)  # 64 edges a bucket
     monkeypatch.setattr(reorder, "_bucket_sizes", lambda memory_mb, row_bytes: (500, 2000))
+    monkeypatch.setattr(sample, "csr_outgrows_memory", lambda graph, budget: True)  # rows read ahead
+    advised = []
+    real_prefetch = kernels.prefetch_rows
+    monkeypatch.setattr(kernels, "prefetch_rows", lambda *a: advised.append(real_prefetch(*a)) or advised[-1])
     small = StageRunner(PipelineConfig.load(overrides=BASE + TINY, dataset=DATASET),
                         StrataPaths.at(tmp_path / "b").store())
     small.run_until("predict")
+    assert len(advised) >= 4 and all(a > 0 for a in advised)  # two hops a batch
     stats = small.artifact("reorder").stats
     assert stats["csr_buckets"] > 10 and stats["feature_buckets"] > 10
     for stage in BYTE_IDENTICAL:
