@@ -212,14 +212,17 @@ def pack_batches(
     batch_ptr = np.zeros(num_batches + 1, dtype=np.int64)
     np.cumsum(chunk_rows, out=batch_ptr[1:])
     cursor = np.zeros(num_batches, dtype=np.int64)
-    wanted = np.unique(ids_all)  # to skip partitions no batch needs
+    num_parts = -(-num_rows // partition_rows) if partition_rows > 0 else 0
+    wanted = np.zeros(num_parts, dtype=bool)  # partitions some batch needs (the others are skipped)
+    for ids in ids_list:
+        wanted[np.unique(ids // partition_rows)] = True  # per batch: no sort of every id at once
 
     fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         os.ftruncate(fd, total_bytes)
         for start in range(0, num_rows, partition_rows):
             stop = min(num_rows, start + partition_rows)
-            if np.searchsorted(wanted, start) == np.searchsorted(wanted, stop):
+            if not wanted[start // partition_rows]:
                 continue
             part = np.ascontiguousarray(features[start:stop])  # (R, F) view of the memmap, read sequentially
             _native.pack_partition(features=part, row_start=start, ids=ids_all, batch_ptr=batch_ptr, cursor=cursor,

@@ -127,6 +127,7 @@ class Segments:
     segment_ptr: np.ndarray  # (G + 1,) pairs of segment g: [segment_ptr[g], segment_ptr[g + 1])
     entry_pair: np.ndarray  # (T,)
     sig_order: np.ndarray = field(repr=False)  # (P,)
+    ordered: bool = True  # False: ranks and cache order not computed (a layout caching no row, s = 0)
 
     @property
     def max_pairs(self) -> int:
@@ -134,18 +135,25 @@ class Segments:
         return int(np.diff(self.segment_ptr).max(initial=0))
 
 
+#: A ``uses`` signature's value past a pair's last read (after every training position).
+UNUSED = np.iinfo(np.int32).max
+
+
 def uses_signatures(entry_pair: np.ndarray, position: np.ndarray, num_pairs: int, k: int = USES_K) -> np.ndarray:
-    """(P, k) the training positions of every pair's first ``k`` reads (``2**62`` past its last read): entries
-    are in trace order, so a stable sort by pair lists each pair's reads in order."""
+    """(P, k) int32 the training positions of every pair's first ``k`` reads (:data:`UNUSED` past its last
+    read): entries are in trace order, so a stable sort by pair lists each pair's reads in order. Positions are
+    batch indices (< 2**31); each column is contiguous (a transposed (k, P) array), so sorting by the columns
+    copies none of them: at 100M nodes P is tens of millions."""
     order = np.argsort(entry_pair, kind="stable")
     pos = position[order]
     start = np.searchsorted(entry_pair[order], np.arange(num_pairs))  # (P,) first entry of every pair
+    del order
     count = np.bincount(entry_pair, minlength=num_pairs)
-    sig = np.full((num_pairs, k), 1 << 62, np.int64)
+    columns = np.full((k, num_pairs), UNUSED, np.int32)
     for j in range(k):
         has = count > j
-        sig[has, j] = pos[start[has] + j]
-    return sig
+        columns[j, has] = pos[start[has] + j]
+    return columns.T
 
 
 def _pair_keys(trace: Trace, m: int) -> np.ndarray:
@@ -153,9 +161,12 @@ def _pair_keys(trace: Trace, m: int) -> np.ndarray:
     return (trace.position // m) * max(trace.num_nodes, 1) + trace.nodes
 
 
-def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str = "minhash") -> Segments:
+def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str = "minhash",
+             ordered: bool = True) -> Segments:
     """Cut ``trace`` into segments of ``m`` batches; count, rank and order each segment's rows: by MinHash
-    signature (``order="minhash"``, Alg. 1, ``k`` hashes) or by their first :data:`USES_K` reads (``"uses"``)."""
+    signature (``order="minhash"``, Alg. 1, ``k`` hashes) or by their first :data:`USES_K` reads (``"uses"``).
+    ``ordered=False`` skips the ranks and the order, for a layout that caches no row: they are the largest
+    arrays here (a signature of ``k`` or :data:`USES_K` values a pair), and pure packing needs neither."""
     if m < 1:
         raise ValueError(f"'segment_batches' expected >= 1 (got {m})")
     if order not in ORDERS:
@@ -165,15 +176,23 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str 
     uniq, entry_pair, count = np.unique(_pair_keys(trace, m), return_inverse=True, return_counts=True)
     pair_segment, pair_node = np.divmod(uniq, max(trace.num_nodes, 1))
     segment_ptr = np.searchsorted(pair_segment, np.arange(num_segments + 1)).astype(np.int64)
+    del uniq
+    if not ordered:  # no row is cached: every rank past any s, the order the pairs' own
+        return Segments(m, num_segments, pair_segment, pair_node, count.astype(np.int64),
+                        np.full(len(pair_node), np.iinfo(np.int64).max, np.int64), segment_ptr,
+                        entry_pair.reshape(-1).astype(np.int64), np.arange(len(pair_node)), ordered=False)
     # pairs are sorted by (segment, node): a stable sort on (segment, count descending) ties by node
     by_count = np.argsort(pair_segment * (int(count.max(initial=0)) + 1) - count, kind="stable")  # (P,)
-    rank = np.empty(len(uniq), np.int64)
-    rank[by_count] = np.arange(len(uniq)) - segment_ptr[pair_segment[by_count]]
+    num_pairs = len(pair_node)
+    rank = np.empty(num_pairs, np.int64)
+    rank[by_count] = np.arange(num_pairs) - segment_ptr[pair_segment[by_count]]
+    del by_count
     if order == "minhash":  # Alg. 1: pair (g, v) is read by the batches of segment g that read v (positions)
-        sig = kernels.minhash_signatures(entry_pair, trace.ptr, len(uniq), k, MINHASH_SEED, num_threads)  # (P, k)
+        sig = kernels.minhash_signatures(entry_pair, trace.ptr, num_pairs, k, MINHASH_SEED, num_threads)  # (P, k)
     else:  # rows read by the same batches, in the same order, side by side: what a segment window reads together
-        sig = uses_signatures(entry_pair.reshape(-1), trace.position, len(uniq))  # (P, USES_K)
+        sig = uses_signatures(entry_pair.reshape(-1), trace.position, num_pairs)  # (P, USES_K)
     sig_order = np.lexsort((*[sig[:, j] for j in reversed(range(sig.shape[1]))], pair_segment))  # ties by node
+    del sig
     return Segments(m, num_segments, pair_segment, pair_node, count.astype(np.int64), rank, segment_ptr,
                     entry_pair.reshape(-1).astype(np.int64), sig_order)
 
@@ -191,6 +210,8 @@ class SegmentCaches:
 
 def cache_layout(segs: Segments, s: int) -> SegmentCaches:
     """Each segment caches its ``s`` most-read rows, in MinHash order (slots 0.. within the segment)."""
+    if s > 0 and not segs.ordered:
+        raise ValueError(f"'segs' expected ranked segments to cache {s} rows a segment (got ordered=False)")
     cached = segs.pair_rank < s  # (P,)
     in_order = cached[segs.sig_order]  # (P,) in cache order
     running = np.cumsum(in_order) - 1  # (P,) cached rows before, over all segments
@@ -307,7 +328,8 @@ def recorded_choice(record: dict[str, Any] | None, key: dict[str, Any], trace: T
     return Choice(segment_batches=m, cache_rows=int(record["cache_rows"]), read_bytes=int(record["read_bytes"]),
                   store_bytes=int(record["store_bytes"]), candidates=int(record["candidates"]),
                   feasible=int(record["feasible"]), evaluated=int(record["evaluated"]),
-                  segments=segments(trace, m, key["k"], num_threads, key["order"]))
+                  segments=segments(trace, m, key["k"], num_threads, key["order"],
+                                    ordered=int(record["cache_rows"]) > 0))
 
 
 def _bounds(trace: Trace, segs: Segments, grid: Sequence[int], row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -364,7 +386,7 @@ def search(trace: Trace, row_bytes: int, budget_bytes: int | None, *, k: int = 2
     if budget_bytes is None or pure_store <= budget_bytes:
         return Choice(segment_batches=max(nt, 1), cache_rows=0, read_bytes=pure_store, store_bytes=pure_store,
                       candidates=1, feasible=1, evaluated=1,
-                      segments=segments(trace, max(nt, 1), k, num_threads, order))
+                      segments=segments(trace, max(nt, 1), k, num_threads, order, ordered=False))
     # candidates: (lower bound, m, s, store); pure packing (segments of every batch, no cache row) does not fit
     candidates: list[tuple[int, int, int, int]] = [(pure_store, max(nt, 1), 0, pure_store)]
     cache: dict[int, Segments] = {}  # the last segment size's segments only: each is about the trace's size

@@ -11,7 +11,7 @@ import torch
 
 from pipelines.config import PipelineConfig
 from pipelines.core.graphio import load_graph
-from pipelines.methods.policies.diskgnn.search import uses_signatures
+from pipelines.methods.policies.diskgnn.search import UNUSED, uses_signatures
 from pipelines.methods.policies.diskgnn.window import fill_gaps
 from pipelines.stages import pack, partition, plan, reorder, sample
 from storage_kernels.packstore import PackedStore, Tier
@@ -201,4 +201,25 @@ class PackedStoreCopy:
 def test_uses_signatures_list_each_rows_first_reads() -> None:
     # entries in trace order: pair 0 read at positions 0, 2, 5; pair 1 at 1; pair 2 never
     sig = uses_signatures(np.array([0, 1, 0, 0]), np.array([0, 1, 2, 5]), 3, k=2)
-    np.testing.assert_array_equal(sig, [[0, 2], [1, 1 << 62], [1 << 62, 1 << 62]])
+    np.testing.assert_array_equal(sig, [[0, 2], [1, UNUSED], [UNUSED, UNUSED]])
+    assert sig.dtype == np.int32 and all(sig[:, j].flags.c_contiguous for j in range(2))
+
+
+@pytest.mark.parametrize("order", ["uses", "minhash"])
+def test_unordered_segments_cost_what_ordered_ones_do_when_nothing_is_cached(order) -> None:
+    from pipelines.methods.policies.diskgnn.search import Trace, cache_layout, evaluate, segments
+
+    rng = np.random.default_rng(4)
+    parts = [np.unique(rng.integers(0, 500, 80)) for _ in range(12)]
+    ptr = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+    trace = Trace(np.arange(12, dtype=np.int64), np.zeros(12, np.int64), np.concatenate(parts).astype(np.int64),
+                  ptr, 500)
+    ordered, unordered = segments(trace, 12, order=order), segments(trace, 12, order=order, ordered=False)
+    for field in ("pair_segment", "pair_node", "pair_count", "segment_ptr", "entry_pair"):
+        np.testing.assert_array_equal(getattr(ordered, field), getattr(unordered, field))
+    a = evaluate(trace, ordered, cache_layout(ordered, 0), 64)
+    b = evaluate(trace, unordered, cache_layout(unordered, 0), 64)
+    np.testing.assert_array_equal(a.read_bytes, b.read_bytes)
+    assert a.store_bytes == b.store_bytes
+    with pytest.raises(ValueError, match="'segs' expected ranked segments to cache 3 rows a segment"):
+        cache_layout(unordered, 3)
