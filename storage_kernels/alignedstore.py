@@ -48,6 +48,7 @@ __all__ = [
     "group_hyperbatches",
     "layout_stats",
     "save_hyperbatch_tables",
+    "hotset_refresh_due",
     "select_hotset",
     "write_aligned",
 ]
@@ -84,6 +85,13 @@ def select_hotset(score: np.ndarray, budget_rows: int) -> np.ndarray:
     above = np.flatnonzero(score > kth)
     ties = np.flatnonzero(score == kth)[: k - len(above)]
     return np.sort(np.concatenate([above, ties])).astype(np.int64)
+
+
+def hotset_refresh_due(epoch: int, refresh_epochs: int) -> bool:
+    """The hotset's refresh schedule: whether it is re-selected when training epoch ``epoch`` (0-based) starts --
+    every ``refresh_epochs`` epochs after the first (0: never). The feature source follows it, and the plan's
+    simulation of that source."""
+    return refresh_epochs > 0 and epoch > 0 and epoch % refresh_epochs == 0
 
 
 @dataclass(frozen=True)

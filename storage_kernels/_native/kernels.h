@@ -111,6 +111,8 @@ PyObject *sk_window_update(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* cache/update.c: in-place cache update from a batch's rows through the address table */
 PyObject *sk_cache_update(PyObject *self, PyObject *args, PyObject *kwargs);
+/* cache/hotset.c: the hyperbatch hotset's hits and access counts over a chunk of a trace (plan simulation) */
+PyObject *sk_count_hits(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* ---- nn/: training-time model operations on the CPU (trainer/native_ops.py) ---------------------------- */
 

@@ -138,6 +138,8 @@ static PyMethodDef methods[] = {
               "to back; None when some row has a block that was not read."),
     SK_METHOD(window_update, "row_slot, slot_row, out_rows, in_rows, in_slots",
               "The window's changes after a batch, in place: out rows leave, in_rows[k] takes slot in_slots[k]."),
+    SK_METHOD(count_hits, "ids, hot, counts",
+              "counts[ids[k]] += 1.0 for every k; returns how many ids[k] are hot (hot[ids[k]] true)."),
 
     /* ---- nn/: training-time model operations on the CPU ---- */
     SK_METHOD(csr_sum, "indptr, cols, src, out, mean=False, num_threads=0",

@@ -1,6 +1,6 @@
 """Wrappers of the ``cache/`` kernels: Ginex's Belady-optimal changesets (``belady.c``) and in-place cache
-update (``update.c``), and the DiskGNN segment window's schedule (``window.c``) and per-batch bookkeeping at
-training time (``window_lookup.c``).
+update (``update.c``), the DiskGNN segment window's schedule (``window.c``) and per-batch bookkeeping at
+training time (``window_lookup.c``), and the hyperbatch hotset's hits and access counts (``hotset.c``).
 """
 
 from __future__ import annotations
@@ -113,3 +113,17 @@ def cache_update(cache: np.ndarray, address_table: np.ndarray, batch_rows: np.nd
     _native.cache_update(cache=cache, address_table=address_table, batch_rows=batch_rows,
                          in_ids=_index_array("in_ids", in_ids), out_ids=_index_array("out_ids", out_ids),
                          in_positions=_index_array("in_positions", in_positions), num_threads=num_threads)
+
+
+# ---- the hyperbatch hotset's bookkeeping (the plan's simulation of trainer.features.hotset) ---------------------
+
+
+def count_hits(ids, hot: np.ndarray, counts: np.ndarray) -> int:
+    """One chunk of an access trace against a hotset: ``counts[ids[k]] += 1.0`` for every ``k``; returns how many
+    ``ids[k]`` are hot.
+
+    ``hot`` (N,) bool is the hotset's membership; ``counts`` (N,) float64, updated in place, the access counters
+    (the hotset's decayed counts). Every id is checked first (IndexError naming the first outside ``[0, N)``;
+    ``counts`` unchanged then). Without the GIL.
+    """
+    return _native.count_hits(ids=_index_array("ids", ids), hot=hot, counts=counts)

@@ -198,7 +198,8 @@ def test_a_policys_own_knobs_change_only_its_artifacts() -> None:
         cfg = PipelineConfig.load(overrides=[f"policy={policy}", *sets], dataset="tiny")
         return artifact_params(cfg, "plan", also=("policy",))
 
-    for knob, owner in (("plan.staleness=7", "outre"), ("plan.hyperbatch_bytes=8192", "hyperbatch")):
+    for knob, owner in (("plan.staleness=7", "outre"), ("plan.hyperbatch_bytes=8192", "hyperbatch"),
+                        ("plan.hotset_decay=0.25", "hyperbatch"), ("plan.hotset_refresh_epochs=2", "hyperbatch")):
         assert plan_params(owner, knob) != plan_params(owner)
         assert plan_params("diskgnn", knob) == plan_params("diskgnn")
 
@@ -214,8 +215,7 @@ def test_each_policy_owns_its_settings_and_they_count_only_for_it() -> None:
     assert owned[("plan", "superbatch_size")] == "ginex" and owned[("pack", "disk_budget")] == "diskgnn"
     for (section, name), policy in owned.items():
         assert name in {"plan": PlanConfig, "pack": PackConfig}[section].model_fields
-        assert name in POLICIES.get(policy).reads or name in ("hotset_refresh_epochs", "hotset_decay",
-                                                              "prefetch_partitions")  # speed only
+        assert name in POLICIES.get(policy).reads or name == "prefetch_partitions"  # speed only
     ginex = PipelineConfig.load(overrides=["policy=ginex", "plan.superbatch_size=4"])
     other = PipelineConfig.load(overrides=["policy=diskgnn", "plan.superbatch_size=4"])
     assert artifact_params(ginex, "plan", ("policy",))["superbatch_size"] == 4

@@ -30,7 +30,14 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from storage_kernels.alignedstore import ALIGNED_BIN, HOTSET_NODES, LAYOUT_JSON, BlockLayout, HyperbatchTable
+from storage_kernels.alignedstore import (
+    ALIGNED_BIN,
+    HOTSET_NODES,
+    LAYOUT_JSON,
+    BlockLayout,
+    HyperbatchTable,
+    hotset_refresh_due,
+)
 from storage_kernels.packstore import BatchAddresses, Tier
 from trainer.features.aligned import AlignedBlocks
 from trainer.features.base import FeatureTier, NodeBatch, TierRead
@@ -238,7 +245,7 @@ class HyperbatchSource(TieredSource):
 
     def _refresh_due(self, epoch: int) -> bool:
         """Whether the hotset is re-selected when epoch ``epoch`` (0-based, as this source counts) starts."""
-        return self.refresh_epochs > 0 and epoch > 0 and epoch % self.refresh_epochs == 0
+        return hotset_refresh_due(epoch, self.refresh_epochs)
 
     def _advance(self, batch: int) -> None:
         """Before a batch's addresses: start an epoch (decay, refresh) at the first batch of a sample epoch,

@@ -22,7 +22,7 @@ from storage_kernels.packstore import Tier
 if TYPE_CHECKING:
     from pipelines.core.progress import Progress
 
-__all__ = ["access_frequency", "accessed_mask", "assign_tiers", "frequency_plan", "ranked_nodes",
+__all__ = ["access_frequency", "accessed_mask", "assign_tiers", "frequency_plan", "ranked_nodes", "trace_chunks",
            "uncached_training_rows"]
 
 _TRACE_CHUNK = 16_000_000  # node ids counted per bincount
@@ -33,7 +33,7 @@ def access_frequency(nodes: np.ndarray, ranges: list[tuple[int, int]], num_nodes
     """How many of the batches whose node lists are ``nodes[start:stop]`` read each node (streamed: counted in
     place by ``kernels.csr_count``, chunk by chunk, so nothing but the (N,) counts is O(N))."""
     freq = np.zeros(num_nodes, dtype=np.int64)
-    for i, chunk in _trace_chunks(nodes, ranges):
+    for i, chunk in trace_chunks(nodes, ranges):
         kernels.csr_count(chunk, freq)
         if progress:
             progress("plan: counting accesses", i + 1, len(ranges))
@@ -43,12 +43,12 @@ def access_frequency(nodes: np.ndarray, ranges: list[tuple[int, int]], num_nodes
 def accessed_mask(nodes: np.ndarray, ranges: list[tuple[int, int]], num_nodes: int) -> np.ndarray:
     """bool (N,): whether any of the batches whose node lists are ``nodes[start:stop]`` reads each node."""
     mask = np.zeros(num_nodes, dtype=bool)
-    for _, chunk in _trace_chunks(nodes, ranges):
+    for _, chunk in trace_chunks(nodes, ranges):
         mask[chunk] = True
     return mask
 
 
-def _trace_chunks(nodes: np.ndarray, ranges: list[tuple[int, int]]) -> Iterator[tuple[int, np.ndarray]]:
+def trace_chunks(nodes: np.ndarray, ranges: list[tuple[int, int]]) -> Iterator[tuple[int, np.ndarray]]:
     """``(i, ids)``: the node lists of ``ranges`` concatenated into int64 chunks of about ``_TRACE_CHUNK`` ids,
     each with the index of the last range it holds."""
     pending: list[np.ndarray] = []
