@@ -292,8 +292,8 @@ def _torch_modes(deterministic: bool, num_threads: int) -> Iterator[None]:
 def _check_inputs(cfg: TrainConfig, samples: TrainSamples, labels: np.ndarray) -> np.ndarray:
     """``labels`` as an array, once they, the config's layer count and the sampled epochs are checked."""
     labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.dtype != np.int64:
-        raise ValueError(f"'labels' expected a 1-D int64 array (got {labels.dtype} {labels.shape})")
+    if labels.ndim != 1 or labels.dtype.kind != "i":
+        raise ValueError(f"'labels' expected a 1-D signed integer array (got {labels.dtype} {labels.shape})")
     if cfg.num_layers and cfg.num_layers != samples.num_layers:
         raise ValueError(f"'TrainConfig.num_layers' expected {samples.num_layers} (the sampled hops) "
                          f"(got {cfg.num_layers})")
@@ -342,7 +342,8 @@ def train(
     without a better validation accuracy) and return losses, accuracies, timings and the best weights.
 
     ``samples`` is a ``SampleSet``; ``source`` a feature source (``trainer.features``) for the train
-    batches and ``eval_source`` (default ``source``) for the val/test batches; ``labels`` int64 (N,).
+    batches and ``eval_source`` (default ``source``) for the val/test batches; ``labels`` signed integers (N,),
+    int64 or narrower (int8 holds up to 127 classes: 1 byte a node at 100M nodes).
     ``tracker.log_params`` gets the flat config, ``tracker.log_metrics`` the per-epoch metrics;
     ``progress(epoch, metrics)`` is called after each epoch, ``on_step(epoch, batch)`` after each training
     step (``batch`` steps of ``epoch`` done) and after the checkpoint that step may write. ``init(model,

@@ -120,8 +120,7 @@ def _stage(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
 def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     import dataclasses
 
-    import numpy as np
-
+    from pipelines.core.graphio import narrow_labels
     from pipelines.methods.policies.auto import resolved
     from pipelines.runner import StageRunner
     from pipelines.stages.common import peak_rss_mb
@@ -140,7 +139,7 @@ def _train(job: dict[str, Any], cfg: Any, store: Any) -> dict[str, Any]:
     samples: Any = SampleSet(runner.artifact("sample").path)
     if job.get("max_train_batches") or job.get("max_eval_batches"):
         samples = TruncatedSamples(samples, int(job.get("max_train_batches", 0)), int(job.get("max_eval_batches", 0)))
-    labels = np.asarray(ordering.array("labels.npy"), dtype=np.int64)
+    labels = narrow_labels(ordering.array("labels.npy"))  # in RAM: a map of the file faults per seed
     device = resolve_device(cfg.train.device)
     # evaluate once, after the last epoch (no early stopping): every earlier epoch's I/O is training I/O
     tcfg = dataclasses.replace(cfg.train, device=device, eval_every=cfg.train.epochs, patience=0)

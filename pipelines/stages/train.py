@@ -21,7 +21,7 @@ import numpy as np
 from pipelines.budget import check_fits
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import format_bytes, markdown_table
-from pipelines.core.graphio import feature_dim
+from pipelines.core.graphio import feature_dim, narrow_labels
 from pipelines.core.paths import StrataPaths
 from pipelines.core.progress import Progress
 from pipelines.methods.policies import POLICIES, FeatureInputs
@@ -159,7 +159,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, sample:
         from storage_kernels.owner import Owner
 
         sample_set = SampleSet(sample.path)
-        labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+        labels = narrow_labels(reorder.array("labels.npy"))  # in RAM: a map of the file faults per seed
         check_splits(reorder, labels)
         warnings = input_warnings(reorder, labels, cfg.train.num_classes or int(labels.max()) + 1)
         tracker = MlflowTracker(paths.mlflow_tracking_uri, paths.mlflow_artifact_root,
@@ -332,7 +332,7 @@ def train_rank(cfg: PipelineConfig, *, reorder: Artifact, sample: Artifact, pack
 
     device = resolve_device(cfg.train.device)
     sample_set = SampleSet(sample.path)
-    labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+    labels = narrow_labels(reorder.array("labels.npy"))  # in RAM: a map of the file faults per seed
     run_cfg = resolved(cfg, pack.stats)
     source = open_features(run_cfg, run_cfg.policy, reorder, pack, sample_set, device)
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.core.graphio import feature_dim
+from pipelines.core.graphio import feature_dim, narrow_labels
 from pipelines.core.nodeids import original_ids
 from storage_kernels.sampleset import SampledBatch, SampleSet
 from storage_kernels.store import MANIFEST_NAME, Artifact, ArtifactBuilder
@@ -106,7 +106,7 @@ def build_web(builder: ArtifactBuilder, onnx_path: Path, *, reorder: Artifact, s
     samples = SampleSet(sample.path)
     from trainer.features.file import read_values
 
-    labels = np.asarray(reorder.array("labels.npy"), dtype=np.int64)
+    labels = narrow_labels(reorder.array("labels.npy"))  # in RAM: a map of the file faults per seed
     in_dim = feature_dim(reorder)
 
     def features(ids: np.ndarray) -> np.ndarray:  # aligned block reads, not a memory map's read-ahead per row
