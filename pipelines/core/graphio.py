@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 from storage_kernels.halfwords import as_words
 from storage_kernels.store import Artifact
 
-__all__ = ["GraphArrays", "feature_dim", "feature_values", "load_graph", "narrow_labels"]
+__all__ = ["ROW_CHUNK", "GraphArrays", "degree_chunks", "feature_dim", "feature_values", "load_graph", "narrow_labels"]
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,19 @@ def feature_values(artifact: Artifact) -> np.ndarray:
     return features[:, :dim] if features.shape[1] > dim else features
 
 
-#: Labels per chunk where :func:`narrow_labels` streams a file: 32 MiB of int64.
-_LABEL_CHUNK = 1 << 22
+#: Entries per chunk where an (N,) file is streamed (:func:`narrow_labels`, :func:`degree_chunks`): 32 MiB of int64.
+ROW_CHUNK = 1 << 22
 
 
-def narrow_labels(labels: np.ndarray, chunk: int = _LABEL_CHUNK) -> np.ndarray:
+def degree_chunks(indptr: np.ndarray, chunk: int = ROW_CHUNK) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, degrees)``: the degrees (int64) of rows ``start .. start + len(degrees)`` of the CSR offsets
+    ``indptr`` (a memory map: read ``chunk`` rows at a time, never an (N,) array of degrees)."""
+    n = len(indptr) - 1
+    for start in range(0, n, chunk):
+        yield start, np.diff(np.asarray(indptr[start : start + chunk + 1], dtype=np.int64))
+
+
+def narrow_labels(labels: np.ndarray, chunk: int = ROW_CHUNK) -> np.ndarray:
     """A copy of integer ``labels`` (e.g. the memory-mapped int64 ``labels.npy``) in the narrowest signed type
     that holds them (int8 for up to 127 classes: 1 byte a node, not 8); the file is streamed ``chunk`` labels
     at a time, so nothing beside the result is O(N). Other dtypes are returned as an array, unchanged."""

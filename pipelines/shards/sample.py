@@ -21,10 +21,9 @@ from pipelines.config import PipelineConfig, artifact_params
 from pipelines.core.graphio import load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.samplers import SAMPLERS, batch_seed
-from pipelines.methods.samplers.prefetch import csr_outgrows_memory, sample_prefetched
+from pipelines.methods.samplers.prefetch import prepare_csr_reads, sample_prefetched
 from pipelines.stages import sample as sample_stage
 from pipelines.stages.common import StageResult, materialize, peak_rss_mb
-from storage_kernels.arrays import advise_random
 from storage_kernels.sampleset import SampleSet, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -84,7 +83,7 @@ def run_shard(store: ArtifactStore, cfg: PipelineConfig, index: int, shards: int
         lo, hi = shard_bounds(len(plan), shards)[index : index + 2]
         fanouts = np.asarray(sc.fanouts, dtype=np.int64)
         # as the sample stage: rows read at random, and read ahead a hop at a time when the CSR outgrows memory
-        prefetch = advise_random(graph.indptr, graph.indices) > 0 and csr_outgrows_memory(graph, cfg.memory_budget)
+        prefetch = prepare_csr_reads(graph, cfg.memory_budget)
         writer = SampleSetWriter(builder)
         train_seeds = train_inputs = 0
         for i, (split, epoch, step, seeds) in enumerate(plan[lo:hi]):

@@ -19,6 +19,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig
 from pipelines.core.formatting import markdown_table
+from pipelines.core.graphio import ROW_CHUNK, degree_chunks
 from pipelines.core.nodeids import write_node_ids
 from pipelines.core.progress import Progress
 from pipelines.methods.sources.base import GraphSource
@@ -39,8 +40,6 @@ FORMAT_VERSION = 1  # the version also hashes the inputs' content digests (pipel
 #: Working bytes an edge costs while the CSR is built: a bucket's int64 placed copy beside its sources and
 #: destinations as loaded (int32 on disk, int64 for the kernel); de-duplication is in place.
 BUILD_EDGE_BYTES = 32
-#: Rows per chunk where an O(N) array is streamed (labels written, degrees summarised): 32 MiB of int64.
-_LABEL_CHUNK = 1 << 22
 
 
 def open_source(cfg: PipelineConfig) -> GraphSource:
@@ -69,11 +68,10 @@ def _count(source: GraphSource, progress: Progress | None) -> np.ndarray:
 
 def _degree_stats(indptr: np.ndarray) -> dict[str, Any]:
     """``max_degree``, ``mean_degree`` and ``isolated_nodes`` of the CSR offsets ``indptr`` (a memory map:
-    streamed :data:`_LABEL_CHUNK` rows at a time, not an O(N) array of degrees)."""
+    streamed a chunk of rows at a time, not an O(N) array of degrees)."""
     n = len(indptr) - 1
     top = isolated = 0
-    for start in range(0, n, _LABEL_CHUNK):
-        degrees = np.diff(np.asarray(indptr[start : start + _LABEL_CHUNK + 1]))
+    for _, degrees in degree_chunks(indptr):
         top = max(top, int(degrees.max()))
         isolated += int(np.count_nonzero(degrees == 0))
     release_pages(indptr)
@@ -206,8 +204,8 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, progress: Progress | None 
                 progress("ingest: features", rows, source.num_nodes)
         features.close()
         with builder.array_writer("labels.npy", np.int64) as labels_out:  # the file's type, held narrow
-            for start in range(0, len(source.labels), _LABEL_CHUNK):
-                labels_out.append(source.labels[start : start + _LABEL_CHUNK].astype(np.int64))
+            for start in range(0, len(source.labels), ROW_CHUNK):
+                labels_out.append(source.labels[start : start + ROW_CHUNK].astype(np.int64))
         builder.save_array("train_idx.npy", source.train_idx)
         builder.save_array("val_idx.npy", source.val_idx)
         builder.save_array("test_idx.npy", source.test_idx)

@@ -27,7 +27,7 @@ import numpy as np
 
 from pipelines.config import PipelineConfig, ReorderConfig
 from pipelines.core.formatting import markdown_table
-from pipelines.core.graphio import GraphArrays, load_graph, narrow_labels
+from pipelines.core.graphio import GraphArrays, degree_chunks, load_graph, narrow_labels
 from pipelines.core.nodeids import NODE_IDS_FILE, has_node_ids
 from pipelines.core.progress import Progress
 from pipelines.methods.orders import compute_order
@@ -91,12 +91,10 @@ def permuted_indptr(indptr: np.ndarray, perm: np.ndarray, write: Write, chunk: i
     ``chunk`` rows at a time. ``indptr`` and ``perm`` may be memory maps: both are streamed; the degrees are
     held once, int32 where they fit."""
     n = len(indptr) - 1
-    top = max((int(np.diff(np.asarray(indptr[s : s + chunk + 1])).max(initial=0)) for s in range(0, n, chunk)),
-              default=0)
+    top = max((int(d.max(initial=0)) for _, d in degree_chunks(indptr, chunk)), default=0)
     degrees = np.empty(n, dtype=np.int32 if top < 2**31 else np.int64)
-    for start in range(0, n, chunk):
-        ptr = np.asarray(indptr[start : start + chunk + 1], dtype=np.int64)
-        np.subtract(ptr[1:], ptr[:-1], out=degrees[start : start + chunk], casting="unsafe")
+    for start, d in degree_chunks(indptr, chunk):
+        degrees[start : start + len(d)] = d
     release_pages(indptr)
     offset = 0
     write(np.zeros(1, dtype=np.int64))

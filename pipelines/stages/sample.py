@@ -23,9 +23,8 @@ from pipelines.core.formatting import markdown_table
 from pipelines.core.graphio import GraphArrays, load_graph
 from pipelines.core.progress import Progress
 from pipelines.methods.samplers import SAMPLERS, batch_seed
-from pipelines.methods.samplers.prefetch import csr_outgrows_memory, sample_prefetched
+from pipelines.methods.samplers.prefetch import prepare_csr_reads, sample_prefetched
 from pipelines.stages.common import StageResult, materialize
-from storage_kernels.arrays import advise_random
 from storage_kernels.sampleset import SPLITS, SampleSetWriter
 from storage_kernels.store import Artifact, ArtifactBuilder, ArtifactStore
 
@@ -123,7 +122,7 @@ def run(store: ArtifactStore, cfg: PipelineConfig, *, reorder: Artifact, partiti
     # a few entries per sampled row, far apart: without this each page fault reads 128 KiB+ around it, and a
     # CSR larger than memory (under a cgroup) thrashed: 30 batches at 10M nodes read over 500 GB, not 312 MB
     # ... and, when the CSR outgrows memory, each batch's rows are asked for ahead, a hop at a time
-    prefetch = advise_random(graph.indptr, graph.indices) > 0 and csr_outgrows_memory(graph, cfg.memory_budget)
+    prefetch = prepare_csr_reads(graph, cfg.memory_budget)
     derived = derived_params(cfg, graph)
 
     def build(builder: ArtifactBuilder) -> None:

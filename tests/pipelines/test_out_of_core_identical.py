@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 
 from pipelines.config import PipelineConfig
 from pipelines.core.paths import StrataPaths
+from pipelines.methods.samplers import prefetch
 from pipelines.runner import StageRunner
-from pipelines.stages import ingest, reorder, sample
+from pipelines.stages import ingest, reorder
 from storage_kernels import kernels
 
 DATASET = "synthetic:nodes=6000,degree=16,dim=9,classes=4,seed=2,locality=0.5,window=16"
@@ -32,7 +33,7 @@ def test_tiny_memory_settings_write_the_same_artifacts(tmp_path, monkeypatch):
     big.run_until("predict")
     monkeypatch.setattr(ingest, "BUILD_EDGE_BYTES", 1 << 14)  # 64 edges a bucket
     monkeypatch.setattr(reorder, "_bucket_sizes", lambda memory_mb, row_bytes: (500, 2000))
-    monkeypatch.setattr(sample, "csr_outgrows_memory", lambda graph, budget: True)  # rows read ahead
+    monkeypatch.setattr(prefetch, "csr_outgrows_memory", lambda graph, budget: True)  # rows read ahead
     advised = []
     real_prefetch = kernels.prefetch_rows
     monkeypatch.setattr(kernels, "prefetch_rows", lambda *a: advised.append(real_prefetch(*a)) or advised[-1])

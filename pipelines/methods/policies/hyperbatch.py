@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipelines.core.graphio import degree_chunks
 from pipelines.core.sections import Bytes, Section
 from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInputs, Policy, TierPlan, register_policy
 from pipelines.methods.policies.sharded import ShardedPack, copy_file
@@ -67,9 +68,6 @@ from storage_kernels.arrays import release_pages
 from storage_kernels.halfwords import as_words
 from storage_kernels.packstore import Tier
 from trainer.config import setting
-
-#: Nodes whose degrees a refresh of the simulated hotset reads from ``indptr`` at a time.
-_DEGREE_CHUNK = 1 << 22
 
 if TYPE_CHECKING:
     from pipelines.core.progress import Progress
@@ -146,9 +144,9 @@ def simulate_hotset(nodes: np.ndarray, epochs: Sequence[Sequence[tuple[int, int]
 def _refresh_scores(counts: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     """``Hotset.scores``: degree (float64) x counters, the degrees taken from ``indptr`` a chunk at a time."""
     score = np.empty(len(counts), dtype=np.float64)
-    for lo in range(0, len(counts), _DEGREE_CHUNK):
-        hi = min(lo + _DEGREE_CHUNK, len(counts))
-        np.multiply(np.diff(np.asarray(indptr[lo : hi + 1])), counts[lo:hi], out=score[lo:hi], dtype=np.float64)
+    for lo, degree in degree_chunks(indptr):
+        hi = lo + len(degree)
+        np.multiply(degree, counts[lo:hi], out=score[lo:hi], dtype=np.float64)
     release_pages(indptr)
     return score
 

@@ -19,12 +19,13 @@ import numpy as np
 
 from pipelines.core.confine import memory_limit
 from storage_kernels import kernels
+from storage_kernels.arrays import advise_random
 
 if TYPE_CHECKING:
     from pipelines.core.graphio import GraphArrays
     from pipelines.methods.samplers.base import Sampler
 
-__all__ = ["csr_outgrows_memory", "sample_prefetched"]
+__all__ = ["csr_outgrows_memory", "prepare_csr_reads", "sample_prefetched"]
 
 
 def csr_outgrows_memory(graph: GraphArrays, memory_budget: int | None) -> bool:
@@ -34,6 +35,13 @@ def csr_outgrows_memory(graph: GraphArrays, memory_budget: int | None) -> bool:
     on a resident 1M-node CSR)."""
     limit = memory_limit() if memory_budget is None else memory_budget
     return int(graph.indptr.nbytes) + int(graph.indices.nbytes) > limit
+
+
+def prepare_csr_reads(graph: GraphArrays, memory_budget: int | None) -> bool:
+    """Set up sampling reads of ``graph``'s CSR and say whether to read ahead: its file mappings are advised
+    random (``advise_random``: a fault reads its page, not 128 KiB of read-around), and reading ahead pays
+    when it is such a mapping that outgrows ``memory_budget`` (:func:`csr_outgrows_memory`)."""
+    return advise_random(graph.indptr, graph.indices) > 0 and csr_outgrows_memory(graph, memory_budget)
 
 
 def sample_prefetched(sampler: Sampler, graph: GraphArrays, seeds: np.ndarray, fanouts: np.ndarray, seed: int,
