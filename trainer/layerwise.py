@@ -76,7 +76,7 @@ from storage_kernels.store import owned_tmp_name
 from trainer.features.file import FileRows
 from trainer.features.half import decode_half_words
 from trainer.gcn import GCNConv
-from trainer.layerwise_forms import LayerForm, layer_form
+from trainer.layerwise_forms import Fold, LayerForm, fold, layer_form
 from trainer.layerwise_graph import (
     EDGE_BYTES,
     EDGE_PIECE,
@@ -92,6 +92,7 @@ from trainer.layerwise_graph import (
 )
 from trainer.layerwise_staging import StagedSources, disk_cap, group_size, read_ahead
 from trainer.models import NO_GRAD_MESSAGE_ELEMENTS
+from trainer.native_ops import native_applies
 
 __all__ = ["LayerwiseGraph", "LayerwiseRows", "layerwise_accuracies", "layerwise_accuracy", "layerwise_logits",
            "layerwise_stream"]
@@ -209,8 +210,16 @@ class _Budget:
 
 def _push(acc: torch.Tensor, messages: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
           weights: torch.Tensor | None, step: int) -> None:
-    """``acc[dst[k]] += weights[k] * messages[src[k]]`` (per head when ``weights`` is (E, heads)), in slices of
-    ``step`` edges."""
+    """``acc[dst[k]] += weights[k] * messages[src[k]]`` (per head when ``weights`` is (E, heads)), ``src``
+    ascending (the edges in source order). Unweighted float32 on the CPU, in C (:func:`kernels.csr_sum_backward`
+    over the messages' rows: no gathered (E, acc_dim) copy, columns split over threads, each destination's
+    additions in edge order as index_add's); else in slices of ``step`` edges."""
+    if weights is None and native_applies(acc, messages):
+        indptr = np.zeros(len(messages) + 1, dtype=np.int64)  # the edges of message row r: indptr[r]:indptr[r+1]
+        np.cumsum(np.bincount(src.numpy(), minlength=len(messages)), out=indptr[1:])
+        kernels.csr_sum_backward(indptr, dst.numpy(), messages.contiguous().numpy(), acc.numpy(),
+                                 num_threads=max(torch.get_num_threads(), 1))
+        return
     for lo in range(0, len(src), step):
         msg = messages.index_select(0, src[lo : lo + step])  # (e, acc_dim)
         if weights is not None:
@@ -259,9 +268,10 @@ def _window_own(form: LayerForm, graph: LayerwiseGraph, targets: np.ndarray, sta
 
 def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, targets: np.ndarray,
                graph: LayerwiseGraph, budget: _Budget, device: torch.device, scratch: Path,
-               stats: dict[str, int | str]) -> Iterator[tuple[int, int, np.ndarray]]:
+               stats: dict[str, int | str], then: Fold | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
     """Layer outputs of ``targets`` (sorted node ids, a subset of ``sources``), one interval at a time:
-    ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``), reading the
+    ``(a, b, rows)`` with the float32 outputs of ``targets[a:b]`` (ReLU applied unless ``last``; then projected
+    by ``then``, the next layer's :class:`~trainer.layerwise_forms.Fold`, when given), reading the
     input rows of ``sources`` (sorted node ids) from ``inp``, a window ahead on a reader thread. No read is in
     flight while an interval's rows are handed out. With more than one interval and the input on disk, the
     intervals' rows (or their narrower messages) are staged in ``scratch`` a group at a time
@@ -343,7 +353,8 @@ def _run_layer(form: LayerForm, last: bool, inp: _Rows, sources: np.ndarray, tar
                 k1 = min(k0 + window, b - a)
                 add_own(k0, k1, staged_own.read(np.arange(k0, k1)).to(device))
         y = form.finish(acc, own, degree)
-        return (y if last else F.relu(y)).float().cpu().numpy()
+        y = y if last else F.relu(y)
+        return (then.project(y) if then is not None else y).float().cpu().numpy()
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-layerwise-read") as reader:
         scores = _attention_scores(form, inp, sources, target_pos, window, device, reader) if form.heads else None
@@ -444,6 +455,11 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     num_layers = len(layers)
     out_degree = graph.out_degree if any(isinstance(layer, GCNConv) for layer in layers) else None
     forms = [layer_form(layer, out_degree) for layer in layers]
+    # a layer reading a table reads it pre-projected where that is narrower (not the last when its input rows
+    # are asked for): folds[i] is applied by layer i - 1 to its outputs
+    folds: list[Fold | None] = [None] + [fold(f) if not (hidden and i == num_layers - 1) else None
+                                         for i, f in enumerate(forms) if i]
+    forms = [f.form if f is not None else form for f, form in zip(folds, forms, strict=True)]
     budget = _Budget.of(graph.memory_bytes)
     # [S, T_0, ..., T_{L-1}]: layer i reads the rows of targets[i] and computes those of targets[i + 1]; the
     # last is the asked nodes, each earlier one the next with its in-neighbours, the first read from the file
@@ -471,12 +487,15 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
             for i, form in enumerate(forms):
                 sources, mine = targets[i], targets[i + 1]
                 intervals = 0
-                stats: dict[str, int | str] = {"groups": 0, "staged": "rows", "bytes_staged": 0, "bytes_read_staged": 0}
+                stats: dict[str, int | str] = {"groups": 0, "staged": "rows", "bytes_staged": 0, "bytes_read_staged": 0,
+                                               "input_cols": form.in_dim, "folded": int(folds[i] is not None)}
+                then = folds[i + 1] if i < num_layers - 1 else None
                 run = functools.partial(_run_layer, form, i == num_layers - 1, inp, sources, mine, graph, budget,
-                                        device, scratch, stats)
+                                        device, scratch, stats, then)
                 if i < num_layers - 1:
-                    out = _Table(len(mine), form.out_dim, len(mine) * form.out_dim * 4 <= budget.table,
-                                 Path(scratch), max(budget.window, 1 << 20))
+                    cols = then.width if then is not None else form.out_dim
+                    out = _Table(len(mine), cols, len(mine) * cols * 4 <= budget.table, Path(scratch),
+                                 max(budget.window, 1 << 20))
                     try:
                         for _, _, y in run():
                             out.append(y)

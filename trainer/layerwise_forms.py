@@ -18,10 +18,19 @@ attention scores), never from wide rows.
   the per-node values; they are computed in a first pass over the input (:meth:`GATForm.scores`).
 
 Each form reproduces its module's evaluation forward (dropout off) up to float rounding; the tests compare them.
+
+A layer whose input is the previous layer's table can have that table written pre-projected (:func:`fold`): the
+previous layer applies this layer's linear maps to each row it outputs (after its ReLU) and writes those instead
+of the hidden row, and this layer reads them as they are (:class:`FoldedSAGE`, :class:`FoldedGCN`). A SAGE
+layer of ``hidden -> classes`` then reads ``2 x classes`` columns a node (its neighbour and own projections) and
+GCN ``classes``, not ``hidden``: at 100M nodes, a 128-wide hidden layer over 16 classes writes and reads a 12.8 GB
+table, not 51 GB. Same operations on the same rows, so the same outputs up to float rounding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -32,7 +41,7 @@ from trainer.gat import NEGATIVE_SLOPE, GATConv
 from trainer.gcn import GCNConv
 from trainer.message_passing import edge_softmax
 
-__all__ = ["GATForm", "GCNForm", "LayerForm", "SAGEForm", "layer_form"]
+__all__ = ["Fold", "FoldedGCN", "FoldedSAGE", "GATForm", "GCNForm", "LayerForm", "SAGEForm", "fold", "layer_form"]
 
 
 class LayerForm(Protocol):
@@ -97,8 +106,12 @@ class GCNForm:
         self.out_degree = out_degree  # (N,) full-graph out-degree + 1 of every node
 
     def messages(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        norm = self.out_degree.index_select(0, ids.to(self.out_degree.device)).to(x.device, x.dtype)  # (R,)
-        return self.conv.lin(x) * norm.clamp(min=1.0).rsqrt().unsqueeze(1)
+        return self.normalised(self.conv.lin(x), ids)
+
+    def normalised(self, z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Projected source rows ``z`` (R, out_dim) scaled by ``1 / sqrt(deg_out)`` of their nodes ``ids``."""
+        norm = self.out_degree.index_select(0, ids.to(self.out_degree.device)).to(z.device, z.dtype)  # (R,)
+        return z * norm.clamp(min=1.0).rsqrt().unsqueeze(1)
 
     def own(self, x: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
         return x[:, :0]
@@ -141,6 +154,68 @@ class GATForm:
     def finish(self, acc: torch.Tensor, own: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
         out = acc if self.conv.concat else acc.reshape(-1, self.heads, self.head_dim).mean(dim=1)
         return out + self.conv.bias
+
+
+class FoldedSAGE:
+    """A projecting :class:`SAGEForm` reading rows ``[lin_neigh(x) | lin_self(x)]`` (``2 * out_dim`` wide)."""
+
+    self_loops, heads, own_in_acc = False, 0, True
+
+    def __init__(self, form: SAGEForm) -> None:
+        self.form = form
+        self.out_dim = self.acc_dim = self.own_dim = form.out_dim
+        self.in_dim = 2 * form.out_dim
+
+    def messages(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return x[:, : self.acc_dim]
+
+    def own(self, x: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
+        own = x[:, self.acc_dim :]
+        return own * _divisor(in_degree, own)
+
+    def finish(self, acc: torch.Tensor, own: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
+        return self.form.finish(acc, own, in_degree)
+
+
+class FoldedGCN:
+    """A :class:`GCNForm` reading rows ``lin(x)`` (``out_dim`` wide)."""
+
+    self_loops, heads, own_dim, own_in_acc = True, 0, 0, False
+
+    def __init__(self, form: GCNForm) -> None:
+        self.form = form
+        self.in_dim = self.out_dim = self.acc_dim = form.out_dim
+
+    def messages(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return self.form.normalised(x, ids)
+
+    def own(self, x: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
+        return x[:, :0]
+
+    def finish(self, acc: torch.Tensor, own: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
+        return self.form.finish(acc, own, in_degree)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """How the layer before writes a layer's input pre-projected: ``project`` maps its output rows (after their
+    ReLU) to the ``width`` columns ``form`` (the layer, reading them) takes as input rows."""
+
+    project: Callable[[torch.Tensor], torch.Tensor]
+    form: LayerForm
+    width: int
+
+
+def fold(form: LayerForm) -> Fold | None:
+    """The :class:`Fold` of ``form`` when its pre-projected rows are narrower than its input rows (a projecting
+    SAGE layer, ``2 * out_dim < in_dim``; GCN, ``out_dim < in_dim``); None otherwise (GAT, widening layers)."""
+    if isinstance(form, SAGEForm) and form.project and 2 * form.out_dim < form.in_dim:
+        conv = form.conv
+        return Fold(lambda h: torch.cat([conv.lin_neigh(h), conv.lin_self(h)], dim=1), FoldedSAGE(form),
+                    2 * form.out_dim)
+    if isinstance(form, GCNForm) and form.out_dim < form.in_dim:
+        return Fold(form.conv.lin, FoldedGCN(form), form.out_dim)
+    return None
 
 
 def layer_form(layer: nn.Module, out_degree: torch.Tensor | None = None) -> LayerForm:

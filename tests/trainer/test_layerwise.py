@@ -238,6 +238,33 @@ def test_layerwise_without_packed_sort_keys_gives_the_same(graph_files, monkeypa
     assert sorted(zip(pos32.tolist(), dst32.tolist(), strict=True)) == pairs
 
 
+@pytest.mark.parametrize("model_name,cols", [("graphsage", 8), ("gcn", 4), ("gat", 32)])
+@pytest.mark.parametrize("memory", [0, 1 << 30])
+def test_hidden_tables_are_written_folded_into_the_next_layer(graph_files, monkeypatch, model_name, cols, memory):
+    """A 32-wide hidden layer over 4 classes: layer 1 reads its table pre-projected (SAGE: neighbour and own
+    projections, 8 columns; GCN: lin, 4), GAT not (32); the logits equal the unfolded ones, and a stream asked for
+    the hidden rows reads them unfolded."""
+    from trainer.layerwise import layerwise_stream
+
+    indptr, indices, features, labels, paths, root = graph_files
+    torch.manual_seed(3)
+    model = build_model(model_name, in_dim=11, hidden_dim=32, out_dim=4, num_layers=2, dropout=0.0,
+                        **({"heads": 2} if model_name == "gat" else {}))
+    graph = LayerwiseGraph(indptr, indices, paths["float32"], 11, labels, scratch_dir=root, chunk_nodes=37,
+                           memory_bytes=memory)
+    report: list[dict] = []
+    folded = layerwise_logits(model, graph, np.arange(300), report=report)
+    assert [r["input_cols"] for r in report] == [11, cols]
+    assert [r["folded"] for r in report] == [0, int(model_name != "gat")]
+    np.testing.assert_allclose(folded, full_graph_logits(model, indptr, indices, features), rtol=0, atol=1e-5)
+    report = []
+    list(layerwise_stream(model, graph, hidden=True, report=report))
+    assert [r["input_cols"] for r in report] == [11, 32] and report[1]["folded"] == 0
+    monkeypatch.setattr(trainer.layerwise, "fold", lambda form: None)
+    np.testing.assert_allclose(layerwise_logits(model, graph, np.arange(300)), folded, rtol=0, atol=1e-5)
+    assert not list(root.glob("*layerwise*"))
+
+
 @pytest.mark.parametrize("model_name", ["graphsage", "gcn"])  # GAT's hidden layer concatenates heads
 @pytest.mark.parametrize("memory", [0, 1 << 30])
 def test_layerwise_stream_hands_out_every_node_in_intervals(graph_files, model_name, memory):
@@ -277,3 +304,24 @@ def test_layerwise_stream_closed_early_cleans_up(graph_files):
     assert len(first.nodes) < 300 and not model.training
     rows.close()
     assert model.training and not list(root.glob("*layerwise*"))
+
+
+def test_interval_cuts_streamed_equal_the_cuts_of_the_whole_running_sum(monkeypatch):
+    """The running sum is built a piece of targets at a time (pieces of 1..11 targets, hubs, ranges forced past a
+    piece by ``min_rows``, budgets of 0): the same ranges as :func:`row_ranges` over the running sum of all."""
+    import trainer.layerwise_graph as layerwise_graph
+    from storage_kernels.arrays import row_ranges
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n = int(rng.integers(0, 60))
+        degree = rng.integers(0, 20 if trial % 3 else 2000, n)
+        graph = LayerwiseGraph(np.concatenate([[0], np.cumsum(degree)]).astype(np.int64), np.empty(0, np.int64),
+                               None, 0, None)
+        row_bytes, edge_cost, loops = int(rng.integers(1, 50)), int(rng.integers(1, 30)), bool(rng.integers(0, 2))
+        budget, min_rows = int(rng.integers(0, 3000)), int(rng.integers(0, 9))
+        monkeypatch.setattr(layerwise_graph, "EDGE_PIECE", int(rng.integers(1, 12)))
+        bounds = row_ranges(np.concatenate([[0], np.cumsum(row_bytes + edge_cost * (degree + loops))]), budget,
+                            min_rows)
+        got = layerwise_graph.interval_cuts(graph, np.arange(n), row_bytes, edge_cost, loops, budget, min_rows)
+        assert got == list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)), trial
