@@ -49,9 +49,15 @@ not in the staged rows). The result equals the model's forward on the full-neigh
 :func:`layerwise_logits` returns the asked nodes' logits (the last table in RAM); :func:`layerwise_stream` hands
 the last layer out interval by interval instead (with each node's input row of the last layer, if asked), so
 scoring every node (``strata predict``) writes its rows away as they come. Asked for every node, each layer's
-frontier is the whole graph: besides the budget, a pass then holds a few int64 arrays of ``N`` entries (node
-ids; their positions only where the sources are not every node) and, while a layer's intervals are cut, the
-running sum of their costs: 16 bytes a node at the peak, 8 at rest.
+frontier is the whole graph: besides the budget, a pass then holds one int64 array of ``N`` entries, the node
+ids (8 bytes a node; their positions are the ids themselves); the running sum of the interval costs is built a
+piece of targets at a time (:func:`~trainer.layerwise_graph.interval_cuts`).
+
+A hidden layer's table is written folded into the next layer's projections where they are narrower
+(:func:`trainer.layerwise_forms.fold`: GraphSAGE's neighbour and own projections, GCN's ``lin``), so the next
+layer reads and stages ``2 x classes`` or ``classes`` float32 a node, not ``hidden_dim``. Unweighted pushes
+(GraphSAGE, GCN) add the messages into the accumulators in C (``kernels.csr_sum_backward`` over the window's
+message rows: no gathered ``(edges, acc_dim)`` copy).
 """
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ def cache_update(cache: np.ndarray, address_table: np.ndarray, batch_rows: np.nd
     ``batch_rows[in_positions[k]]``; ``address_table[in_ids[k]]`` becomes that slot and
     ``address_table[out_ids[k]]`` -1.
 
-    ``cache`` (K, F) and ``address_table`` (N,) int64 are updated in place (writable, C-contiguous);
+    ``cache`` (K, F) and ``address_table`` (N,) int64, or int32 for ``K < 2**31`` (half the bytes a node), are
+    updated in place (writable, C-contiguous);
     ``batch_rows`` (n, F) has the cache's dtype. Everything is checked first (ValueError / IndexError naming
     the entry; nothing changed then).
     """

@@ -10,27 +10,28 @@ from storage_kernels import kernels
 from tests.storage_kernels.reference_cache import cache_update_ref
 
 
-def _cache(features: np.ndarray, nodes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """A cache of ``k`` slots holding ``nodes`` in slots 0.. and its address table."""
+def _cache(features: np.ndarray, nodes: np.ndarray, k: int, width: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """A cache of ``k`` slots holding ``nodes`` in slots 0.. and its address table (``width`` entries)."""
     cache = np.zeros((k, features.shape[1]), dtype=features.dtype)
     cache[: len(nodes)] = features[nodes]
-    table = np.full(len(features), -1, dtype=np.int64)
+    table = np.full(len(features), -1, dtype=width)
     table[nodes] = np.arange(len(nodes))
     return cache, table
 
 
-def test_known_answer():
+@pytest.mark.parametrize("width", [np.int64, np.int32])
+def test_known_answer(width):
     features = np.arange(12, dtype=np.float32).reshape(6, 2)
-    cache, table = _cache(features, np.array([4, 1]), 2)
+    cache, table = _cache(features, np.array([4, 1]), 2, width)
     batch = features[[5, 2, 1]]  # the batch's rows, in its node order
     assert kernels.cache_update(cache, table, batch, [2, 5], [1, 4], [1, 0]) is None
     np.testing.assert_array_equal(cache, features[[5, 2]])  # 2 took 1's slot (1), 5 took 4's slot (0)
     np.testing.assert_array_equal(table, [-1, -1, 1, -1, -1, 0])
 
 
-@pytest.mark.parametrize("seed,dtype,threads", [(0, np.float32, 1), (1, np.float32, 3), (2, np.float64, 0),
-                                                (3, np.int16, 2)])
-def test_replayed_belady_trace_matches_reference_and_features(seed, dtype, threads):
+@pytest.mark.parametrize("seed,dtype,threads,width", [(0, np.float32, 1, np.int64), (1, np.float32, 3, np.int32),
+                                                      (2, np.float64, 0, np.int64), (3, np.int16, 2, np.int32)])
+def test_replayed_belady_trace_matches_reference_and_features(seed, dtype, threads, width):
     rng = np.random.default_rng(seed)
     n, dim, k = 300, 7, 40
     features = (rng.standard_normal((n, dim)) * 100).astype(dtype)
@@ -38,7 +39,7 @@ def test_replayed_belady_trace_matches_reference_and_features(seed, dtype, threa
     ptr = np.zeros(len(batches) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in batches], out=ptr[1:])
     cs = kernels.belady_changesets(ptr, np.concatenate(batches), num_nodes=n, num_entries=k)
-    cache, table = _cache(features, cs.init_ids, k)
+    cache, table = _cache(features, cs.init_ids, k, width)
     ref_cache, ref_table = cache.copy(), table.copy()
     for i, batch in enumerate(batches):
         rows = features[batch]
@@ -53,9 +54,10 @@ def test_replayed_belady_trace_matches_reference_and_features(seed, dtype, threa
     assert cs.update_ptr[-1] > 0  # the trace did change the cache
 
 
-def test_invalid_inputs_change_nothing():
+@pytest.mark.parametrize("width", [np.int64, np.int32])
+def test_invalid_inputs_change_nothing(width):
     features = np.arange(12, dtype=np.float32).reshape(6, 2)
-    cache, table = _cache(features, np.array([4, 1]), 3)
+    cache, table = _cache(features, np.array([4, 1]), 3, width)
     batch = features[[5, 2, 3]]
     before = (cache.copy(), table.copy())
     cases = [
@@ -80,3 +82,19 @@ def test_invalid_inputs_change_nothing():
     table[1] = 7  # a slot outside the cache
     with pytest.raises(ValueError, match=r"expected a cached node \(a slot in \[0, 3\)\) \(got node 1 at slot 7\)"):
         kernels.cache_update(cache, table, batch, [2], [1], [0])
+
+    for bad in (table.astype(np.int16), table.astype(np.uint32), table.astype(np.float64)):
+        with pytest.raises(ValueError, match=r"'address_table' expected an int64 or int32 array"):
+            kernels.cache_update(cache, bad, batch, [2], [1], [0])
+
+
+def test_int32_tables_refuse_caches_past_2_31_slots():
+    # zero-width rows: a cache of 2**31 slots in no memory; an int32 table cannot name its last slots
+    cache = np.zeros(((1 << 31) + 8, 0), dtype=np.float32)
+    table = np.full(6, -1, dtype=np.int32)
+    with pytest.raises(ValueError, match=r"expected int64 entries for a cache of 2147483656 rows \(got int32"):
+        kernels.cache_update(cache, table, np.zeros((1, 0), np.float32), [2], [1], [0])
+    wide = np.full(6, -1, dtype=np.int64)
+    wide[1] = (1 << 31) + 5  # a slot past 2**31, freed for node 2
+    kernels.cache_update(cache, wide, np.zeros((1, 0), np.float32), [2], [1], [0])
+    assert wide[2] == (1 << 31) + 5 and wide[1] == -1

@@ -170,3 +170,17 @@ def test_batches_read_ahead_of_their_assembly_stay_exact(dataset: Dataset, chang
             np.testing.assert_array_equal(source.assemble(read).numpy(),
                                           reference.load(dataset.samples.batch(b)).numpy())
         assert source.rows_by_tier["cpu"] == stats["predicted_hits"] and source.changes_applied == stats["changes"]
+
+
+def test_resident_set_counts_only_the_listed_ids() -> None:
+    """A resync's resident set from the listed ids equals the count over arrays of every node it replaced."""
+    from trainer.features.ginex import _resident
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 200))
+        init, ins, outs = (rng.choice(n, int(rng.integers(0, n)), replace=False) for _ in range(3))
+        want = np.flatnonzero(np.bincount(init, minlength=n) + np.bincount(ins, minlength=n)
+                              - np.bincount(outs, minlength=n) > 0)
+        np.testing.assert_array_equal(_resident(init, ins, outs), want)
+    assert _resident(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)).size == 0
