@@ -17,6 +17,7 @@ from pipelines.methods.policies.diskgnn.search import (
     s_grid,
     search,
     segment_lookup,
+    segment_pairs,
     segments,
 )
 from storage_kernels.packstore import cache_blocks, chunk_bytes
@@ -151,3 +152,19 @@ def test_search_refuses_a_budget_no_layout_meets() -> None:
     with pytest.raises(ValueError, match=r"'pack.disk_budget' expected a budget the store can meet: .* \(got a "
                                          r"budget of 4096\)"):
         search(_trace(), ROW_BYTES, 4096)
+
+
+@pytest.mark.parametrize("m", [1, 3, 5, 12, 40])
+def test_segment_pairs_equal_one_unique_over_the_whole_trace(m: int) -> None:
+    # found a segment at a time (the trace's entries of a segment are contiguous): the pairs, counts and every
+    # entry's pair of one np.unique over the keys segment * N + node
+    trace = _trace(num_batches=13, seed=m)
+    keys = (trace.position // m) * trace.num_nodes + trace.nodes
+    uniq, inverse, count = np.unique(keys, return_inverse=True, return_counts=True)
+    pair_segment, pair_node, pair_count, entry_pair, segment_ptr = segment_pairs(trace, m)
+    np.testing.assert_array_equal(pair_segment, uniq // trace.num_nodes)
+    np.testing.assert_array_equal(pair_node, uniq % trace.num_nodes)
+    np.testing.assert_array_equal(pair_count, count)
+    np.testing.assert_array_equal(entry_pair, inverse.reshape(-1))
+    np.testing.assert_array_equal(segment_ptr, np.searchsorted(uniq // trace.num_nodes, np.arange(-(-13 // m) + 1)))
+    assert {a.dtype for a in (pair_segment, pair_node, pair_count, entry_pair, segment_ptr)} == {np.dtype(np.int64)}
