@@ -171,19 +171,22 @@ def segment_pairs(trace: Trace, m: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     entries = _segment_entries(trace, m)
     num_segments = len(entries)
     entry_pair = np.empty(len(trace.nodes), dtype=np.int64)
-    nodes: list[np.ndarray] = []
-    counts: list[np.ndarray] = []
+    # pairs are at most entries: filled in place, then shrunk (realloc: no second copy of them)
+    pair_node = np.empty(len(trace.nodes), dtype=np.int64)
+    pair_count = np.empty(len(trace.nodes), dtype=np.int64)
     segment_ptr = np.zeros(num_segments + 1, dtype=np.int64)
     for g, (lo, hi) in enumerate(entries):
         node, inverse, count = np.unique(trace.nodes[lo:hi], return_inverse=True, return_counts=True)
-        np.add(inverse.reshape(-1), segment_ptr[g], out=entry_pair[lo:hi])
-        segment_ptr[g + 1] = segment_ptr[g] + len(node)
-        nodes.append(node.astype(np.int64, copy=False))
-        counts.append(count.astype(np.int64, copy=False))
+        at = int(segment_ptr[g])
+        np.add(inverse.reshape(-1), at, out=entry_pair[lo:hi])
+        pair_node[at : at + len(node)] = node
+        pair_count[at : at + len(node)] = count
+        segment_ptr[g + 1] = at + len(node)
+    num_pairs = int(segment_ptr[-1])
+    pair_node.resize(num_pairs, refcheck=False)
+    pair_count.resize(num_pairs, refcheck=False)
     pair_segment = np.repeat(np.arange(num_segments, dtype=np.int64), np.diff(segment_ptr))
-    empty = np.empty(0, np.int64)
-    return (pair_segment, np.concatenate([empty, *nodes]), np.concatenate([empty, *counts]), entry_pair,
-            segment_ptr)
+    return pair_segment, pair_node, pair_count, entry_pair, segment_ptr
 
 
 def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str = "minhash",
@@ -200,9 +203,9 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str 
     num_segments = -(-nt // m)
     pair_segment, pair_node, count, entry_pair, segment_ptr = segment_pairs(trace, m)
     if not ordered:  # no row is cached: every rank past any s, the order the pairs' own
-        return Segments(m, num_segments, pair_segment, pair_node, count.astype(np.int64),
+        return Segments(m, num_segments, pair_segment, pair_node, count,
                         np.full(len(pair_node), np.iinfo(np.int64).max, np.int64), segment_ptr,
-                        entry_pair.reshape(-1).astype(np.int64), np.arange(len(pair_node)), ordered=False)
+                        entry_pair, np.arange(len(pair_node)), ordered=False)
     # pairs are sorted by (segment, node): a stable sort on (segment, count descending) ties by node
     by_count = np.argsort(pair_segment * (int(count.max(initial=0)) + 1) - count, kind="stable")  # (P,)
     num_pairs = len(pair_node)
@@ -212,11 +215,10 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str 
     if order == "minhash":  # Alg. 1: pair (g, v) is read by the batches of segment g that read v (positions)
         sig = kernels.minhash_signatures(entry_pair, trace.ptr, num_pairs, k, MINHASH_SEED, num_threads)  # (P, k)
     else:  # rows read by the same batches, in the same order, side by side: what a segment window reads together
-        sig = uses_signatures(entry_pair.reshape(-1), trace.position, num_pairs)  # (P, USES_K)
+        sig = uses_signatures(entry_pair, trace.position, num_pairs)  # (P, USES_K)
     sig_order = np.lexsort((*[sig[:, j] for j in reversed(range(sig.shape[1]))], pair_segment))  # ties by node
     del sig
-    return Segments(m, num_segments, pair_segment, pair_node, count.astype(np.int64), rank, segment_ptr,
-                    entry_pair.reshape(-1).astype(np.int64), sig_order)
+    return Segments(m, num_segments, pair_segment, pair_node, count, rank, segment_ptr, entry_pair, sig_order)
 
 
 @dataclass(frozen=True)
