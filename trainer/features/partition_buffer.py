@@ -248,7 +248,9 @@ class PartitionBufferSource(TieredSource):
                  device: torch.device | str = "cpu", num_threads: int = 0) -> None:
         self.pack_dir = Path(pack_dir)
         load = lambda name: np.load(self.pack_dir / name)  # noqa: E731
-        self.node_part, self.node_row = load("node_part.npy"), load("node_row.npy")
+        # memory-mapped: 12 bytes a node (1.2 GB at 100M nodes) read where batches look them up, page cache
+        self.node_part = np.load(self.pack_dir / "node_part.npy", mmap_mode="r")
+        self.node_row = np.load(self.pack_dir / "node_row.npy", mmap_mode="r")
         self.set_ptr, self.set_parts = load("set_ptr.npy"), load("set_parts.npy")
         self.set_epoch, self.batch_set = load("set_epoch.npy"), load("batch_set.npy")
         offsets, rows = load("part_offset.npy"), load("part_rows.npy")
