@@ -167,15 +167,20 @@ class GinexFeatures(TieredSource):
         in their slots, the others are read from the feature file into the freed slots."""
         table, slot_node = self.address_table, self.slot_node
         target = np.asarray(target, dtype=np.int64)
-        resident = slot_node[slot_node >= 0]
-        evict = resident[~np.isin(resident, target)]
-        slot_node[table[evict]] = -1
-        table[evict] = -1
-        load = np.sort(target[table[target] < 0])  # in file order: the block-merged reads go forwards
+        at = table[target]  # each target's slot, -1 where not cached
+        # the slots whose node stays marked by slot (a byte a slot), not an isin of the resident nodes against
+        # the target: its sorts held ~8 int64 copies of the cache's ids, OOM at 100M nodes (6M-row cache)
+        keep = np.zeros(len(slot_node), dtype=bool)
+        keep[at[at >= 0]] = True
+        evict = np.flatnonzero((slot_node >= 0) & ~keep)  # slots
+        del keep
+        table[slot_node[evict]] = -1
+        slot_node[evict] = -1
+        load = np.sort(target[at < 0])  # in file order: the block-merged reads go forwards
         slots = np.flatnonzero(slot_node < 0)[: len(load)]
         if len(slots) < len(load):
             raise ValueError(f"'ginex' expected at most {len(slot_node)} nodes in a cache state (got "
-                             f"{len(load) + len(resident) - len(evict)})")
+                             f"{len(target)})")
         before = self.file.file.requests
         self.prefetch_bytes += self.file.file.read(load, self.cache.rows, merge=True, pos=slots,
                                                    max_round_bytes=_SWITCH_ROUND_BYTES)
