@@ -463,8 +463,8 @@ def layerwise_stream(model: torch.nn.Module, graph: LayerwiseGraph, nodes: np.nd
     forms = [layer_form(layer, out_degree) for layer in layers]
     # a layer reading a table reads it pre-projected where that is narrower (not the last when its input rows
     # are asked for): folds[i] is applied by layer i - 1 to its outputs
-    folds: list[Fold | None] = [None] + [fold(f) if not (hidden and i == num_layers - 1) else None
-                                         for i, f in enumerate(forms) if i]
+    folds: list[Fold | None] = [fold(f) if 0 < i and not (hidden and i == num_layers - 1) else None
+                                for i, f in enumerate(forms)]
     forms = [f.form if f is not None else form for f, form in zip(folds, forms, strict=True)]
     budget = _Budget.of(graph.memory_bytes)
     # [S, T_0, ..., T_{L-1}]: layer i reads the rows of targets[i] and computes those of targets[i + 1]; the

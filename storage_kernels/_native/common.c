@@ -89,6 +89,19 @@ int sk_get_optional(PyObject *obj, const char *func, const char *name, sk_kind k
     return sk_get_buffer(obj, func, name, kind, ndim, writable, view);
 }
 
+int sk_get_int_table(PyObject *obj, const char *func, const char *name, int writable, Py_buffer *view, int *wide) {
+    if (sk_get_buffer(obj, func, name, SK_ANY, 1, writable, view) < 0) return -1;
+    const char *f = sk_format(view);
+    *wide = kind_matches(view, SK_INT64);
+    if (!*wide && !(view->itemsize == 4 && (strcmp(f, "i") == 0 || strcmp(f, "l") == 0))) {
+        PyErr_Format(PyExc_ValueError, "%s: '%s' expected an int64 or int32 array (got format '%s', %lld bytes an "
+                     "entry)", func, name, f, (long long)view->itemsize);
+        sk_release(view);
+        return -1;
+    }
+    return 0;
+}
+
 int sk_get_typed(PyObject *obj, const char *func, const char *name, char format, Py_ssize_t itemsize,
                  const char *type_name, int writable, Py_buffer *view) {
     if (sk_get_buffer(obj, func, name, SK_ANY, 1, writable, view) < 0) return -1;

@@ -63,6 +63,10 @@ int sk_get_buffer(PyObject *obj, const char *func, const char *name, sk_kind kin
 int sk_get_optional(PyObject *obj, const char *func, const char *name, sk_kind kind, int ndim, int writable,
                     Py_buffer *view);
 
+/* A 1-D C-contiguous buffer of int64 or int32 entries (an index table held at half width where its values fit):
+ * `*wide` is 1 for int64, 0 for int32. ValueError naming the format otherwise. */
+int sk_get_int_table(PyObject *obj, const char *func, const char *name, int writable, Py_buffer *view, int *wide);
+
 /* A 1-D C-contiguous buffer of one fixed element type, given by its struct format letter and size ('i', 4:
  * int32; 'd', 8: float64) and named `type_name` with its article in errors ("an int32"). */
 int sk_get_typed(PyObject *obj, const char *func, const char *name, char format, Py_ssize_t itemsize,

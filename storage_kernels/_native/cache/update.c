@@ -4,8 +4,9 @@
  * cache_update(cache, address_table, batch_rows, in_ids, out_ids, in_positions, num_threads=0)
  *
  * cache (K, F) and batch_rows (n, F) are rows of one element type; address_table (N,) int64 or int32 (half the
- * bytes a node: 400 MB at 100M nodes; then K < 2^31) holds each node's cache slot, -1 when it is not cached. For every k: the slot s of out_ids[k] receives batch_rows[
- * in_positions[k]], address_table[in_ids[k]] = s and address_table[out_ids[k]] = -1.
+ * bytes a node: 400 MB at 100M nodes; then K < 2^31) holds each node's cache slot, -1 when it is not cached.
+ * For every k: the slot s of out_ids[k] receives batch_rows[in_positions[k]], address_table[in_ids[k]] = s and
+ * address_table[out_ids[k]] = -1.
  *
  * Everything is checked before anything changes (cache and table untouched on error): ids in [0, N),
  * positions in [0, n), every out_id cached in a slot in [0, K), every in_id uncached, no id listed twice.
@@ -13,8 +14,6 @@
  * tests/storage_kernels/reference_cache.py cache_update_ref is the reference. */
 #include "common.h"
 #include "kernels.h"
-
-#include <string.h>
 
 /* The address table, int64 or int32 entries. */
 typedef struct {
@@ -53,14 +52,8 @@ PyObject *sk_cache_update(PyObject *self, PyObject *args, PyObject *kwargs) {
         return NULL;
     if ((nthreads = sk_resolve_threads(fn, num_threads)) < 0) return NULL;
     if (sk_get_buffer(cache_obj, fn, "cache", SK_ANY, 2, 1, &cache) < 0) goto done;
-    if (sk_get_buffer(addr_obj, fn, "address_table", SK_ANY, 1, 1, &addr) < 0) goto done;
-    const char *afmt = sk_format(&addr);
-    const int wide = addr.itemsize == 8 && (strcmp(afmt, "l") == 0 || strcmp(afmt, "q") == 0);
-    if (!wide && !(addr.itemsize == 4 && (strcmp(afmt, "i") == 0 || strcmp(afmt, "l") == 0))) {
-        PyErr_Format(PyExc_ValueError, "cache_update: 'address_table' expected an int64 or int32 array (got format "
-                     "'%s', %lld bytes an entry)", afmt, (long long)addr.itemsize);
-        goto done;
-    }
+    int wide;
+    if (sk_get_int_table(addr_obj, fn, "address_table", 1, &addr, &wide) < 0) goto done;
     if (sk_get_buffer(rows_obj, fn, "batch_rows", SK_ANY, 2, 0, &rows) < 0) goto done;
     if (sk_get_buffer(in_obj, fn, "in_ids", SK_INT64, 1, 0, &in) < 0) goto done;
     if (sk_get_buffer(out_obj, fn, "out_ids", SK_INT64, 1, 0, &out) < 0) goto done;

@@ -199,9 +199,8 @@ def segments(trace: Trace, m: int, k: int = 2, num_threads: int = 0, order: str 
         raise ValueError(f"'segment_batches' expected >= 1 (got {m})")
     if order not in ORDERS:
         raise ValueError(f"'pack.disk_cache_order' expected one of {', '.join(ORDERS)} (got {order!r})")
-    nt = trace.num_batches
-    num_segments = -(-nt // m)
     pair_segment, pair_node, count, entry_pair, segment_ptr = segment_pairs(trace, m)
+    num_segments = len(segment_ptr) - 1
     if not ordered:  # no row is cached: every rank past any s, the order the pairs' own
         return Segments(m, num_segments, pair_segment, pair_node, count,
                         np.full(len(pair_node), np.iinfo(np.int64).max, np.int64), segment_ptr,

@@ -59,6 +59,7 @@ from pipelines.methods.policies.base import FeatureInputs, PackInputs, PlanInput
 from pipelines.methods.policies.mariusgnn.settings import MariusGNNPlanSettings
 from pipelines.methods.policies.mariusgnn.subgraph import resident_mask, resident_subgraph
 from pipelines.methods.policies.mariusgnn.tuning import resolve
+from pipelines.methods.policies.sharded import copy_file
 from pipelines.methods.policies.tiers import frequency_plan
 from storage_kernels import kernels
 from storage_kernels.arrays import DATA_ALIGN, align_up
@@ -241,11 +242,7 @@ class MariusGNN(Policy):
             node_row[nodes[ptr[q] : ptr[q + 1]]] = np.arange(ptr[q + 1] - ptr[q])
         node_row.flush()
         del node_row
-        node_part = builder.allocate_array("node_part.npy", np.int32, (graph.num_nodes,))
-        for lo in range(0, graph.num_nodes, _NODE_CHUNK):
-            node_part[lo : lo + _NODE_CHUNK] = part[lo : lo + _NODE_CHUNK]
-        node_part.flush()
-        del node_part
+        copy_file(builder, "node_part.npy", [plan.file("phys_part.npy")])  # the plan's (N,) int32 partitions
         part_bytes = align_up(np.asarray(rows, dtype=np.int64) * row_bytes, DATA_ALIGN)  # (p,) one read each
         stats = _write_set_batches(graph, samples, cfg, builder, part, p, c, k, mode, part_bytes,
                                    np.asarray(plan.array("bucket_counts.npy")), inputs.progress)
